@@ -1,0 +1,57 @@
+"""lite_launcher: TFM's registry / task / trainer / controller / five modes on Keras 3.
+
+The public API lives at the top level (`import lite_launcher as ll; ll.Task`, ...). Names are
+resolved lazily so that `import lite_launcher` (and `lite-train --help`) does not import
+TensorFlow until something that needs it is used.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it.
+_EXPORTS = {
+    # configs
+    "Config": "lite_launcher.base_config",
+    "OneOfConfig": "lite_launcher.base_config",
+    "ConfigError": "lite_launcher.base_config",
+    "ExperimentConfig": "lite_launcher.config",
+    "TaskConfig": "lite_launcher.config",
+    "TrainerConfig": "lite_launcher.config",
+    "RuntimeConfig": "lite_launcher.config",
+    "DataConfig": "lite_launcher.config",
+    "override_config": "lite_launcher.config",
+    "OptimizationConfig": "lite_launcher.optimization",
+    "OptimizerFactory": "lite_launcher.optimization",
+    # registries
+    "register_config_factory": "lite_launcher.registry",
+    "get_exp_config": "lite_launcher.registry",
+    "registered_experiments": "lite_launcher.registry",
+    "register_task_cls": "lite_launcher.registry",
+    "get_task": "lite_launcher.registry",
+    # task / trainer / controller / experiment
+    "Task": "lite_launcher.task",
+    "Trainer": "lite_launcher.trainer",
+    "Controller": "lite_launcher.controller",
+    "ExperimentRunner": "lite_launcher.experiment",
+    "run_experiment": "lite_launcher.experiment",
+    "BestCheckpointExporter": "lite_launcher.exporter",
+    "InputReader": "lite_launcher.input_reader",
+    "get_distribution_strategy": "lite_launcher.strategy",
+    "define_flags": "lite_launcher.main",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'lite_launcher' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,169 @@
+"""The experiment configs, with TFM's field names and defaults (official/core/config_definitions).
+
+Re-exports the config base (`Config`, `OneOfConfig`, `ConfigError`, override helpers) so users
+need one import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence, Union
+
+from lite_launcher.base_config import (  # noqa: F401  (re-exported)
+    Config, ConfigError, OneOfConfig, load_config_file, override_config, parse_params_override)
+from lite_launcher.optimization import OptimizationConfig
+
+# ---------------------------------------------------------------------------
+# The experiment configs (TFM's official/core/config_definitions.py).
+# ---------------------------------------------------------------------------
+
+
+
+@dataclasses.dataclass
+class DataConfig(Config):
+    """How to build one dataset. Field names and defaults follow TFM's DataConfig."""
+
+    input_path: Union[Sequence[str], str] = ""
+    tfds_name: str = ""
+    tfds_split: str = ""
+    global_batch_size: int = 0
+    is_training: Optional[bool] = None
+    drop_remainder: bool = True
+    shuffle_buffer_size: int = 100
+    cache: bool = False
+    cycle_length: Optional[int] = None
+    block_length: int = 1
+    deterministic: Optional[bool] = None
+    sharding: bool = True
+    seed: Optional[int] = None
+    prefetch_buffer_size: Optional[int] = None
+    file_type: str = "tfrecord"
+
+    def _validate(self):
+        if self.global_batch_size < 0:
+            raise ConfigError(
+                f"global_batch_size ({self.global_batch_size}) must be >= 0.")
+        if self.block_length < 1:
+            raise ConfigError(f"block_length ({self.block_length}) must be >= 1.")
+
+
+@dataclasses.dataclass
+class RuntimeConfig(Config):
+    """Where and how to run. Field names and defaults follow TFM's RuntimeConfig."""
+
+    distribution_strategy: str = "mirrored"
+    enable_xla: bool = False
+    gpu_thread_mode: Optional[str] = None
+    dataset_num_private_threads: Optional[int] = None
+    per_gpu_thread_count: int = 0
+    tpu: Optional[str] = None
+    num_gpus: int = 0
+    worker_hosts: Optional[str] = None
+    task_index: int = -1
+    all_reduce_alg: Optional[str] = None
+    num_packs: int = 1
+    mixed_precision_dtype: Optional[str] = None
+    loss_scale: Optional[Union[str, float]] = None
+    run_eagerly: bool = False
+    batchnorm_spatial_persistent: bool = False
+
+    def _validate(self):
+        if self.mixed_precision_dtype not in (None, "float32", "float16", "bfloat16"):
+            raise ConfigError(
+                f"runtime.mixed_precision_dtype {self.mixed_precision_dtype!r} is not one of "
+                f"float32, float16, bfloat16.")
+        if isinstance(self.loss_scale, str) and self.loss_scale != "dynamic":
+            raise ConfigError(
+                f"runtime.loss_scale {self.loss_scale!r} must be 'dynamic' or a number.")
+
+
+@dataclasses.dataclass
+class TrainerConfig(Config):
+    """How to train and evaluate. Field names and defaults follow TFM's TrainerConfig."""
+
+    optimizer_config: OptimizationConfig = dataclasses.field(default_factory=OptimizationConfig)
+    train_tf_while_loop: bool = True
+    train_tf_function: bool = True
+    eval_tf_function: bool = True
+    eval_tf_while_loop: bool = False
+    allow_tpu_summary: bool = False
+    steps_per_loop: int = 1000
+    summary_interval: int = 1000
+    checkpoint_interval: int = 1000
+    max_to_keep: int = 5
+    continuous_eval_timeout: int = 60 * 60
+    train_steps: int = 0
+    validation_steps: int = -1
+    validation_interval: int = 1000
+    best_checkpoint_export_subdir: str = ""
+    best_checkpoint_eval_metric: str = ""
+    best_checkpoint_metric_comp: str = "higher"
+    loss_upper_bound: float = 1e6
+    recovery_begin_steps: int = 0
+    recovery_max_trials: int = 0
+    validation_summary_subdir: str = "validation"
+    preemption_on_demand_checkpoint: bool = True
+    # lite_launcher additions (off by default, so TFM configs behave as before).
+    checkpoint_train_iterator: bool = False
+    continuous_eval_all_checkpoints: bool = False
+
+    def _validate(self):
+        if self.steps_per_loop < 1:
+            raise ConfigError(
+                f"trainer.steps_per_loop ({self.steps_per_loop}) must be a positive integer.")
+        if self.summary_interval and self.summary_interval > 0 and (
+                self.summary_interval % self.steps_per_loop):
+            raise ConfigError(
+                f"trainer.summary_interval ({self.summary_interval}) must be a multiple of "
+                f"trainer.steps_per_loop ({self.steps_per_loop}).")
+        if self.checkpoint_interval is not None and self.checkpoint_interval < 0:
+            raise ConfigError(
+                f"trainer.checkpoint_interval ({self.checkpoint_interval}) must be >= 0.")
+        if self.best_checkpoint_metric_comp not in ("higher", "lower"):
+            raise ConfigError(
+                f"trainer.best_checkpoint_metric_comp {self.best_checkpoint_metric_comp!r} "
+                f"must be 'higher' or 'lower'.")
+        if self.validation_steps == 0 or self.validation_steps < -1:
+            raise ConfigError(
+                f"trainer.validation_steps ({self.validation_steps}) must be > 0, or -1 to "
+                f"evaluate the whole validation set.")
+        if self.validation_steps == -1 and self.eval_tf_while_loop:
+            raise ConfigError(
+                "trainer.validation_steps is -1 (whole dataset) but trainer.eval_tf_while_loop "
+                "is true: a tf.while_loop needs a fixed number of steps; set validation_steps "
+                "> 0 or eval_tf_while_loop=false.")
+        if self.train_tf_while_loop and not self.train_tf_function:
+            raise ConfigError(
+                "trainer.train_tf_while_loop requires trainer.train_tf_function: set "
+                "train_tf_function=true or train_tf_while_loop=false.")
+        if self.eval_tf_while_loop and not self.eval_tf_function:
+            raise ConfigError(
+                "trainer.eval_tf_while_loop requires trainer.eval_tf_function: set "
+                "eval_tf_function=true or eval_tf_while_loop=false.")
+        if self.train_steps < 0:
+            raise ConfigError(f"trainer.train_steps ({self.train_steps}) must be >= 0.")
+        if self.validation_interval < 1:
+            raise ConfigError(
+                f"trainer.validation_interval ({self.validation_interval}) must be >= 1.")
+        if self.max_to_keep is not None and self.max_to_keep < 1:
+            raise ConfigError(f"trainer.max_to_keep ({self.max_to_keep}) must be >= 1.")
+
+
+@dataclasses.dataclass
+class TaskConfig(Config):
+    """What to train. Tasks subclass it and add their own fields."""
+
+    init_checkpoint: str = ""
+    model: Optional[Config] = None
+    train_data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    validation_data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    name: Optional[str] = None
+
+
+@dataclasses.dataclass
+class ExperimentConfig(Config):
+    """The whole experiment: task, trainer and runtime."""
+
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+    trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
+    runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)

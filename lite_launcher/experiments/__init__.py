@@ -1,0 +1,1 @@
+"""Built-in experiments; importing this package registers them."""

@@ -1,0 +1,134 @@
+"""Registries: experiment configs by name, and task classes by config type.
+
+`register_config_factory(name)` / `get_exp_config(name)` follow TFM's exp_factory;
+`register_task_cls(config_cls)` / `get_task(task_config)` follow TFM's task_factory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from typing import Callable, Dict, List, Optional, Type
+
+from lite_launcher.base_config import ConfigError
+
+_EXPERIMENTS: Dict[str, Callable] = {}
+_TASKS: Dict[type, type] = {}
+
+# Entry-point group through which installed packages register experiments.
+ENTRY_POINT_GROUP = "lite_launcher.experiments"
+
+
+class RegistryError(ConfigError):
+    """Unknown or duplicate registry entry."""
+
+
+def _describe(obj) -> str:
+    module = getattr(obj, "__module__", "?")
+    name = getattr(obj, "__qualname__", repr(obj))
+    try:
+        where = f" ({inspect.getsourcefile(obj)}:{inspect.getsourcelines(obj)[1]})"
+    except (TypeError, OSError):
+        where = ""
+    return f"{module}.{name}{where}"
+
+
+def _closest(name: str, known) -> str:
+    match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return f" Did you mean {match[0]!r}?" if match else ""
+
+
+def register_config_factory(name: str):
+    """Decorator registering a function that returns a fresh `ExperimentConfig`."""
+
+    def decorator(factory):
+        if name in _EXPERIMENTS:
+            raise RegistryError(
+                f"Experiment {name!r} is registered twice: by {_describe(_EXPERIMENTS[name])} "
+                f"and by {_describe(factory)}.")
+        _EXPERIMENTS[name] = factory
+        return factory
+
+    return decorator
+
+
+def _ensure_builtins_loaded() -> None:
+    # The built-in experiments register themselves on import.
+    importlib.import_module("lite_launcher.experiments")
+
+
+def registered_experiments() -> List[str]:
+    """Names of all registered experiments, sorted."""
+    _ensure_builtins_loaded()
+    return sorted(_EXPERIMENTS)
+
+
+def get_exp_config(name: str):
+    """Returns a fresh config of experiment `name` (a new object on each call)."""
+    _ensure_builtins_loaded()
+    if name not in _EXPERIMENTS:
+        known = ", ".join(sorted(_EXPERIMENTS)) or "(none)"
+        raise RegistryError(
+            f"Unknown experiment {name!r}.{_closest(name, _EXPERIMENTS)} "
+            f"Registered experiments: {known}. Use --registry_imports to load your own.")
+    return _EXPERIMENTS[name]()
+
+
+def register_task_cls(task_config_cls: type):
+    """Decorator registering a `Task` class for a `TaskConfig` subclass."""
+
+    def decorator(task_cls):
+        if task_config_cls in _TASKS:
+            raise RegistryError(
+                f"Task config {task_config_cls.__name__} is registered twice: by "
+                f"{_describe(_TASKS[task_config_cls])} and by {_describe(task_cls)}.")
+        _TASKS[task_config_cls] = task_cls
+        return task_cls
+
+    return decorator
+
+
+def get_task_cls(task_config_cls: type) -> Type:
+    _ensure_builtins_loaded()
+    # Walk the MRO so a config subclass finds its parent's task, as in TFM.
+    for cls in getattr(task_config_cls, "__mro__", (task_config_cls,)):
+        if cls in _TASKS:
+            return _TASKS[cls]
+    names = {c.__name__: c for c in _TASKS}
+    known = ", ".join(sorted(names)) or "(none)"
+    raise RegistryError(
+        f"No task registered for config {task_config_cls.__name__}."
+        f"{_closest(task_config_cls.__name__, names)} Registered task configs: {known}.")
+
+
+def get_task(task_config, logging_dir: Optional[str] = None, name: Optional[str] = None):
+    """Builds the task registered for `type(task_config)`."""
+    task_cls = get_task_cls(type(task_config))
+    return task_cls(task_config, logging_dir=logging_dir, name=name)
+
+
+def import_registry_modules(modules) -> None:
+    """Imports user `registry_imports` modules; errors name the module."""
+    for module in modules or ():
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise RegistryError(
+                f"--registry_imports module {module!r} cannot be imported ({e}); check the "
+                f"name and that its package is on PYTHONPATH.") from e
+
+
+def load_entry_point_plugins() -> List[str]:
+    """Imports every module registered under the `lite_launcher.experiments` entry-point group."""
+    from importlib import metadata
+
+    loaded = []
+    try:
+        entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:  # Python < 3.10 style API
+        entry_points = metadata.entry_points().get(ENTRY_POINT_GROUP, [])
+    for entry_point in entry_points:
+        entry_point.load()
+        loaded.append(entry_point.name)
+    return loaded

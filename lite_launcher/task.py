@@ -1,0 +1,170 @@
+"""The `Task` base class: what to train (model, data, loss, metrics), with TFM's contract.
+
+A Task knows nothing about loops, checkpoints or summaries: the Trainer calls `train_step` /
+`validation_step` once per step (per replica, under a distribution strategy) and the Controller
+schedules the Trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+import keras
+from absl import logging
+
+from lite_launcher import optimization
+from lite_launcher.base_config import ConfigError
+
+
+def _split_inputs(inputs):
+    if isinstance(inputs, (tuple, list)) and len(inputs) == 2:
+        return inputs[0], inputs[1]
+    return inputs, inputs
+
+
+def is_loss_scale_optimizer(optimizer) -> bool:
+    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+class Task(tf.Module):
+    """A training task: builds the model, inputs, losses, metrics and one step.
+
+    Subclass it, register it for its config class with `@ll.register_task_cls(MyTaskConfig)`,
+    and override at least `build_model`, `build_inputs` and `build_losses`.
+    """
+
+    # Key of the loss in the logs returned by `train_step` / `validation_step`.
+    loss = "loss"
+
+    def __init__(self, params, logging_dir: Optional[str] = None, name: Optional[str] = None):
+        super().__init__(name=name)
+        self._task_config = params
+        # An empty directory means the current working directory, as in TFM.
+        self._logging_dir = logging_dir or ""
+
+    @property
+    def task_config(self):
+        return self._task_config
+
+    @property
+    def logging_dir(self) -> str:
+        return self._logging_dir
+
+    @classmethod
+    def create_optimizer(cls, optimizer_config, runtime_config=None):
+        """Builds a Keras 3 optimizer from `OptimizationConfig`.
+
+        With `runtime_config.mixed_precision_dtype == "float16"` the optimizer is wrapped in a
+        `keras.optimizers.LossScaleOptimizer` (dynamic, or fixed by `runtime_config.loss_scale`).
+        """
+        factory = optimization.OptimizerFactory(optimizer_config)
+        optimizer = factory.build_optimizer(factory.build_learning_rate())
+        if runtime_config is not None:
+            optimizer = optimization.configure_loss_scale(
+                optimizer,
+                use_float16=runtime_config.mixed_precision_dtype == "float16",
+                loss_scale=runtime_config.loss_scale)
+        return optimizer
+
+    def initialize(self, model: keras.Model) -> None:
+        """Restores `task_config.init_checkpoint` into the model, when one is set.
+
+        Called by the checkpoint manager only when model_dir has no checkpoint. A directory
+        means its latest checkpoint.
+        """
+        ckpt_dir_or_file = getattr(self.task_config, "init_checkpoint", "")
+        if not ckpt_dir_or_file:
+            return
+        logging.info("Loading pretrained checkpoint from %s", ckpt_dir_or_file)
+        if tf.io.gfile.isdir(ckpt_dir_or_file):
+            latest = tf.train.latest_checkpoint(ckpt_dir_or_file)
+            if not latest:
+                raise ConfigError(
+                    f"task.init_checkpoint directory {ckpt_dir_or_file!r} holds no checkpoint.")
+            ckpt_dir_or_file = latest
+        elif not tf.io.gfile.exists(ckpt_dir_or_file + ".index"):
+            raise ConfigError(
+                f"task.init_checkpoint {ckpt_dir_or_file!r} does not exist (no such directory "
+                f"or checkpoint prefix).")
+        items = getattr(model, "checkpoint_items", None) or {"model": model}
+        checkpoint = tf.train.Checkpoint(**items)
+        status = checkpoint.read(ckpt_dir_or_file)
+        status.expect_partial().assert_existing_objects_matched()
+        logging.info("Finished loading pretrained checkpoint from %s", ckpt_dir_or_file)
+
+    def build_model(self) -> keras.Model:
+        """Creates the model. Override it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement build_model().")
+
+    def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
+        """Returns a `tf.data.Dataset` with the per-replica batch size for `params`.
+
+        Under a distribution strategy this runs once per input pipeline with its
+        `input_context`. Override it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement build_inputs().")
+
+    def build_losses(self, labels, model_outputs, aux_losses=None) -> tf.Tensor:
+        """Returns the scalar loss. The base version adds up `aux_losses` only."""
+        del labels, model_outputs
+        if not aux_losses:
+            return tf.constant(0.0, dtype=tf.float32)
+        return tf.add_n([tf.cast(l, tf.float32) for l in aux_losses])
+
+    def build_metrics(self, training: bool = True):
+        """Returns a list of `keras.metrics.Metric` updated by `process_metrics`."""
+        del training
+        return []
+
+    def process_metrics(self, metrics, labels, model_outputs, **kwargs):
+        """Updates every metric with (labels, model_outputs)."""
+        del kwargs
+        for metric in metrics:
+            metric.update_state(labels, model_outputs)
+
+    def train_step(self, inputs, model: keras.Model, optimizer, metrics=None) -> Dict[str, Any]:
+        """One forward/backward pass and update on one replica's batch.
+
+        The loss used for the gradient is divided by `num_replicas_in_sync`, since Keras 3
+        optimizers sum gradients across replicas: the update then follows the global-batch
+        mean. Returns `{self.loss: loss}` (the unscaled per-replica loss).
+        """
+        features, labels = _split_inputs(inputs)
+        with tf.GradientTape() as tape:
+            outputs = model(features, training=True)
+            loss = self.build_losses(labels=labels, model_outputs=outputs,
+                                     aux_losses=model.losses)
+            scaled_loss = loss / tf.distribute.get_strategy().num_replicas_in_sync
+            if is_loss_scale_optimizer(optimizer):
+                scaled_loss = optimizer.scale_loss(scaled_loss)
+        trainable = model.trainable_variables
+        grads = tape.gradient(scaled_loss, trainable)
+        # LossScaleOptimizer.apply_gradients unscales and skips non-finite steps itself.
+        optimizer.apply_gradients(list(zip(grads, trainable)))
+        if metrics:
+            self.process_metrics(metrics, labels, outputs)
+        return {self.loss: loss}
+
+    def validation_step(self, inputs, model: keras.Model, metrics=None) -> Dict[str, Any]:
+        """Forward pass, loss and metric updates on one replica's batch."""
+        features, labels = _split_inputs(inputs)
+        outputs = self.inference_step(features, model)
+        loss = self.build_losses(labels=labels, model_outputs=outputs, aux_losses=model.losses)
+        if metrics:
+            self.process_metrics(metrics, labels, outputs)
+        return {self.loss: loss}
+
+    def inference_step(self, inputs, model: keras.Model):
+        """The forward pass in inference mode."""
+        return model(inputs, training=False)
+
+    def aggregate_logs(self, state=None, step_logs=None):
+        """Folds one eval step's outputs into `state` on the host. The base keeps nothing."""
+        del step_logs
+        return state
+
+    def reduce_aggregated_logs(self, aggregated_logs, global_step=None) -> Dict[str, Any]:
+        """Turns the aggregated state into final eval logs. The base returns none."""
+        del aggregated_logs, global_step
+        return {}
