@@ -27,6 +27,28 @@ def is_loss_scale_optimizer(optimizer) -> bool:
     return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 
+def sync_non_finite_gradients(grads):
+    """Makes every replica's gradients non-finite when any replica's are.
+
+    Keras 3's LossScaleOptimizer judges finiteness on the local, not yet summed, gradients of
+    one replica: an Inf on another replica would be applied and the scale not lowered. One
+    all-reduced flag fixes that, so all replicas skip the step together.
+    """
+    replica_context = tf.distribute.get_replica_context()
+    if replica_context is None or replica_context.num_replicas_in_sync == 1:
+        return grads
+    present = [g for g in grads if g is not None]
+    if not present:
+        return grads
+    local_non_finite = tf.logical_not(tf.reduce_all(
+        [tf.reduce_all(tf.math.is_finite(g)) for g in present]))
+    any_non_finite = replica_context.all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.cast(local_non_finite, tf.float32)) > 0
+    return [None if g is None else
+            tf.where(any_non_finite, tf.fill(tf.shape(g), tf.constant(float("nan"), g.dtype)), g)
+            for g in grads]
+
+
 class Task(tf.Module):
     """A training task: builds the model, inputs, losses, metrics and one step.
 
@@ -140,6 +162,8 @@ class Task(tf.Module):
                 scaled_loss = optimizer.scale_loss(scaled_loss)
         trainable = model.trainable_variables
         grads = tape.gradient(scaled_loss, trainable)
+        if is_loss_scale_optimizer(optimizer):
+            grads = sync_non_finite_gradients(grads)
         # LossScaleOptimizer.apply_gradients unscales and skips non-finite steps itself.
         optimizer.apply_gradients(list(zip(grads, trainable)))
         if metrics:

@@ -1,0 +1,228 @@
+"""`run_experiment`: one experiment in one of the five modes (TFM's train_lib).
+
+Flow: build the Trainer in `strategy.scope()` (unless one is passed) -> a CheckpointManager on
+model_dir -> a Controller with the actions -> run the mode -> optional post-evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, List, Mapping, Optional, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+from lite_launcher import actions
+from lite_launcher import exporter as exporter_lib
+from lite_launcher.base_config import ConfigError
+from lite_launcher.controller import Controller
+from lite_launcher.trainer import Trainer
+
+MODES = ("train", "train_and_post_eval", "train_and_eval", "eval", "continuous_eval")
+
+
+def check_mode(mode: str) -> str:
+    """Returns `mode` if it is one of the five modes, else raises a ConfigError listing them."""
+    if mode not in MODES:
+        raise ConfigError(f"Unknown mode {mode!r}; valid modes: {', '.join(MODES)}.")
+    return mode
+
+
+def mode_trains(mode: str) -> bool:
+    return mode.startswith("train")
+
+
+def create_trainer(params, task, train: bool, evaluate: bool, checkpoint_exporter=None,
+                   trainer_cls=Trainer) -> Trainer:
+    """Builds model and optimizer from the task and wraps them in a Trainer.
+
+    Call inside `strategy.scope()`.
+    """
+    model = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    return trainer_cls(params, task, model=model, optimizer=optimizer, train=train,
+                       evaluate=evaluate, checkpoint_exporter=checkpoint_exporter)
+
+
+def _should_checkpoint(strategy) -> bool:
+    return strategy is None or strategy.extended.should_checkpoint
+
+
+class ExperimentRunner:
+    """Builds the trainer, checkpoint manager and controller for one run; `run()` executes it.
+
+    Subclass and override a `_build_*` / `_maybe_build_*` method to change one component (e.g.
+    a custom checkpoint manager), as with TFM's OrbitExperimentRunner.
+    """
+
+    def __init__(self, distribution_strategy, task, mode: str, params, model_dir: str,
+                 run_post_eval: bool = False, save_summary: bool = True,
+                 train_actions: Optional[List] = None, eval_actions: Optional[List] = None,
+                 trainer: Optional[Trainer] = None, controller_cls=Controller,
+                 summary_manager=None, eval_summary_manager=None,
+                 enable_async_checkpointing: bool = False):
+        check_mode(mode)
+        if not model_dir:
+            raise ConfigError("model_dir must be set (--model_dir=DIR).")
+        self.strategy = distribution_strategy or tf.distribute.get_strategy()
+        self._params = params
+        self._model_dir = model_dir
+        self._mode = mode
+        self._run_post_eval = run_post_eval
+        self._temp_dirs: List[str] = []
+        # A trainer passed in (the forked-driver path) is used as is.
+        self._trainer = trainer or self._build_trainer(
+            task, train=mode_trains(mode), evaluate=("eval" in mode) or run_post_eval)
+        self._checkpoint_manager = self._maybe_build_checkpoint_manager()
+        self._summary_manager = summary_manager
+        self._eval_summary_manager = eval_summary_manager
+        self._controller = self._build_controller(
+            trainer=self._trainer if mode_trains(mode) else None,
+            evaluator=self._trainer,
+            save_summary=save_summary,
+            train_actions=train_actions,
+            eval_actions=eval_actions,
+            controller_cls=controller_cls,
+            enable_async_checkpointing=enable_async_checkpointing)
+
+    @property
+    def params(self):
+        return self._params
+
+    @property
+    def model_dir(self) -> str:
+        return self._model_dir
+
+    @property
+    def trainer(self) -> Trainer:
+        return self._trainer
+
+    @property
+    def checkpoint_manager(self) -> Optional[tf.train.CheckpointManager]:
+        return self._checkpoint_manager
+
+    @property
+    def controller(self) -> Controller:
+        return self._controller
+
+    def _build_trainer(self, task, train: bool, evaluate: bool) -> Trainer:
+        with self.strategy.scope():
+            return create_trainer(self._params, task, train=train, evaluate=evaluate,
+                                  checkpoint_exporter=self._build_best_checkpoint_exporter())
+
+    def _build_best_checkpoint_exporter(self):
+        return exporter_lib.maybe_create_best_ckpt_exporter(self._params, self._model_dir)
+
+    def _maybe_build_checkpoint_manager(self) -> Optional[tf.train.CheckpointManager]:
+        if not self._trainer.checkpoint:
+            return None
+        if _should_checkpoint(self.strategy):
+            directory, max_to_keep = self._model_dir, self._params.trainer.max_to_keep
+        else:
+            # Non-chief workers must take part in saving (variables sync on read) but their
+            # files are thrown away.
+            directory, max_to_keep = tempfile.mkdtemp(prefix="lite_launcher_worker_"), 1
+            self._temp_dirs.append(directory)
+        return tf.train.CheckpointManager(
+            self._trainer.checkpoint, directory=directory, max_to_keep=max_to_keep,
+            step_counter=self._trainer.global_step,
+            checkpoint_interval=self._params.trainer.checkpoint_interval,
+            init_fn=self._trainer.initialize)
+
+    def _summary_dirs(self, save_summary: bool):
+        if not save_summary:
+            return None, None
+        return (os.path.join(self._model_dir, "train"),
+                os.path.join(self._model_dir, self._params.trainer.validation_summary_subdir))
+
+    def _build_controller(self, trainer, evaluator, save_summary=True, train_actions=None,
+                          eval_actions=None, controller_cls=Controller,
+                          enable_async_checkpointing=False) -> Controller:
+        train_actions = list(train_actions or [])
+        eval_actions = list(eval_actions or [])
+        if trainer is not None:
+            train_actions += actions.get_train_actions(
+                self._params, trainer, self._model_dir,
+                checkpoint_manager=self._checkpoint_manager)
+        if evaluator is not None:
+            eval_actions += actions.get_eval_actions(self._params, evaluator, self._model_dir)
+        summary_dir, eval_summary_dir = self._summary_dirs(save_summary)
+        return controller_cls(
+            strategy=self.strategy,
+            trainer=trainer,
+            evaluator=evaluator,
+            global_step=self._trainer.global_step,
+            steps_per_loop=self._params.trainer.steps_per_loop,
+            checkpoint_manager=self._checkpoint_manager,
+            enable_async_checkpointing=enable_async_checkpointing,
+            summary_dir=summary_dir,
+            eval_summary_dir=eval_summary_dir,
+            summary_interval=self._params.trainer.summary_interval if save_summary else None,
+            train_actions=train_actions,
+            eval_actions=eval_actions,
+            summary_manager=self._summary_manager,
+            eval_summary_manager=self._eval_summary_manager)
+
+    def run(self) -> Tuple[Any, Mapping[str, Any]]:
+        """Runs the mode; returns `(model, eval_logs)` (eval_logs only with a post-eval)."""
+        trainer_config = self._params.trainer
+        logging.info("Running mode %s in %s", self._mode, self._model_dir)
+        try:
+            with self.strategy.scope():
+                if self._mode in ("train", "train_and_post_eval"):
+                    self._controller.train(steps=trainer_config.train_steps)
+                elif self._mode == "train_and_eval":
+                    self._controller.train_and_evaluate(
+                        train_steps=trainer_config.train_steps,
+                        eval_steps=trainer_config.validation_steps,
+                        eval_interval=trainer_config.validation_interval)
+                elif self._mode == "eval":
+                    self._controller.evaluate(steps=trainer_config.validation_steps)
+                elif self._mode == "continuous_eval":
+                    self._run_continuous_eval()
+            if self._run_post_eval or self._mode == "train_and_post_eval":
+                with self.strategy.scope():
+                    eval_logs = self._controller.evaluate(steps=trainer_config.validation_steps)
+                return self._trainer.model, eval_logs
+            return self._trainer.model, {}
+        finally:
+            for directory in self._temp_dirs:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def _run_continuous_eval(self):
+        trainer_config = self._params.trainer
+        global_step = self._trainer.global_step
+
+        def timeout_fn():
+            return int(global_step.numpy()) >= trainer_config.train_steps
+
+        self._controller.evaluate_continuously(
+            steps=trainer_config.validation_steps,
+            timeout=trainer_config.continuous_eval_timeout,
+            timeout_fn=timeout_fn,
+            stop_at_step=trainer_config.train_steps,
+            evaluate_all=trainer_config.continuous_eval_all_checkpoints)
+
+
+def run_experiment(distribution_strategy, task, mode: str, params, model_dir: str,
+                   run_post_eval: bool = False, save_summary: bool = True,
+                   train_actions: Optional[List] = None, eval_actions: Optional[List] = None,
+                   trainer: Optional[Trainer] = None, controller_cls=Controller,
+                   summary_manager=None, eval_summary_manager=None,
+                   enable_async_checkpointing: bool = False) -> Tuple[Any, Mapping[str, Any]]:
+    """Runs one experiment in `mode` and returns `(model, eval_logs)`.
+
+    Modes: train, train_and_post_eval, train_and_eval, eval, continuous_eval. `eval_logs` holds
+    the post-evaluation metrics with `run_post_eval` / `train_and_post_eval`, else `{}`.
+    Pass `trainer=` (built inside `strategy.scope()`) to run a custom Trainer subclass.
+    """
+    runner = ExperimentRunner(
+        distribution_strategy=distribution_strategy, task=task, mode=mode, params=params,
+        model_dir=model_dir, run_post_eval=run_post_eval, save_summary=save_summary,
+        train_actions=train_actions, eval_actions=eval_actions, trainer=trainer,
+        controller_cls=controller_cls, summary_manager=summary_manager,
+        eval_summary_manager=eval_summary_manager,
+        enable_async_checkpointing=enable_async_checkpointing)
+    return runner.run()

@@ -1,0 +1,142 @@
+"""Inner-loop builders: run a step function `num_steps` times.
+
+Three shapes, chosen by the trainer options (`train_tf_function`, `train_tf_while_loop`, ...):
+- `python_loop(step_fn)`: a Python loop calling `step_fn` (eager, or a `tf.function` step);
+  `num_steps == -1` runs until the iterator is exhausted.
+- `while_loop(step_fn)`: a loop over `tf.range(num_steps)`, meant to be wrapped in one
+  `tf.function`, so a whole inner loop is one graph call.
+- `while_loop_with_state(step_fn)`: the same, also folding the step outputs into a state with a
+  `reduce_fn` (shape invariants relaxed, so a state may grow along the loop).
+
+`num_steps` must be a tensor for the `tf.range` loops: a Python int would retrace the
+surrounding `tf.function` for every distinct value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+from absl import logging
+
+StepFn = Callable[[Any], Any]
+ReduceFn = Callable[[Any, Any], Any]
+
+
+def _require_tensor(num_steps) -> None:
+    if not isinstance(num_steps, tf.Tensor):
+        raise ValueError(
+            f"num_steps ({num_steps!r}) must be a scalar tf.Tensor for a tf.while_loop inner "
+            f"loop: a Python value retraces the tf.function for every distinct value.")
+
+
+def python_loop(step_fn: StepFn):
+    """Returns `loop_fn(iterator, num_steps, state=None, reduce_fn=None)` driven by Python.
+
+    With `num_steps == -1` it runs until `step_fn` raises `StopIteration` or
+    `tf.errors.OutOfRangeError` (the dataset is exhausted) and returns normally.
+    """
+
+    def loop_fn(iterator, num_steps, state=None, reduce_fn: Optional[ReduceFn] = None):
+        num_steps = int(num_steps)
+        step = 0
+        try:
+            # async_scope lets eager steps run ahead; errors surface at the end of the scope.
+            with tf.experimental.async_scope():
+                while num_steps == -1 or step < num_steps:
+                    outputs = step_fn(iterator)
+                    if reduce_fn is not None:
+                        state = reduce_fn(state, outputs)
+                    step += 1
+        except (StopIteration, tf.errors.OutOfRangeError):
+            tf.experimental.async_clear_error()
+            if num_steps != -1:
+                logging.warning("The dataset ended after %d of %d steps.", step, num_steps)
+            else:
+                logging.info("The dataset iterator is exhausted after %d steps.", step)
+        return state
+
+    return loop_fn
+
+
+def while_loop(step_fn: StepFn):
+    """Returns `loop_fn(iterator, num_steps)` looping over `tf.range(num_steps)`.
+
+    Wrap the result in `tf.function`; step outputs are discarded.
+    """
+
+    def loop_fn(iterator, num_steps):
+        _require_tensor(num_steps)
+        for _ in tf.range(num_steps):
+            # An empty name scope keeps op names short and stable across steps.
+            with tf.name_scope(""):
+                step_fn(iterator)
+
+    return loop_fn
+
+
+def _relaxed_shape(value):
+    if not tf.is_tensor(value):
+        return None
+    shape = value.shape
+    if shape.rank:
+        return tf.TensorShape([None] * shape.rank)
+    return shape
+
+
+def while_loop_with_state(step_fn: StepFn):
+    """Returns `loop_fn(iterator, num_steps, state, reduce_fn)` over `tf.range(num_steps)`.
+
+    `state = reduce_fn(state, step_fn(iterator))` each step; the state's structure must stay the
+    same, but its tensors may change shape (e.g. concatenating per-step outputs).
+    """
+
+    def loop_fn(iterator, num_steps, state, reduce_fn: ReduceFn):
+        _require_tensor(num_steps)
+        for _ in tf.range(num_steps):
+            with tf.name_scope(""):
+                relaxed = tf.nest.map_structure(_relaxed_shape, state)
+                tf.autograph.experimental.set_loop_options(shape_invariants=[(state, relaxed)])
+                state = reduce_fn(state, step_fn(iterator))
+        return state
+
+    return loop_fn
+
+
+def make_train_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop: bool):
+    """Builds the training loop `loop_fn(iterator, num_steps)` for the given options."""
+    if use_tf_while_loop and not use_tf_function:
+        raise ValueError(
+            "train_tf_while_loop=True needs train_tf_function=True: a tf.while_loop only runs "
+            "inside a tf.function.")
+    if use_tf_while_loop:
+        return tf.function(while_loop(step_fn))
+    if use_tf_function:
+        step_fn = tf.function(step_fn)
+    return python_loop(step_fn)
+
+
+def make_eval_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop: bool,
+                   has_state: bool):
+    """Builds the eval loop `loop_fn(iterator, num_steps, state=None, reduce_fn=None)`.
+
+    The `tf.while_loop` variants need a fixed `num_steps` (not -1).
+    """
+    if use_tf_while_loop and not use_tf_function:
+        raise ValueError(
+            "eval_tf_while_loop=True needs eval_tf_function=True: a tf.while_loop only runs "
+            "inside a tf.function.")
+    if use_tf_while_loop:
+        if has_state:
+            return tf.function(while_loop_with_state(step_fn))
+        loop = tf.function(while_loop(step_fn))
+
+        def stateless(iterator, num_steps, state=None, reduce_fn=None):
+            del reduce_fn
+            loop(iterator, num_steps)
+            return state
+
+        return stateless
+    if use_tf_function:
+        step_fn = tf.function(step_fn)
+    return python_loop(step_fn)
