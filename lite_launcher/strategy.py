@@ -1,0 +1,564 @@
+"""Distribution strategies, cluster setup, mixed precision and chief-only writing.
+
+The strategy names and their meaning follow TFM's `runtime.distribution_strategy`:
+
+| name                    | strategy                                                       |
+|-------------------------|----------------------------------------------------------------|
+| `off`                   | `None`: the caller runs under the default strategy             |
+| `one_device`            | `OneDeviceStrategy` on GPU:0 (`num_gpus=1`) or CPU:0            |
+| `mirrored`              | `MirroredStrategy` over `num_gpus` GPUs, or CPU:0 when 0        |
+| `multi_worker_mirrored` | `MultiWorkerMirroredStrategy`, cluster from `TF_CONFIG`         |
+| `parameter_server`      | `ParameterServerStrategy`, cluster from `TF_CONFIG`             |
+| `tpu`                   | `TPUStrategy` on the TPU named by `tpu_address`                 |
+
+Typical driver flow (what `strategy_from_runtime` does, plus mixed precision):
+
+    set_mixed_precision_policy(runtime.mixed_precision_dtype)  # before any model is built
+    strategy = strategy_from_runtime(runtime)                  # None for "off"
+    with (strategy.scope() if strategy else contextlib.nullcontext()):
+        ...
+
+Multi-worker saving: every worker must take part in saving (variables sync on read), but two
+workers writing the same directory collide. Chief writes to `model_dir`; the others write to
+`temp_dir_for_non_chief(model_dir, strategy)` and then `remove_temp_dir(...)` it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.request
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import tensorflow as tf
+from absl import logging
+
+from lite_launcher.base_config import ConfigError
+
+VALID_STRATEGIES = ("off", "one_device", "mirrored", "multi_worker_mirrored",
+                    "parameter_server", "tpu")
+
+# all_reduce_alg values per strategy (None lets TensorFlow pick from the device topology).
+MIRRORED_ALL_REDUCE_ALGS = ("nccl", "hierarchical_copy")
+MULTI_WORKER_ALL_REDUCE_ALGS = ("ring", "nccl")
+
+# In-process `tf.distribute.Server`s deadlock `ClusterCoordinator.join()` on small machines
+# with the default thread pool; 3 or more inter-op threads avoid it (see KERAS3_NOTES.md).
+LOCAL_SERVER_INTER_OP_THREADS = 8
+
+# How long to wait for a network answer before deciding a TPU is not reachable.
+_TPU_PROBE_TIMEOUT_S = 2.0
+
+# Keeps in-process servers alive: a `tf.distribute.Server` cannot be stopped, and dropping
+# the last reference must not tear down a cluster a test is still using.
+_LOCAL_SERVERS: List[Any] = []
+
+
+# --------------------------------------------------------------------------------------
+# Strategy construction
+# --------------------------------------------------------------------------------------
+
+def get_distribution_strategy(distribution_strategy: str = "mirrored",
+                              num_gpus: int = 0,
+                              all_reduce_alg: Optional[str] = None,
+                              num_packs: int = 1,
+                              tpu_address: Optional[str] = None,
+                              **kwargs) -> Optional[tf.distribute.Strategy]:
+    """Returns the `tf.distribute.Strategy` named by `distribution_strategy`.
+
+    Args:
+      distribution_strategy: one of `VALID_STRATEGIES`, case-insensitive.
+      num_gpus: GPUs to use for `one_device` (0 or 1) and `mirrored`; must not exceed the
+        GPUs TensorFlow can see. 0 means CPU:0, as in TFM.
+      all_reduce_alg: `mirrored`: None, "nccl" or "hierarchical_copy" (cross-device ops).
+        `multi_worker_mirrored`: None, "ring" or "nccl" (collective implementation).
+        Ignored, with a warning, by the other strategies.
+      num_packs: `num_packs` of the `mirrored` cross-device ops (only with all_reduce_alg).
+      tpu_address: `tpu` only: a Cloud TPU name, "grpc://host:port", or "local" for TPUs
+        attached to this VM. None or "" resolves the name from the TPU_NAME environment.
+      **kwargs: keyword-only extras, beyond TFM:
+        devices: `mirrored` / `one_device` only: explicit device names, e.g.
+          `["/device:CPU:0", "/device:CPU:1"]` to mirror over logical CPU devices (see
+          `set_logical_cpu_count`). Excludes `num_gpus`.
+        cluster_resolver: `multi_worker_mirrored` / `parameter_server` only: a
+          `ClusterResolver` to use instead of reading `TF_CONFIG` (e.g. the one from
+          `start_local_cluster`).
+
+    Returns:
+      The strategy, or None for "off". None means "no explicit strategy": callers use the
+      default strategy (`tf.distribute.get_strategy()`), i.e. they skip `strategy.scope()`.
+
+    Raises:
+      ConfigError: unknown name or all_reduce_alg, bad num_gpus / num_packs / devices, a
+        cluster missing from TF_CONFIG, or a TPU that cannot be reached.
+      TypeError: an unknown keyword argument.
+    """
+    devices = kwargs.pop("devices", None)
+    cluster_resolver = kwargs.pop("cluster_resolver", None)
+    if kwargs:
+        raise TypeError(
+            f"get_distribution_strategy() got unexpected keyword arguments {sorted(kwargs)}; "
+            f"the extras it accepts are 'devices' and 'cluster_resolver'.")
+
+    name = _normalise_name(distribution_strategy)
+    if not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 0:
+        raise ConfigError(f"num_gpus ({num_gpus!r}) must be a non-negative integer.")
+    if not isinstance(num_packs, int) or isinstance(num_packs, bool) or num_packs < 1:
+        raise ConfigError(f"num_packs ({num_packs!r}) must be a positive integer.")
+    if all_reduce_alg is not None and not isinstance(all_reduce_alg, str):
+        raise ConfigError(f"all_reduce_alg ({all_reduce_alg!r}) must be a string or None.")
+    if devices is not None and name not in ("mirrored", "one_device"):
+        raise ConfigError(
+            f"devices= is only for 'mirrored' and 'one_device', not {name!r}.")
+    if cluster_resolver is not None and name not in ("multi_worker_mirrored",
+                                                     "parameter_server"):
+        raise ConfigError(
+            f"cluster_resolver= is only for 'multi_worker_mirrored' and 'parameter_server', "
+            f"not {name!r}.")
+    if all_reduce_alg is not None and name not in ("mirrored", "multi_worker_mirrored"):
+        logging.warning("all_reduce_alg=%r has no effect with distribution_strategy=%r.",
+                        all_reduce_alg, name)
+
+    if name == "off":
+        if num_gpus > 1:
+            raise ConfigError(
+                f"num_gpus={num_gpus} needs a multi-device strategy such as 'mirrored'; "
+                f"distribution_strategy 'off' runs on one device.")
+        _check_gpu_count(num_gpus)
+        return None
+
+    if name == "one_device":
+        if devices is not None:
+            device = _check_devices(devices, num_gpus)
+            if len(device) != 1:
+                raise ConfigError(
+                    f"'one_device' takes exactly one device, got devices={list(devices)}.")
+            return tf.distribute.OneDeviceStrategy(device[0])
+        if num_gpus > 1:
+            raise ConfigError(
+                f"'one_device' uses one device but num_gpus={num_gpus}; use 'mirrored' for "
+                f"several GPUs.")
+        _check_gpu_count(num_gpus)
+        return tf.distribute.OneDeviceStrategy(
+            "/device:GPU:0" if num_gpus == 1 else "/device:CPU:0")
+
+    if name == "mirrored":
+        if devices is not None:
+            device_list = _check_devices(devices, num_gpus)
+        else:
+            _check_gpu_count(num_gpus)
+            device_list = ([f"/device:GPU:{i}" for i in range(num_gpus)]
+                           if num_gpus else ["/device:CPU:0"])
+        return tf.distribute.MirroredStrategy(
+            devices=device_list,
+            cross_device_ops=_mirrored_cross_device_ops(all_reduce_alg, num_packs))
+
+    if name == "multi_worker_mirrored":
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=_collective_implementation(all_reduce_alg))
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=cluster_resolver, communication_options=options)
+
+    if name == "parameter_server":
+        if cluster_resolver is None:
+            cluster_resolver = _parameter_server_resolver_from_tf_config()
+        _check_parameter_server_cluster(cluster_resolver.cluster_spec().as_dict())
+        return tf.distribute.experimental.ParameterServerStrategy(cluster_resolver)
+
+    return _tpu_strategy(tpu_address)
+
+
+def _normalise_name(distribution_strategy) -> str:
+    if not isinstance(distribution_strategy, str):
+        hint = ""
+        if distribution_strategy is False:
+            # YAML reads a bare `off` as the boolean false.
+            hint = " In YAML write 'off' in quotes; a bare off is read as false."
+        raise ConfigError(
+            f"distribution_strategy must be a string, got {distribution_strategy!r}.{hint}")
+    name = distribution_strategy.lower()
+    if name not in VALID_STRATEGIES:
+        raise ConfigError(
+            f"Unknown distribution_strategy {distribution_strategy!r}; valid values are "
+            f"{', '.join(VALID_STRATEGIES)}.")
+    return name
+
+
+def _check_gpu_count(num_gpus: int) -> None:
+    if num_gpus == 0:
+        return
+    available = len(tf.config.list_physical_devices("GPU"))
+    if num_gpus > available:
+        raise ConfigError(
+            f"num_gpus={num_gpus} but TensorFlow sees {available} GPU(s); lower "
+            f"runtime.num_gpus (0 runs on CPU).")
+
+
+def _check_devices(devices: Sequence[str], num_gpus: int) -> List[str]:
+    if num_gpus:
+        raise ConfigError(
+            f"Pass either devices= or num_gpus, not both (num_gpus={num_gpus}).")
+    if isinstance(devices, str) or not devices:
+        raise ConfigError(
+            f"devices must be a non-empty list of device names, got {devices!r}.")
+    known = {d.name for d in tf.config.list_logical_devices()}
+    resolved = []
+    for device in devices:
+        spec = tf.DeviceSpec.from_string(device)
+        full = f"/device:{spec.device_type}:{spec.device_index or 0}" if spec.device_type else ""
+        if full not in known:
+            raise ConfigError(
+                f"Device {device!r} does not exist; available devices: {sorted(known)}.")
+        resolved.append(full)
+    return resolved
+
+
+def _mirrored_cross_device_ops(all_reduce_alg: Optional[str], num_packs: int):
+    if all_reduce_alg is None:
+        return None  # MirroredStrategy picks from the device topology.
+    if all_reduce_alg == "nccl":
+        return tf.distribute.NcclAllReduce(num_packs=num_packs)
+    if all_reduce_alg == "hierarchical_copy":
+        return tf.distribute.HierarchicalCopyAllReduce(num_packs=num_packs)
+    raise ConfigError(
+        f"all_reduce_alg {all_reduce_alg!r} is not valid with 'mirrored'; use one of "
+        f"{', '.join(MIRRORED_ALL_REDUCE_ALGS)} or None.")
+
+
+def _collective_implementation(all_reduce_alg: Optional[str]):
+    implementations = tf.distribute.experimental.CommunicationImplementation
+    if all_reduce_alg is None:
+        return implementations.AUTO
+    if all_reduce_alg == "ring":
+        return implementations.RING
+    if all_reduce_alg == "nccl":
+        return implementations.NCCL
+    raise ConfigError(
+        f"all_reduce_alg {all_reduce_alg!r} is not valid with 'multi_worker_mirrored'; use "
+        f"one of {', '.join(MULTI_WORKER_ALL_REDUCE_ALGS)} or None.")
+
+
+def _read_tf_config() -> Dict[str, Any]:
+    raw = os.environ.get("TF_CONFIG", "")
+    if not raw.strip():
+        return {}
+    try:
+        tf_config = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"TF_CONFIG is not valid JSON ({e}): {raw!r}.") from None
+    if not isinstance(tf_config, dict):
+        raise ConfigError(f"TF_CONFIG must be a JSON object, got {raw!r}.")
+    return tf_config
+
+
+def _parameter_server_resolver_from_tf_config():
+    tf_config = _read_tf_config()
+    if not tf_config.get("cluster"):
+        raise ConfigError(
+            "distribution_strategy 'parameter_server' needs TF_CONFIG with a cluster of "
+            "'chief', 'worker' and 'ps' tasks and task.type 'chief' for this process.")
+    task_type = tf_config.get("task", {}).get("type")
+    if task_type != "chief":
+        raise ConfigError(
+            f"This process has TF_CONFIG task.type {task_type!r}; only the 'chief' (the "
+            f"coordinator) builds a ParameterServerStrategy. Worker and ps tasks run a "
+            f"server instead: see start_server_from_tf_config().")
+    return tf.distribute.cluster_resolver.TFConfigClusterResolver()
+
+
+def _check_parameter_server_cluster(cluster: Dict[str, Any]) -> None:
+    missing = [job for job in ("worker", "ps") if not cluster.get(job)]
+    if missing:
+        raise ConfigError(
+            f"The parameter-server cluster has no {' or '.join(missing)} task(s); its jobs "
+            f"are {sorted(cluster)}. Add them to TF_CONFIG's cluster.")
+
+
+# --------------------------------------------------------------------------------------
+# TPU
+# --------------------------------------------------------------------------------------
+
+def _tpu_strategy(tpu_address: Optional[str]):
+    """Connects to the TPU and builds a TPUStrategy; ConfigError when no TPU is reachable.
+
+    TPUClusterResolver blocks on network calls without a timeout (GCE metadata, the Cloud
+    TPU API, the gRPC worker), so the address is probed with a short timeout first.
+    """
+    # The resolver falls back to these environment variables when tpu is None or "".
+    target = (tpu_address or os.environ.get("KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS")
+              or os.environ.get("TPU_NAME") or None)
+    if target is None and not os.environ.get("TPU_CONFIG"):
+        raise ConfigError(
+            "distribution_strategy 'tpu' needs runtime.tpu: a Cloud TPU name, "
+            "'grpc://host:port', or 'local' for TPUs attached to this machine (or set "
+            "TPU_NAME).")
+    if target is not None and target.startswith("grpc://"):
+        _probe_grpc_address(target.split(",")[0])
+    elif target is not None and target != "local":
+        _probe_gce_metadata(target)
+
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address)
+        if tpu_address not in ("", "local"):
+            tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if len(reason) > 200:  # op errors append the full kernel signature
+            reason = reason.split(". ")[0] + "."
+        raise ConfigError(f"No TPU reachable for runtime.tpu={tpu_address!r}: {reason}") from e
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _probe_grpc_address(address: str) -> None:
+    host, _, port = address[len("grpc://"):].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=_TPU_PROBE_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"No TPU reachable at runtime.tpu={address!r}: cannot connect ({e}).") from None
+
+
+def _probe_gce_metadata(tpu_name: Optional[str]) -> None:
+    # Resolving a TPU name needs the GCE metadata server (project and zone of this VM).
+    host = (os.environ.get("GCE_METADATA_HOST") or os.environ.get("GCE_METADATA_IP")
+            or "metadata.google.internal")
+    request = urllib.request.Request(f"http://{host}/computeMetadata/v1/project/project-id",
+                                     headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=_TPU_PROBE_TIMEOUT_S):
+            pass
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"Cannot resolve TPU name {tpu_name!r}: the Google Cloud metadata server "
+            f"({host}) is not reachable ({e}). Outside Google Cloud pass "
+            f"'grpc://host:port'; on a TPU VM pass 'local'.") from None
+
+
+# --------------------------------------------------------------------------------------
+# Cluster setup
+# --------------------------------------------------------------------------------------
+
+def configure_cluster(worker_hosts: Optional[str] = None, task_index: int = -1) -> int:
+    """Sets TF_CONFIG from `worker_hosts` unless it is set; returns the number of workers.
+
+    Args:
+      worker_hosts: comma-separated "host:port" of every worker, e.g. "h1:2222,h2:2222".
+        Used only when TF_CONFIG is not already set.
+      task_index: this process's index in `worker_hosts`; required when there are 2 or
+        more workers, ignored (taken as 0) for one.
+
+    Returns:
+      With TF_CONFIG set: its number of 'chief' plus 'worker' tasks (TF_CONFIG is left
+      unchanged). Otherwise the number of `worker_hosts` (1 when there are none).
+    """
+    tf_config = _read_tf_config()
+    if tf_config:
+        cluster = tf_config.get("cluster", {})
+        return len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    if not worker_hosts:
+        return 1
+    workers = [host.strip() for host in worker_hosts.split(",") if host.strip()]
+    if not workers:
+        raise ConfigError(f"runtime.worker_hosts {worker_hosts!r} names no host.")
+    if len(workers) == 1:
+        task_index = 0
+    elif task_index < 0:
+        raise ConfigError(
+            f"runtime.task_index must be set (0..{len(workers) - 1}) when "
+            f"runtime.worker_hosts lists {len(workers)} workers.")
+    elif task_index >= len(workers):
+        raise ConfigError(
+            f"runtime.task_index ({task_index}) is out of range for {len(workers)} "
+            f"worker_hosts; use 0..{len(workers) - 1}.")
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": workers},
+        "task": {"type": "worker", "index": task_index},
+    })
+    return len(workers)
+
+
+def strategy_from_runtime(runtime_config) -> Optional[tf.distribute.Strategy]:
+    """Configures the cluster and builds the strategy described by a `RuntimeConfig`.
+
+    Runs `configure_cluster(runtime.worker_hosts, runtime.task_index)`, then
+    `get_distribution_strategy` with the runtime's strategy, num_gpus, all_reduce_alg,
+    num_packs and tpu. Returns None for "off" (use the default strategy).
+    Mixed precision is separate: call `set_mixed_precision_policy` before building models.
+    """
+    configure_cluster(runtime_config.worker_hosts, runtime_config.task_index)
+    return get_distribution_strategy(
+        distribution_strategy=runtime_config.distribution_strategy,
+        num_gpus=runtime_config.num_gpus,
+        all_reduce_alg=runtime_config.all_reduce_alg,
+        num_packs=runtime_config.num_packs,
+        tpu_address=runtime_config.tpu)
+
+
+def set_logical_cpu_count(count: int) -> List[str]:
+    """Splits the CPU into `count` logical devices and returns their names.
+
+    For mirroring over CPUs (tests, benchmarks):
+    `get_distribution_strategy("mirrored", devices=set_logical_cpu_count(2))`.
+    Must run before TensorFlow initialises its devices (before any op or device listing of
+    logical devices); afterwards only the same count is accepted.
+    """
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ConfigError(f"Logical CPU count ({count!r}) must be a positive integer.")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    except RuntimeError:
+        existing = len(tf.config.list_logical_devices("CPU"))
+        if existing != count:
+            raise ConfigError(
+                f"Cannot split the CPU into {count} logical devices: TensorFlow already "
+                f"initialised {existing}. Call set_logical_cpu_count before any TensorFlow "
+                f"op runs (e.g. at the top of the program or in a fresh subprocess).") from None
+    return [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+def start_local_cluster(num_workers: int, num_ps: int,
+                        inter_op_parallelism_threads: int = LOCAL_SERVER_INTER_OP_THREADS):
+    """Starts in-process worker and ps servers on localhost; returns a cluster resolver.
+
+    For tests and benchmarks of 'parameter_server' in one process:
+    `get_distribution_strategy("parameter_server", cluster_resolver=start_local_cluster(2, 1))`.
+    The servers get `inter_op_parallelism_threads` (default 8): with too few threads
+    `ClusterCoordinator.join()` hangs on small machines. Servers live until the process ends.
+    """
+    if num_workers < 1 or num_ps < 0:
+        raise ConfigError(
+            f"start_local_cluster needs num_workers >= 1 and num_ps >= 0, got "
+            f"{num_workers} and {num_ps}.")
+    if inter_op_parallelism_threads < 3:
+        raise ConfigError(
+            f"inter_op_parallelism_threads ({inter_op_parallelism_threads}) must be >= 3 for "
+            f"in-process servers.")
+    cluster = {"worker": [f"localhost:{_free_port()}" for _ in range(num_workers)]}
+    if num_ps:
+        cluster["ps"] = [f"localhost:{_free_port()}" for _ in range(num_ps)]
+    cluster_spec = tf.train.ClusterSpec(cluster)
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op_parallelism_threads)
+    for job, hosts in cluster.items():
+        for index in range(len(hosts)):
+            _LOCAL_SERVERS.append(tf.distribute.Server(
+                cluster_spec, job_name=job, task_index=index, config=config, protocol="grpc"))
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(cluster_spec, rpc_layer="grpc")
+
+
+def start_server_from_tf_config():
+    """Starts the server of a 'worker' or 'ps' task named in TF_CONFIG, else returns None.
+
+    In a parameter-server cluster only the chief runs the training program; each worker and
+    ps process runs `server = start_server_from_tf_config(); server.join()` (join blocks
+    forever). Returns None when TF_CONFIG is unset or names another task type.
+    """
+    tf_config = _read_tf_config()
+    task = tf_config.get("task", {})
+    if task.get("type") not in ("worker", "ps"):
+        return None
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.Server(
+        resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc", start=True)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------
+# Mixed precision
+# --------------------------------------------------------------------------------------
+
+_POLICY_BY_DTYPE = {"float16": "mixed_float16", "bfloat16": "mixed_bfloat16",
+                    "float32": "float32"}
+
+
+def set_mixed_precision_policy(dtype: Union[None, str, tf.dtypes.DType]) -> str:
+    """Sets Keras's global dtype policy from `runtime.mixed_precision_dtype`; returns its name.
+
+    "float16" -> "mixed_float16", "bfloat16" -> "mixed_bfloat16", None or "float32" ->
+    "float32". A `tf.DType` of those is accepted too. Layers read the policy when they are
+    created, so call this before building the model; with float16 also wrap the optimizer in
+    `keras.optimizers.LossScaleOptimizer`.
+    """
+    import keras  # pylint: disable=g-import-not-at-top  (keeps module import light)
+
+    key = "float32" if dtype is None else getattr(dtype, "name", dtype)
+    policy = _POLICY_BY_DTYPE.get(key) if isinstance(key, str) else None
+    if policy is None:
+        raise ConfigError(
+            f"mixed_precision_dtype {dtype!r} is not one of float16, bfloat16, float32 "
+            f"(or None).")
+    keras.mixed_precision.set_global_policy(policy)
+    return policy
+
+
+# --------------------------------------------------------------------------------------
+# Chief-only writing
+# --------------------------------------------------------------------------------------
+
+def _task(strategy) -> tuple:
+    """(task_type, task_id, cluster jobs) of this process, or (None, None, {})."""
+    if strategy is None or isinstance(
+            strategy, tf.distribute.experimental.ParameterServerStrategy):
+        # Only the coordinator builds a ParameterServerStrategy, and it is the chief.
+        return None, None, {}
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return None, None, {}
+    return resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict()
+
+
+def is_chief(strategy: Optional[tf.distribute.Strategy]) -> bool:
+    """Whether this process is the chief: the one that writes checkpoints and summaries.
+
+    True for None, single-process strategies and the parameter-server coordinator. In a
+    multi-worker cluster: the 'chief' task, or worker 0 when the cluster has no chief.
+    """
+    task_type, task_id, cluster = _task(strategy)
+    if task_type is None or task_type == "chief":
+        return True
+    return task_type == "worker" and task_id == 0 and not cluster.get("chief")
+
+
+def should_write(strategy: Optional[tf.distribute.Strategy]) -> bool:
+    """Whether this process should write to the real model_dir (checkpoints, summaries).
+
+    Uses the strategy's own answer (`extended.should_checkpoint`) and `is_chief` together, so
+    a non-chief worker never writes to the shared directory.
+    """
+    if strategy is None:
+        return True
+    return bool(getattr(strategy.extended, "should_checkpoint", True)) and is_chief(strategy)
+
+
+def temp_dir_for_non_chief(model_dir: str, strategy: Optional[tf.distribute.Strategy]) -> str:
+    """Directory this process saves to: `model_dir` on the chief, a per-worker temp dir else.
+
+    Every worker must run the save (variables sync on read) but must not write where the
+    chief writes. Non-chief workers get `<model_dir>/workertemp_<task_type>_<task_id>`;
+    delete it with `remove_temp_dir` after the save.
+    """
+    if should_write(strategy):
+        return model_dir
+    task_type, task_id, _ = _task(strategy)
+    return os.path.join(model_dir, f"workertemp_{task_type}_{task_id}")
+
+
+def remove_temp_dir(directory: str, strategy: Optional[tf.distribute.Strategy]) -> None:
+    """Deletes a directory from `temp_dir_for_non_chief`; a no-op on the chief.
+
+    On the chief the directory is `model_dir` itself, which must never be deleted.
+    """
+    if should_write(strategy):
+        return
+    if tf.io.gfile.exists(directory):
+        tf.io.gfile.rmtree(directory)
