@@ -65,6 +65,22 @@ def distribute_dataset(strategy: tf.distribute.Strategy, dataset_or_fn, *args, *
     return strategy.distribute_datasets_from_function(dataset_fn, input_options)
 
 
+def after_inputs(step_fn):
+    """Wraps a per-replica step so that every op in it waits for the inputs.
+
+    Without it, ops that do not read the data (Keras 3 `Mean` counts a scalar as a constant 1,
+    `global_step += 1`) still run in a traced step whose input fetch failed at the end of a
+    finite dataset, and over-count by one.
+    """
+
+    def wrapped(inputs):
+        tensors = [t for t in tf.nest.flatten(inputs, expand_composites=True) if tf.is_tensor(t)]
+        with tf.control_dependencies(tensors):
+            return step_fn(inputs)
+
+    return wrapped
+
+
 def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
@@ -368,7 +384,7 @@ class Trainer:
             self._global_step.assign_add(1)
 
         inputs = self.next_train_inputs(iterator)
-        self._strategy.run(step_fn, args=(inputs,), options=self._runtime_options)
+        self._strategy.run(after_inputs(step_fn), args=(inputs,), options=self._runtime_options)
 
     def _loop_end_logs(self):
         logs = {}
@@ -462,7 +478,7 @@ class Trainer:
             return logs
 
         inputs, passthrough_logs = self.next_eval_inputs(iterator)
-        outputs = self._strategy.run(step_fn, args=(inputs,))
+        outputs = self._strategy.run(after_inputs(step_fn), args=(inputs,))
         logs = tf.nest.map_structure(self._strategy.experimental_local_results, outputs)
         clash = set(logs) & set(passthrough_logs)
         if clash:
