@@ -123,12 +123,20 @@ class EMACheckpointing:
                 checkpoint_name=EMA_CHECKPOINT_NAME)
         return self._checkpoint_manager
 
+    def _swap(self, optimization):
+        # Cross-replica context of the training strategy: every replica's copy is swapped.
+        if self._strategy is not None:
+            with self._strategy.scope():
+                optimization.swap_ema_weights(self._optimizer, self._variables)
+        else:
+            optimization.swap_ema_weights(self._optimizer, self._variables)
+
     def __call__(self, output: Output = None) -> Optional[str]:
         """Saves the EMA checkpoint; returns its path (None on non-chief workers)."""
         from lite_launcher import optimization  # pylint: disable=import-outside-toplevel
         step = _as_int(self._global_step)
         path = None
-        optimization.swap_ema_weights(self._optimizer, self._variables)
+        self._swap(optimization)
         try:
             with exporter.worker_save_dir(self._directory, self._strategy) as directory:
                 manager = self._manager(directory)
@@ -138,7 +146,7 @@ class EMACheckpointing:
                     path = saved
         finally:
             # Swap back even if saving failed: training must go on with the model weights.
-            optimization.swap_ema_weights(self._optimizer, self._variables)
+            self._swap(optimization)
         if path:
             logging.info("Saved the EMA weights at step %d to %s.", step, path)
         return path
