@@ -1,1 +1,8 @@
-"""Built-in experiments; importing this package registers them."""
+"""Built-in experiments; importing this package registers them.
+
+- `digits_mlp`, `digits_cnn`: handwritten digits, offline, seconds on a CPU (`digits`).
+- `mlp_tiny`, `cnn_small`, `mock`: the benchmark workloads of bench/WORKLOADS.md (`workloads`).
+"""
+
+from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)
+from lite_launcher.experiments import workloads  # noqa: F401  (registers mlp_tiny, cnn_small, mock)
