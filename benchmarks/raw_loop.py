@@ -1,0 +1,103 @@
+"""Row 4 of WORKLOADS.md: the raw Keras 3 loop, no framework (the limit for train row 1).
+
+One `tf.function` runs `for _ in tf.range(n): step(next(iterator))`, where a step is the same
+work a framework's train step does: forward, loss, gradients, SGD update, and the `accuracy`
+and `loss` metric updates. Timed like the framework rows: calls of n=100 steps, the tracing
+call excluded.
+
+    .venv/bin/python benchmarks/raw_loop.py --workload mlp_tiny
+
+prints one `BENCH_RESULT {json}` line (see measure.py).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import measure  # noqa: E402
+import workloads  # noqa: E402
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+def build_train_loop(workload):
+    """Returns (loop, iterator, optimizer): `loop(iterator, n)` trains n steps in one graph."""
+    model = workloads.build_model(workload, keras)
+    optimizer = keras.optimizers.SGD(
+        learning_rate=workloads.LEARNING_RATE, momentum=workload.momentum)
+    # Built eagerly so that slot variables are not created inside the traced loop.
+    optimizer.build(model.trainable_variables)
+    accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    mean_loss = keras.metrics.Mean(name="loss")
+    iterator = iter(workloads.make_dataset(workload))
+
+    def step(batch):
+        features, labels = batch
+        with tf.GradientTape() as tape:
+            outputs = model(features, training=True)
+            loss = workloads.compute_loss(workload, labels, outputs)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        accuracy.update_state(labels, outputs)
+        mean_loss.update_state(loss)
+
+    @tf.function
+    def loop(iterator, n):
+        for _ in tf.range(n):
+            step(next(iterator))
+
+    return loop, iterator, optimizer
+
+
+def measure_raw(workload_name, loops):
+    """Times `loops` calls of 100 steps after a 1-step call (tracing, first step), excluding
+    the first WARMUP_LOOPS 100-step calls as the framework rows do."""
+    workload = workloads.get(workload_name)
+    loop, iterator, optimizer = build_train_loop(workload)
+    # int32 tensors: one trace for every n (see KERAS3_NOTES.md "Retracing").
+    one = tf.constant(1, tf.int32)
+    long_loop = tf.constant(workloads.LONG_LOOP, tf.int32)
+
+    loop(iterator, one)
+    int(optimizer.iterations.numpy())  # the step has finished
+    first_step_s = measure.process_age_s()
+
+    times = []
+    for _ in range(workloads.WARMUP_LOOPS + loops):
+        loop(iterator, long_loop)
+        int(optimizer.iterations.numpy())
+        times.append(time.perf_counter())
+    expected = 1 + workloads.LONG_LOOP * (workloads.WARMUP_LOOPS + loops)
+    if int(optimizer.iterations.numpy()) != expected:
+        raise RuntimeError(
+            f"raw loop ran {int(optimizer.iterations.numpy())} steps, expected {expected}")
+    return {
+        "side": "raw",
+        "workload": workload_name,
+        "row": "raw",
+        "loops": loops,
+        "first_loop_s": first_step_s,
+        "first_loop_steps": 1,
+        "steps_per_sec": measure.steady_rate(times, workloads.LONG_LOOP, workloads.WARMUP_LOOPS),
+        "loop_ms": measure.loop_ms(times, workloads.WARMUP_LOOPS),
+        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
+    parser.add_argument("--loops", type=int, default=None,
+                        help="timed 100-step calls (default: the workload's train_loops)")
+    parser.add_argument("--smoke", action="store_true", help="fewest loops that still time")
+    args = parser.parse_args(argv)
+    loops = args.loops or workloads.timed_loops(workloads.get(args.workload), "raw", args.smoke)
+    measure.emit(measure_raw(args.workload, loops))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The benchmark workloads of /work/shared/bench/WORKLOADS.md, for any Keras-like module.
+
+This module is shared by three environments: the project's (Keras 3, used by `raw_loop.py`),
+lite_launcher's (`lite_workloads.py`) and TFM's separate venv (tf_keras, `tfm_workloads.py`).
+So it imports neither TensorFlow nor Keras at module level: builders take the Keras module
+(`keras` or `tf_keras`) as an argument, and both spell these layers the same way.
+
+It also holds what every side must do identically: the data batch, the per-row trainer
+overrides (TFM's field names, which lite_launcher keeps) and how many outer loops are timed.
+"""
+
+import dataclasses
+
+NUM_CLASSES = 10
+LEARNING_RATE = 0.01
+# Eval row: steps per evaluation (WORKLOADS.md row 3).
+EVAL_STEPS = 100
+# Train row 1: steps per inner loop.
+LONG_LOOP = 100
+# Train rows: outer loops excluded before timing. The first traces the loop; the work after it
+# (first summary write, log files) is also one-time, and the action that times loop 1 fires
+# before it, so timing starts at the end of loop 2.
+WARMUP_LOOPS = 2
+# Intervals that never fire during a run (multiples of every steps_per_loop used here).
+NEVER = 100 * 10**7
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One row of the WORKLOADS.md table."""
+
+    name: str
+    input_shape: tuple
+    global_batch_size: int
+    momentum: float
+    # How many timed outer loops (evaluations for `eval_repeats`) each row runs after the
+    # excluded warm-up. Sized so that the timed part takes about a second on 2 cores
+    # (cnn_small: ~10 s per 100-step loop, so as few loops as still time steadily).
+    train_loops: int
+    train1_loops: int
+    eval_repeats: int
+
+
+WORKLOADS = {
+    "mlp_tiny": Workload("mlp_tiny", (32,), 64, 0.0,
+                         train_loops=40, train1_loops=400, eval_repeats=10),
+    "cnn_small": Workload("cnn_small", (32, 32, 3), 128, 0.9,
+                          train_loops=2, train1_loops=20, eval_repeats=3),
+    "mock": Workload("mock", (2,), 2, 0.0,
+                     train_loops=40, train1_loops=400, eval_repeats=10),
+}
+
+# Smoke runs (CI): the same rows, with the fewest loops that still exclude tracing.
+SMOKE_LOOPS = {"train_loops": 2, "train1_loops": 5, "eval_repeats": 2}
+
+# Rows measured through a framework (lite_launcher or TFM). `raw` is measured by raw_loop.py.
+FRAMEWORK_ROWS = ("train100", "train1", "eval")
+
+
+def get(name):
+    """Returns the Workload called `name`; raises ValueError naming the known ones."""
+    if name not in WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; expected one of {sorted(WORKLOADS)}")
+    return WORKLOADS[name]
+
+
+def timed_loops(workload, row, smoke=False):
+    """Number of timed outer loops (or evaluations, for `eval`) for `row` of `workload`."""
+    key = {"train100": "train_loops", "raw": "train_loops", "train1": "train1_loops",
+           "eval": "eval_repeats"}[row]
+    return SMOKE_LOOPS[key] if smoke else getattr(workload, key)
+
+
+def make_batch(workload):
+    """The one fixed batch (features float32, labels int32 in [0, 10)) from default_rng(0)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal(
+        (workload.global_batch_size,) + tuple(workload.input_shape)).astype(np.float32)
+    labels = rng.integers(0, NUM_CLASSES, size=(workload.global_batch_size,)).astype(np.int32)
+    return features, labels
+
+
+def make_dataset(workload):
+    """`tf.data.Dataset.from_tensors(batch).repeat()`: input cost ~0."""
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensors(make_batch(workload)).repeat()
+
+
+def build_model(workload, keras):
+    """Builds the workload's model with `keras` (the Keras 3 module or tf_keras)."""
+    layers = keras.layers
+    if workload.name == "mlp_tiny":
+        body = [layers.Dense(64, activation="relu"), layers.Dense(NUM_CLASSES)]
+    elif workload.name == "cnn_small":
+        body = [
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.Conv2D(64, 3, strides=2, padding="same", activation="relu"),
+            layers.GlobalAveragePooling2D(),
+            layers.Dense(NUM_CLASSES),
+        ]
+    elif workload.name == "mock":
+        body = [layers.Dense(1, bias_initializer="ones")]
+    else:
+        raise ValueError(f"no model for workload {workload.name!r}")
+    return keras.Sequential([keras.Input(shape=workload.input_shape)] + body)
+
+
+def compute_loss(workload, labels, outputs):
+    """Mean over the global batch: cross-entropy from logits, or the mean output for `mock`."""
+    import tensorflow as tf
+
+    if workload.name == "mock":
+        return tf.reduce_mean(outputs)
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int32), logits=outputs)
+    return tf.reduce_mean(per_example)
+
+
+def optimizer_config(workload):
+    """The optimizer as TFM's (and lite_launcher's) `trainer.optimizer_config` dict."""
+    sgd = {"momentum": workload.momentum} if workload.momentum else {}
+    return {
+        "optimizer": {"type": "sgd", "sgd": sgd},
+        "learning_rate": {"type": "constant", "constant": {"learning_rate": LEARNING_RATE}},
+    }
+
+
+def run_plan(workload, row, loops):
+    """What a framework run of `row` does: (mode, trainer overrides).
+
+    Identical for lite_launcher and TFM. Train rows run `WARMUP_LOOPS + loops` outer loops
+    in mode 'train'; the timer excludes the first WARMUP_LOOPS. The eval row runs mode
+    'train_and_eval' with one-step train loops and an evaluation of EVAL_STEPS steps after
+    each, `1 + loops` evaluations in all; the first (tracing) is excluded. Checkpoint and
+    summary intervals never fire.
+    """
+    if row == "train100":
+        spl, train_steps = LONG_LOOP, LONG_LOOP * (WARMUP_LOOPS + loops)
+        mode = "train"
+    elif row == "train1":
+        spl, train_steps = 1, WARMUP_LOOPS + loops
+        mode = "train"
+    elif row == "eval":
+        spl, train_steps = 1, 1 + loops
+        mode = "train_and_eval"
+    else:
+        raise ValueError(f"unknown row {row!r}; expected one of {FRAMEWORK_ROWS}")
+    trainer = {
+        "steps_per_loop": spl,
+        "train_steps": train_steps,
+        "train_tf_while_loop": True,
+        "train_tf_function": True,
+        "eval_tf_function": True,
+        "eval_tf_while_loop": False,
+        "validation_steps": EVAL_STEPS,
+        "validation_interval": 1 if row == "eval" else NEVER,
+        "summary_interval": NEVER,
+        "checkpoint_interval": NEVER,
+    }
+    return mode, trainer
