@@ -1,0 +1,733 @@
+"""Tests of lite_launcher.optimization: configs -> Keras 3 optimizers, schedules, EMA, loss scale.
+
+Expected numbers are computed here with numpy from the closed forms (TFM's semantics).
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lite_launcher import optimization as opt_lib
+from lite_launcher.base_config import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------------- helpers
+def make_config(params):
+    return opt_lib.OptimizationConfig().override(params)
+
+
+def build(params):
+    """(optimizer, learning rate) built by OptimizerFactory from a params dict."""
+    factory = opt_lib.OptimizerFactory(make_config(params))
+    lr = factory.build_learning_rate()
+    return factory.build_optimizer(lr), lr
+
+
+def sgd(lr=0.1, **sgd_params):
+    return {"optimizer": {"type": "sgd", "sgd": sgd_params},
+            "learning_rate": {"type": "constant", "constant": {"learning_rate": lr}}}
+
+
+def schedule_values(lr, steps):
+    return np.array([float(lr(tf.constant(s, tf.int64))) for s in steps])
+
+
+def variables(seed=0):
+    rng = np.random.RandomState(seed)
+    return [keras.Variable(rng.randn(2, 3).astype("float32"), name="kernel"),
+            keras.Variable(rng.randn(3).astype("float32"), name="bias")]
+
+
+def constant_grads(vs, scale=1.0, seed=1):
+    rng = np.random.RandomState(seed)
+    return [tf.constant(scale * rng.randn(*v.shape).astype("float32")) for v in vs]
+
+
+def run_steps(optimizer, vs, num_steps):
+    """Applies gradients (step k: k * a fixed direction); returns the weights after each step."""
+    history = []
+    for k in range(1, num_steps + 1):
+        optimizer.apply_gradients(zip(constant_grads(vs, scale=k), vs))
+        history.append([v.numpy().copy() for v in vs])
+    return history
+
+
+def numpy_ema(history, average_decay, dynamic_decay, start_step):
+    """TFM's EMA over the weights after each step; the first update copies the weights."""
+    averages = None
+    for k, weights in enumerate(history, start=1):
+        if k == 1 or k < start_step:
+            decay = 0.0
+        elif dynamic_decay:
+            n = k - start_step
+            decay = min(average_decay, (1.0 + n) / (10.0 + n))
+        else:
+            decay = average_decay
+        weights = [w.astype(np.float64) for w in weights]
+        averages = weights if averages is None else [
+            decay * a + (1 - decay) * w for a, w in zip(averages, weights)]
+    return averages
+
+
+# ------------------------------------------------------------------------- optimizers
+OPTIMIZER_CASES = [
+    ("sgd", {"momentum": 0.9, "nesterov": True}, keras.optimizers.SGD,
+     {"momentum": 0.9, "nesterov": True}),
+    ("sgd_experimental", {"momentum": 0.5}, keras.optimizers.SGD, {"momentum": 0.5}),
+    ("adam", {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-5, "amsgrad": True},
+     keras.optimizers.Adam, {"beta_1": 0.8, "beta_2": 0.99, "epsilon": 1e-5, "amsgrad": True}),
+    ("adam_experimental", {"beta_1": 0.7}, keras.optimizers.Adam, {"beta_1": 0.7}),
+    ("adamw", {"weight_decay_rate": 0.01, "beta_2": 0.98}, keras.optimizers.AdamW,
+     {"weight_decay": 0.01, "beta_2": 0.98, "global_clipnorm": 1.0}),
+    ("adamw_experimental", {"weight_decay": 0.02}, keras.optimizers.AdamW,
+     {"weight_decay": 0.02, "global_clipnorm": 1.0}),
+    ("lamb", {"weight_decay_rate": 0.01}, keras.optimizers.Lamb,
+     {"weight_decay_rate": 0.01, "epsilon": 1e-6}),
+    ("rmsprop", {"rho": 0.8, "momentum": 0.1, "centered": True}, keras.optimizers.RMSprop,
+     {"rho": 0.8, "momentum": 0.1, "centered": True}),
+    ("adagrad", {"initial_accumulator_value": 0.2}, keras.optimizers.Adagrad,
+     {"initial_accumulator_value": 0.2}),
+    ("lion", {"beta_1": 0.8, "weight_decay_rate": 0.1}, keras.optimizers.Lion,
+     {"beta_1": 0.8, "weight_decay": 0.1}),
+]
+
+
+@pytest.mark.parametrize("kind,params,keras_cls,attrs", OPTIMIZER_CASES,
+                         ids=[c[0] for c in OPTIMIZER_CASES])
+def test_every_optimizer_builds_and_takes_a_step(kind, params, keras_cls, attrs):
+    optimizer, _ = build({"optimizer": {"type": kind, kind: params},
+                          "learning_rate": {"type": "constant",
+                                            "constant": {"learning_rate": 0.01}}})
+    assert isinstance(optimizer, keras_cls)
+    for name, value in attrs.items():
+        assert getattr(optimizer, name) == value, name
+    vs = variables()
+    before = [v.numpy().copy() for v in vs]
+    optimizer.apply_gradients(zip(constant_grads(vs), vs))
+    assert int(optimizer.iterations) == 1
+    for b, v in zip(before, vs):
+        delta = np.abs(v.numpy() - b)
+        assert np.all(np.isfinite(v.numpy()))
+        assert 0 < delta.max() < 0.1  # moved, by about one learning rate at most
+
+
+def test_sgd_momentum_matches_numpy():
+    optimizer, _ = build(sgd(lr=0.1, momentum=0.9))
+    vs = variables()
+    w = [v.numpy().astype(np.float64) for v in vs]
+    velocity = [np.zeros_like(x) for x in w]
+    run_steps(optimizer, vs, 3)
+    for k in range(1, 4):
+        grads = [g.numpy() for g in constant_grads(vs, scale=k)]
+        velocity = [0.9 * m - 0.1 * g for m, g in zip(velocity, grads)]
+        w = [x + m for x, m in zip(w, velocity)]
+    for expected, v in zip(w, vs):
+        np.testing.assert_allclose(v.numpy(), expected, rtol=1e-5)
+
+
+def test_adamw_decays_by_tfm_include_exclude_regexes():
+    # Zero gradients leave only the decoupled decay: var *= 1 - lr * rate where decayed.
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="dense"),
+                              keras.layers.LayerNormalization(name="layer_norm")])
+    for v in model.trainable_variables:
+        v.assign(np.full(v.shape, 2.0, np.float32))
+    optimizer, _ = build({
+        "optimizer": {"type": "adamw", "adamw": {
+            "weight_decay_rate": 0.5, "exclude_from_weight_decay": ["bias", "layer_norm"],
+            "include_in_weight_decay": ["layer_norm/gamma"]}},
+        "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}}})
+    zeros = [tf.zeros(v.shape) for v in model.trainable_variables]
+    optimizer.apply_gradients(zip(zeros, model.trainable_variables))
+    values = {v.path.split("/", 1)[1]: float(v.numpy().flat[0])
+              for v in model.trainable_variables}
+    assert values == pytest.approx({"dense/kernel": 1.9, "dense/bias": 2.0,
+                                    "layer_norm/gamma": 1.9, "layer_norm/beta": 2.0}, rel=1e-6)
+
+
+def test_lamb_matches_tfm_formula():
+    lr, b1, b2, eps, wd = 0.05, 0.9, 0.999, 1e-6, 0.1
+    optimizer, _ = build({
+        "optimizer": {"type": "lamb", "lamb": {"weight_decay_rate": wd,
+                                               "exclude_from_weight_decay": ["bias"]}},
+        "learning_rate": {"type": "constant", "constant": {"learning_rate": lr}}})
+    vs = variables()
+    w = [v.numpy().astype(np.float64) for v in vs]
+    m = [np.zeros_like(x) for x in w]
+    s = [np.zeros_like(x) for x in w]
+    run_steps(optimizer, vs, 3)
+    for t in range(1, 4):
+        grads = [g.numpy().astype(np.float64) for g in constant_grads(vs, scale=t)]
+        for i, (g, excluded) in enumerate(zip(grads, [False, True])):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            s[i] = b2 * s[i] + (1 - b2) * g * g
+            update = (m[i] / (1 - b1 ** t)) / (np.sqrt(s[i] / (1 - b2 ** t)) + eps)
+            ratio = 1.0
+            if not excluded:  # bias: no decay and (by default) no layer adaptation
+                update = update + wd * w[i]
+                ratio = np.linalg.norm(w[i]) / np.linalg.norm(update)
+            w[i] = w[i] - ratio * lr * update
+    for expected, v in zip(w, vs):
+        np.testing.assert_allclose(v.numpy(), expected, rtol=2e-5)
+
+
+def test_sgd_legacy_decay_divides_learning_rate():
+    optimizer, lr = build(sgd(lr=0.1, decay=0.5))
+    assert isinstance(lr, opt_lib.LegacyDecay)
+    np.testing.assert_allclose(schedule_values(lr, [0, 1, 4]), [0.1, 0.1 / 1.5, 0.1 / 3.0],
+                               rtol=1e-6)
+    np.testing.assert_allclose(float(opt_lib.learning_rate_value(optimizer)), 0.1, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ clipping
+@pytest.mark.parametrize("clip", ["clipnorm", "clipvalue", "global_clipnorm"])
+def test_clipping_reaches_the_keras_optimizer(clip):
+    optimizer, _ = build(sgd(lr=1.0, **{clip: 0.5}))
+    assert getattr(optimizer, clip) == 0.5
+    others = {"clipnorm", "clipvalue", "global_clipnorm"} - {clip}
+    assert all(getattr(optimizer, o) is None for o in others)
+
+
+def test_clipvalue_clips_the_update():
+    optimizer, _ = build(sgd(lr=1.0, clipvalue=0.25))
+    v = keras.Variable(np.zeros(3, np.float32))
+    optimizer.apply_gradients([(tf.constant([5.0, -0.1, -3.0]), v)])
+    np.testing.assert_allclose(v.numpy(), [-0.25, 0.1, 0.25], rtol=1e-6)
+
+
+def test_global_clipnorm_clips_the_update():
+    optimizer, _ = build(sgd(lr=1.0, global_clipnorm=1.0))
+    v = keras.Variable(np.zeros(2, np.float32))
+    optimizer.apply_gradients([(tf.constant([3.0, 4.0]), v)])  # norm 5 -> 1
+    np.testing.assert_allclose(v.numpy(), [-0.6, -0.8], rtol=1e-6)
+
+
+def test_two_clipping_options_are_a_config_error():
+    with pytest.raises(ConfigError, match=r"optimizer\.sgd\.clipnorm.*optimizer\.sgd\.clipvalue"):
+        build(sgd(clipnorm=1.0, clipvalue=1.0))
+
+
+def test_adamw_gradient_clip_norm_composes_with_global_clipnorm():
+    optimizer, _ = build({"optimizer": {"type": "adamw", "adamw": {
+        "gradient_clip_norm": 2.0, "global_clipnorm": 0.5}}})
+    assert optimizer.global_clipnorm == 0.5
+    optimizer, _ = build({"optimizer": {"type": "adamw", "adamw": {"gradient_clip_norm": 0.0,
+                                                                   "clipnorm": 3.0}}})
+    assert optimizer.clipnorm == 3.0 and optimizer.global_clipnorm is None
+    with pytest.raises(ConfigError, match=r"optimizer\.adamw\.gradient_clip_norm"):
+        build({"optimizer": {"type": "adamw", "adamw": {"clipvalue": 1.0}}})
+
+
+# ---------------------------------------------------------------------------- schedules
+def test_constant_learning_rate_is_a_float():
+    optimizer, lr = build(sgd(lr=0.25))
+    assert lr == 0.25 and isinstance(lr, float)
+    assert float(opt_lib.learning_rate_value(optimizer)) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("kind,expected", [("sgd", 0.01), ("adam", 0.001)])
+def test_unset_learning_rate_type_uses_the_optimizer_default(kind, expected):
+    optimizer, lr = build({"optimizer": {"type": kind}})
+    assert lr == expected
+    assert float(opt_lib.learning_rate_value(optimizer)) == pytest.approx(expected)
+
+
+def test_stepwise_with_offset():
+    _, lr = build({"optimizer": {"type": "sgd"}, "learning_rate": {
+        "type": "stepwise",
+        "stepwise": {"boundaries": [10, 20], "values": [1.0, 0.5, 0.1], "offset": 5}}})
+    steps = [0, 14, 15, 16, 25, 26, 1000]
+    # values[i] while boundaries[i-1] < step - offset <= boundaries[i]
+    np.testing.assert_allclose(schedule_values(lr, steps), [1.0, 1.0, 1.0, 0.5, 0.5, 0.1, 0.1])
+
+
+@pytest.mark.parametrize("staircase", [False, True])
+def test_exponential_with_offset_and_staircase(staircase):
+    _, lr = build({"optimizer": {"type": "sgd"}, "learning_rate": {
+        "type": "exponential",
+        "exponential": {"initial_learning_rate": 0.1, "decay_steps": 10, "decay_rate": 0.5,
+                        "staircase": staircase, "offset": 3}}})
+    steps = np.array([0, 3, 8, 13, 17, 33])
+    p = np.maximum(steps - 3, 0) / 10
+    expected = 0.1 * 0.5 ** (np.floor(p) if staircase else p)
+    np.testing.assert_allclose(schedule_values(lr, steps), expected, rtol=1e-6)
+
+
+def test_polynomial_decay_clamps_after_decay_steps():
+    _, lr = build({"optimizer": {"type": "sgd"}, "learning_rate": {
+        "type": "polynomial",
+        "polynomial": {"initial_learning_rate": 1.0, "decay_steps": 10,
+                       "end_learning_rate": 0.1, "power": 2.0, "offset": 2}}})
+    steps = np.array([0, 2, 5, 12, 50])
+    s = np.minimum(np.maximum(steps - 2, 0), 10)
+    expected = (1.0 - 0.1) * (1 - s / 10) ** 2 + 0.1
+    np.testing.assert_allclose(schedule_values(lr, steps), expected, rtol=1e-6)
+    assert expected[-1] == pytest.approx(0.1)
+
+
+def test_polynomial_decay_cycle():
+    _, lr = build({"optimizer": {"type": "sgd"}, "learning_rate": {
+        "type": "polynomial",
+        "polynomial": {"initial_learning_rate": 1.0, "decay_steps": 10,
+                       "end_learning_rate": 0.0, "power": 1.0, "cycle": True}}})
+    steps = np.array([0, 5, 10, 11, 15, 25])
+    periods = 10 * np.maximum(np.ceil(steps / 10), 1)
+    expected = 1.0 - steps / periods
+    np.testing.assert_allclose(schedule_values(lr, steps), expected, rtol=1e-6, atol=1e-7)
+    assert expected[3] == pytest.approx(1 - 11 / 20)
+
+
+def test_cosine_with_offset_and_alpha():
+    _, lr = build({"optimizer": {"type": "sgd"}, "learning_rate": {
+        "type": "cosine",
+        "cosine": {"initial_learning_rate": 0.2, "decay_steps": 100, "alpha": 0.1,
+                   "offset": 10}}})
+    steps = np.array([0, 10, 35, 60, 110, 500])
+    s = np.minimum(np.maximum(steps - 10, 0), 100)
+    expected = 0.2 * ((1 - 0.1) * 0.5 * (1 + np.cos(np.pi * s / 100)) + 0.1)
+    np.testing.assert_allclose(schedule_values(lr, steps), expected, rtol=1e-6)
+    assert expected[-1] == pytest.approx(0.02)
+
+
+def test_linear_warmup_edges():
+    _, lr = build({"optimizer": {"type": "sgd"},
+                   "learning_rate": {"type": "cosine", "cosine": {
+                       "initial_learning_rate": 1.0, "decay_steps": 20}},
+                   "warmup": {"type": "linear", "linear": {"warmup_steps": 5,
+                                                           "warmup_learning_rate": 0.1}}})
+    assert isinstance(lr, opt_lib.LinearWarmup)
+
+    def cosine(step):
+        return 0.5 * (1 + math.cos(math.pi * min(step, 20) / 20))
+
+    end = cosine(5)  # warmup ends at the schedule's value at warmup_steps
+    expected = [0.1, 0.1 + (end - 0.1) / 5, 0.1 + 4 * (end - 0.1) / 5, end, cosine(6),
+                cosine(30)]
+    np.testing.assert_allclose(schedule_values(lr, [0, 1, 4, 5, 6, 30]), expected, rtol=1e-6)
+
+
+def test_linear_warmup_of_a_constant():
+    _, lr = build({**sgd(lr=0.5),
+                   "warmup": {"type": "linear", "linear": {"warmup_steps": 4}}})
+    np.testing.assert_allclose(schedule_values(lr, [0, 1, 2, 4, 9]),
+                               [0.0, 0.125, 0.25, 0.5, 0.5], rtol=1e-6)
+
+
+def test_polynomial_warmup_edges():
+    _, lr = build({"optimizer": {"type": "sgd"},
+                   "learning_rate": {"type": "stepwise", "stepwise": {
+                       "boundaries": [6], "values": [0.8, 0.2]}},
+                   "warmup": {"type": "polynomial", "polynomial": {"warmup_steps": 4,
+                                                                   "power": 2.0}}})
+    # below warmup_steps: lr(4) * (max(step, 1) / 4) ** 2; then the stepwise schedule
+    expected = [0.8 / 16, 0.8 / 16, 0.8 * 4 / 16, 0.8 * 9 / 16, 0.8, 0.8, 0.2]
+    np.testing.assert_allclose(schedule_values(lr, [0, 1, 2, 3, 4, 6, 7]), expected, rtol=1e-6)
+
+
+def test_schedule_in_tf_function_and_after_serialisation():
+    _, lr = build({"optimizer": {"type": "sgd"},
+                   "learning_rate": {"type": "exponential", "exponential": {
+                       "initial_learning_rate": 0.3, "decay_steps": 7, "decay_rate": 0.9,
+                       "offset": 2}},
+                   "warmup": {"type": "linear", "linear": {"warmup_steps": 3}}})
+    steps = [0, 1, 3, 10, 40]
+    eager = schedule_values(lr, steps)
+    traced = tf.function(lambda s: lr(s))
+    np.testing.assert_allclose([float(traced(tf.constant(s, tf.int64))) for s in steps], eager,
+                               rtol=1e-6)
+    restored = keras.optimizers.schedules.deserialize(
+        json.loads(json.dumps(keras.optimizers.schedules.serialize(lr))))
+    assert isinstance(restored, opt_lib.LinearWarmup)
+    assert isinstance(restored.after_warmup_lr_sched, opt_lib.ExponentialDecayWithOffset)
+    np.testing.assert_allclose(schedule_values(restored, steps), eager)
+
+
+def test_optimizer_with_schedule_round_trips_through_keras_serialisation():
+    optimizer, _ = build({"optimizer": {"type": "adam"},
+                          "learning_rate": {"type": "stepwise", "stepwise": {
+                              "boundaries": [2], "values": [0.1, 0.01]}},
+                          "warmup": {"type": "polynomial", "polynomial": {"warmup_steps": 1}}})
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert isinstance(restored, keras.optimizers.Adam)
+    for step in [0, 1, 2, 3]:
+        assert float(opt_lib.learning_rate_value(restored, step)) == pytest.approx(
+            float(opt_lib.learning_rate_value(optimizer, step)))
+
+
+def test_learning_rate_value_follows_iterations_in_and_out_of_tf_function():
+    optimizer, _ = build({"optimizer": {"type": "sgd"},
+                          "learning_rate": {"type": "stepwise", "stepwise": {
+                              "boundaries": [1], "values": [0.1, 0.01]}}})
+    wrapped = opt_lib.configure_loss_scale(optimizer, use_float16=True, loss_scale=None)
+    traced = tf.function(lambda: opt_lib.learning_rate_value(wrapped))
+    vs = variables()
+    values = []
+    for _ in range(3):
+        values.append((float(opt_lib.learning_rate_value(optimizer)), float(traced())))
+        wrapped.apply_gradients(zip(constant_grads(vs), vs))
+    assert values == [pytest.approx((0.1, 0.1)), pytest.approx((0.1, 0.1)),
+                      pytest.approx((0.01, 0.01))]
+    lr = opt_lib.learning_rate_value(wrapped, step=0)
+    assert lr.dtype == tf.float32 and float(lr) == pytest.approx(0.1)
+
+
+# ------------------------------------------------------------------------- config errors
+@pytest.mark.parametrize("key,bad,valid", [
+    ("optimizer", "adamx", "adamw"), ("learning_rate", "cosin", "cosine"),
+    ("warmup", "linearr", "polynomial")])
+def test_unknown_type_names_the_key_and_the_choices(key, bad, valid):
+    with pytest.raises(ConfigError, match=rf"{key}\.type.*{valid}"):
+        opt_lib.OptimizationConfig().override({key: {"type": bad}})
+
+
+def test_unset_optimizer_type_names_the_key_and_the_choices():
+    with pytest.raises(ConfigError, match=r"optimizer\.type is not set.*sgd.*adamw.*lion"):
+        opt_lib.OptimizerFactory(opt_lib.OptimizationConfig())
+
+
+def test_type_set_by_attribute_is_checked_by_the_factory():
+    config = make_config(sgd())
+    config.learning_rate.type = "linear"
+    with pytest.raises(ConfigError, match=r"learning_rate\.type.*stepwise"):
+        opt_lib.OptimizerFactory(config)
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"learning_rate": {"type": "stepwise", "stepwise": {"boundaries": [5]}}},
+     r"learning_rate\.stepwise\.values must be set"),
+    ({"learning_rate": {"type": "stepwise", "stepwise": {"boundaries": [5],
+                                                         "values": [1.0]}}},
+     r"one more entry"),
+    ({"learning_rate": {"type": "cosine", "cosine": {"initial_learning_rate": 0.1}}},
+     r"learning_rate\.cosine\.decay_steps must be set"),
+    ({"learning_rate": {"type": "exponential", "exponential": {
+        "initial_learning_rate": 0.1, "decay_steps": 0, "decay_rate": 0.5}}},
+     r"learning_rate\.exponential\.decay_steps must be a positive integer"),
+    ({"warmup": {"type": "linear"}}, r"warmup\.linear\.warmup_steps must be set"),
+])
+def test_incomplete_branches_are_config_errors(params, message):
+    config = make_config({"optimizer": {"type": "sgd"}, **params})
+    with pytest.raises(ConfigError, match=message):
+        config.validate()
+    with pytest.raises(ConfigError, match=message):
+        opt_lib.OptimizerFactory(config)
+
+
+def test_keras_argument_errors_become_config_errors():
+    with pytest.raises(ConfigError, match=r"optimizer\.sgd: .*momentum"):
+        build(sgd(momentum=1.5))
+
+
+# ----------------------------------------------------------------------------------- EMA
+def ema_params(**ema):
+    return {**sgd(lr=0.1, momentum=0.5), "ema": ema}
+
+
+def test_no_ema_by_default():
+    optimizer, _ = build(sgd())
+    assert not opt_lib.has_ema(optimizer)
+    with pytest.raises(ValueError, match="no moving averages"):
+        opt_lib.ema_variables(optimizer)
+
+
+def test_fixed_decay_ema_is_keras_own_and_matches_numpy():
+    optimizer, _ = build(ema_params(average_decay=0.8, dynamic_decay=False))
+    assert type(optimizer) is keras.optimizers.SGD  # pylint: disable=unidiomatic-typecheck
+    assert optimizer.use_ema and optimizer.ema_momentum == 0.8
+    vs = variables()
+    history = run_steps(optimizer, vs, 5)
+    expected = numpy_ema(history, 0.8, dynamic_decay=False, start_step=0)
+    for e, a in zip(expected, opt_lib.ema_variables(optimizer)):
+        np.testing.assert_allclose(a.numpy(), e, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(expected[0], history[-1][0])  # the average lags the weights
+
+
+@pytest.mark.parametrize("start_step", [0, 3])
+def test_dynamic_decay_ema_matches_numpy(start_step):
+    optimizer, _ = build(ema_params(average_decay=0.9, start_step=start_step))
+    assert isinstance(optimizer, keras.optimizers.SGD)
+    vs = variables()
+    history = run_steps(optimizer, vs, 6)
+    expected = numpy_ema(history, 0.9, dynamic_decay=True, start_step=start_step)
+    for e, a in zip(expected, opt_lib.ema_variables(optimizer)):
+        np.testing.assert_allclose(a.numpy(), e, rtol=1e-5, atol=1e-6)
+
+
+def test_dynamic_decay_ema_optimizer_round_trips_through_keras_serialisation():
+    optimizer, _ = build(ema_params(average_decay=0.95, start_step=7))
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+    assert type(restored) is type(optimizer)  # pylint: disable=unidiomatic-typecheck
+    assert (restored.ema_momentum, restored.ema_dynamic_decay, restored.ema_start_step) == (
+        0.95, True, 7)
+    assert restored.momentum == 0.5
+
+
+def test_dynamic_decay_ema_in_tf_function_matches_eager():
+    eager_opt, _ = build(ema_params(average_decay=0.95))
+    traced_opt, _ = build(ema_params(average_decay=0.95))
+    eager_vs, traced_vs = variables(), variables()
+    traced_opt.build(traced_vs)
+    run_steps(eager_opt, eager_vs, 4)
+
+    @tf.function
+    def step(k):
+        grads = [g * tf.cast(k, tf.float32) for g in constant_grads(traced_vs)]
+        traced_opt.apply_gradients(zip(grads, traced_vs))
+
+    for k in range(1, 5):
+        step(tf.constant(k))
+    for e, t in zip(opt_lib.ema_variables(eager_opt), opt_lib.ema_variables(traced_opt)):
+        np.testing.assert_allclose(t.numpy(), e.numpy(), rtol=1e-6)
+
+
+def test_swap_twice_restores_bit_for_bit():
+    optimizer, _ = build(ema_params(average_decay=0.7))
+    vs = variables()
+    run_steps(optimizer, vs, 3)
+    weights = [v.numpy().copy() for v in vs]
+    averages = [a.numpy().copy() for a in opt_lib.ema_variables(optimizer)]
+    assert not np.array_equal(weights[0], averages[0])
+    opt_lib.swap_ema_weights(optimizer, list(reversed(vs)))  # any order
+    for v, a, w, avg in zip(vs, opt_lib.ema_variables(optimizer), weights, averages):
+        assert v.numpy().tobytes() == avg.tobytes()
+        assert a.numpy().tobytes() == w.tobytes()
+    opt_lib.swap_ema_weights(optimizer, vs)
+    for v, a, w, avg in zip(vs, opt_lib.ema_variables(optimizer), weights, averages):
+        assert v.numpy().tobytes() == w.tobytes()
+        assert a.numpy().tobytes() == avg.tobytes()
+
+
+def test_swap_rejects_a_variable_the_optimizer_does_not_train():
+    optimizer, _ = build(ema_params())
+    vs = variables()
+    run_steps(optimizer, vs, 1)
+    with pytest.raises(ValueError, match="not one the optimizer trains"):
+        opt_lib.swap_ema_weights(optimizer, [keras.Variable(np.zeros(3, np.float32))])
+
+
+def test_ema_through_a_loss_scale_optimizer():
+    optimizer, _ = build(ema_params(average_decay=0.5, dynamic_decay=False))
+    wrapped = opt_lib.configure_loss_scale(optimizer, use_float16=True, loss_scale=64)
+    assert opt_lib.has_ema(wrapped)
+    vs = variables()
+    history = []
+    for k in (1, 2):
+        grads = [g * 64.0 for g in constant_grads(vs, scale=k)]  # as if from a scaled loss
+        wrapped.apply_gradients(zip(grads, vs))
+        history.append([v.numpy().copy() for v in vs])
+    expected = numpy_ema(history, 0.5, dynamic_decay=False, start_step=0)
+    for e, a in zip(expected, opt_lib.ema_variables(wrapped)):
+        np.testing.assert_allclose(a.numpy(), e, rtol=1e-5, atol=1e-6)
+    weights = [v.numpy().copy() for v in vs]
+    opt_lib.swap_ema_weights(wrapped, vs)
+    np.testing.assert_allclose(vs[0].numpy(), expected[0], rtol=1e-5, atol=1e-6)
+    opt_lib.swap_ema_weights(wrapped, vs)
+    assert vs[0].numpy().tobytes() == weights[0].tobytes()
+
+
+def test_ema_averages_are_saved_and_restored_with_the_optimizer(tmp_path):
+    optimizer, _ = build(ema_params(average_decay=0.9))
+    vs = variables()
+    run_steps(optimizer, vs, 3)
+    path = tf.train.Checkpoint(optimizer=optimizer, v0=vs[0], v1=vs[1]).save(
+        str(tmp_path / "ckpt"))
+    saved = [a.numpy().copy() for a in opt_lib.ema_variables(optimizer)]
+
+    fresh_opt, _ = build(ema_params(average_decay=0.9))
+    fresh_vs = variables(seed=5)
+    status = tf.train.Checkpoint(optimizer=fresh_opt, v0=fresh_vs[0], v1=fresh_vs[1]).restore(
+        path)
+    fresh_opt.build(fresh_vs)  # deferred restoration fills the averages in at build
+    status.assert_consumed()
+    assert int(fresh_opt.iterations) == 3
+    for s, a in zip(saved, opt_lib.ema_variables(fresh_opt)):
+        assert a.numpy().tobytes() == s.tobytes()
+
+
+def test_ema_config_errors():
+    with pytest.raises(ConfigError, match=r"ema\.trainable_weights_only"):
+        build(ema_params(trainable_weights_only=False))
+    with pytest.raises(ConfigError, match=r"ema\.clipnorm"):
+        build(ema_params(clipnorm=1.0))
+    with pytest.raises(ConfigError, match=r"ema\.average_decay"):
+        build(ema_params(average_decay=1.5))
+
+
+def _mirrored_ema_report():
+    """Trains 4 steps with 2 replicas and swaps EMA weights; returns what the test checks."""
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    config = make_config(ema_params(average_decay=0.9))
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        factory = opt_lib.OptimizerFactory(config)
+        optimizer = factory.build_optimizer(factory.build_learning_rate())
+        optimizer.build(model.trainable_variables)
+    rng = np.random.RandomState(0)
+    x, y = rng.randn(8, 3).astype("float32"), rng.randn(8, 2).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+
+    @tf.function
+    def train_step():
+        def step_fn(inputs):
+            features, labels = inputs
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(features) - labels))
+                loss = loss / strategy.num_replicas_in_sync
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        strategy.run(step_fn, args=(next(iterator),))
+
+    def replicas(v):
+        return [t.numpy().tolist() for t in strategy.experimental_local_results(v.value)]
+
+    history = []
+    for _ in range(4):
+        train_step()
+        history.append([v.numpy().tolist() for v in model.trainable_variables])
+    report = {"history": history,
+              "averages": [replicas(a) for a in opt_lib.ema_variables(optimizer)],
+              "weights": [replicas(v) for v in model.trainable_variables]}
+    with strategy.scope():
+        opt_lib.swap_ema_weights(optimizer, model.trainable_variables)
+        report["swapped"] = [replicas(v) for v in model.trainable_variables]
+        opt_lib.swap_ema_weights(optimizer, model.trainable_variables)
+        report["restored"] = [replicas(v) for v in model.trainable_variables]
+        swap = tf.function(lambda: opt_lib.swap_ema_weights(optimizer,
+                                                            model.trainable_variables))
+        swap()
+        report["swapped_in_function"] = [replicas(v) for v in model.trainable_variables]
+        swap()
+        report["restored_in_function"] = [replicas(v) for v in model.trainable_variables]
+        report["learning_rate"] = float(opt_lib.learning_rate_value(optimizer))
+    return report
+
+
+_SUBPROCESS = """
+import importlib.util, json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+spec = importlib.util.spec_from_file_location("test_optimization_sub", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module  # autograph looks functions up by module
+spec.loader.exec_module(module)
+print("REPORT" + json.dumps(module._mirrored_ema_report()))
+"""
+
+
+def test_ema_under_mirrored_strategy_with_two_replicas():
+    if len(tf.config.list_logical_devices("CPU")) >= 2:
+        report = _mirrored_ema_report()
+    else:  # TF was initialised with one CPU device: run with two in a fresh process
+        env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+        result = subprocess.run([sys.executable, "-c", _SUBPROCESS, os.path.abspath(__file__)],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+                                 check=False)
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = json.loads(result.stdout.split("REPORT", 1)[1])
+    history = [[np.array(w, np.float32) for w in step] for step in report["history"]]
+    expected = numpy_ema(history, 0.9, dynamic_decay=True, start_step=0)
+    for e, per_replica in zip(expected, report["averages"]):
+        for average in per_replica:  # both replicas hold the same, correct average
+            np.testing.assert_allclose(average, e, rtol=1e-5, atol=1e-6)
+    for key in ("swapped", "swapped_in_function"):
+        assert report[key] == report["averages"], key
+    for key in ("restored", "restored_in_function"):
+        assert report[key] == report["weights"], key
+    assert report["weights"] != report["averages"]
+    assert report["learning_rate"] == pytest.approx(0.1)
+
+
+# ---------------------------------------------------------------------------- loss scale
+def test_no_loss_scaling_without_float16():
+    optimizer, _ = build(sgd())
+    assert opt_lib.configure_loss_scale(optimizer, False, "dynamic") is optimizer
+    assert opt_lib.configure_loss_scale(optimizer, False, 128.0) is optimizer
+
+
+@pytest.mark.parametrize("loss_scale", [None, "dynamic"])
+def test_dynamic_loss_scale_halves_and_skips_on_non_finite(loss_scale):
+    optimizer, _ = build(sgd(lr=1.0))
+    wrapped = opt_lib.configure_loss_scale(optimizer, True, loss_scale)
+    # Exactly Keras's dynamic optimizer, not the fixed-scale subclass.
+    assert type(wrapped) is keras.optimizers.LossScaleOptimizer  # pylint: disable=C0123
+    assert wrapped.inner_optimizer is optimizer and wrapped.initial_scale == 2.0 ** 15
+    v = keras.Variable(np.ones(2, np.float32))
+    wrapped.apply_gradients([(tf.constant([np.inf, 1.0]), v)])
+    np.testing.assert_array_equal(v.numpy(), [1.0, 1.0])
+    assert float(wrapped.dynamic_scale) == 2.0 ** 14
+    wrapped.apply_gradients([(tf.constant([2.0 ** 14, 0.0]), v)])  # unscaled: [1, 0]
+    np.testing.assert_allclose(v.numpy(), [0.0, 1.0])
+
+
+def test_fixed_loss_scale_never_changes():
+    optimizer, _ = build(sgd(lr=1.0))
+    wrapped = opt_lib.configure_loss_scale(optimizer, True, 128)
+    assert isinstance(wrapped, keras.optimizers.LossScaleOptimizer)
+    assert isinstance(wrapped, opt_lib.FixedLossScaleOptimizer)
+    assert float(wrapped.scale_loss(tf.constant(2.0))) == 256.0
+    v = keras.Variable(np.zeros(2, np.float32))
+    for _ in range(3):
+        wrapped.apply_gradients([(tf.constant([128.0, -64.0]), v)])  # unscaled: [1, -0.5]
+    np.testing.assert_allclose(v.numpy(), [-3.0, 1.5])
+    assert int(wrapped.iterations) == 3
+    # Like TF2's fixed loss scale, a non-finite step is applied and the scale stays.
+    wrapped.apply_gradients([(tf.constant([np.inf, 0.0]), v)])
+    assert float(wrapped.dynamic_scale) == 128.0
+    assert float(wrapped.scale_loss(tf.constant(1.0))) == 128.0
+    assert np.isinf(v.numpy()[0]) and int(wrapped.iterations) == 4
+    restored = keras.optimizers.deserialize(keras.optimizers.serialize(wrapped))
+    assert isinstance(restored, opt_lib.FixedLossScaleOptimizer)
+    assert restored.initial_scale == 128.0
+
+
+def test_fixed_loss_scale_in_tf_function_matches_unscaled_training():
+    plain, _ = build(sgd(lr=0.1, momentum=0.9))
+    scaled_inner, _ = build(sgd(lr=0.1, momentum=0.9))
+    scaled = opt_lib.configure_loss_scale(scaled_inner, True, 1024.0)
+    plain_vs, scaled_vs = variables(), variables()
+
+    def make_step(optimizer, vs):
+        optimizer.build(vs)
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.add_n([tf.reduce_sum(tf.square(v)) for v in vs])
+                if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                    loss = optimizer.scale_loss(loss)
+            optimizer.apply_gradients(zip(tape.gradient(loss, vs), vs))
+        return step
+
+    plain_step, scaled_step = make_step(plain, plain_vs), make_step(scaled, scaled_vs)
+    for _ in range(3):
+        plain_step()
+        scaled_step()
+    assert float(scaled.dynamic_scale) == 1024.0
+    for p, s in zip(plain_vs, scaled_vs):
+        np.testing.assert_allclose(s.numpy(), p.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", ["static", -1.0, 0, True])
+def test_bad_loss_scale_is_a_config_error(bad):
+    optimizer, _ = build(sgd())
+    with pytest.raises(ConfigError, match="runtime.loss_scale"):
+        opt_lib.configure_loss_scale(optimizer, True, bad)
+
+
+def test_configs_import_without_tensorflow():
+    code = ("import sys; import lite_launcher.optimization; "
+            "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, check=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    assert result.stdout.split() == ["False", "False"]
