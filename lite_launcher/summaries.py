@@ -1,0 +1,127 @@
+"""TensorBoard summary writing for the Controller: one lazily created writer per directory.
+
+`SummaryManager(summary_dir)` writes a (possibly nested) dict of scalars with
+`write_summaries`; a nested dict goes to a sub-directory named by its key, so that TensorBoard
+shows one curve per sub-directory (e.g. one per evaluation dataset). With `summary_dir=None`
+every write is a no-op and `summary_writer()` is a no-op writer.
+
+Writers, and so directories on disk, are created on first use only: a training process that
+never evaluates does not create the evaluation directory.
+
+`scalar` writes a TensorBoard scalar without the `tensorboard` package, which TensorFlow 2.21
+no longer installs (`tf.summary.scalar` then raises `TBNotInstalledError`). Trainers can call
+it inside their steps (also in a `tf.function`) instead of `tf.summary.scalar`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Optional
+
+import tensorflow as tf
+
+from tensorflow.core.framework import summary_pb2
+
+SummaryFn = Callable[..., Any]
+
+# What TensorBoard's scalar plugin expects: a float32 scalar tagged with plugin "scalars"
+# (its plugin data, version 0, serializes to empty content).
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+
+
+def scalar(name: str, data, step=None):
+    """Writes `data` as a TensorBoard scalar to the default summary writer.
+
+    The same record as `tf.summary.scalar` (plugin "scalars", float32), honouring
+    `tf.summary.record_if` and name scopes, without needing the `tensorboard` package.
+
+    Args:
+      name: Summary name (the tag, prefixed by active name scopes).
+      data: A real numeric scalar (Python number, NumPy value or tensor).
+      step: The step; None uses `tf.summary.experimental.get_step()`.
+
+    Returns:
+      A boolean (tensor): True if written, False with no default writer or not recording.
+    """
+    with tf.summary.experimental.summary_scope(name, "scalar_summary",
+                                               values=[data, step]) as (tag, _):
+        return tf.summary.write(tag=tag, tensor=tf.cast(data, tf.float32), step=step,
+                                metadata=_SCALAR_METADATA)
+
+
+class SummaryManager:
+    """Writes dicts of values as summaries under `summary_dir` at the global step.
+
+    Args:
+      summary_dir: Root directory of the event files, or None to disable writing.
+      summary_fn: Called as `summary_fn(name, value, step=step)` for each leaf value
+        (default `scalar` of this module, the TensorBoard scalar format).
+      global_step: The step of written summaries (a `tf.Variable` or int). When None, the step
+        set with `tf.summary.experimental.set_step` at write time is used.
+    """
+
+    def __init__(self, summary_dir: Optional[str], summary_fn: SummaryFn = scalar,
+                 global_step=None):
+        self._summary_dir = None if summary_dir is None else os.fspath(summary_dir)
+        self._summary_fn = summary_fn
+        self._global_step = global_step
+        self._writers: Dict[str, Any] = {}
+        self._noop_writer = None
+
+    @property
+    def summary_dir(self) -> Optional[str]:
+        return self._summary_dir
+
+    @property
+    def enabled(self) -> bool:
+        """Whether summaries are written to disk (a `summary_dir` was given)."""
+        return self._summary_dir is not None
+
+    def summary_writer(self, relative_path: str = ""):
+        """Returns the writer for `summary_dir/relative_path`, creating it on first call.
+
+        Without a `summary_dir` this is a no-op writer: summaries written while it is the
+        default writer are dropped.
+        """
+        writer = self._writers.get(relative_path)
+        if writer is not None:
+            return writer
+        if self._summary_dir is None:
+            if self._noop_writer is None:
+                self._noop_writer = tf.summary.create_noop_writer()
+            return self._noop_writer
+        writer = tf.summary.create_file_writer(os.path.join(self._summary_dir, relative_path))
+        self._writers[relative_path] = writer
+        return writer
+
+    def write_summaries(self, summary_dict: Mapping) -> None:
+        """Writes each leaf of `summary_dict` with `summary_fn`; nested dicts become sub-dirs.
+
+        `{"loss": 0.5, "val": {"accuracy": 0.9}}` writes `loss` in `summary_dir` and `accuracy`
+        in `summary_dir/val`. Does nothing without a `summary_dir`.
+        """
+        if self._summary_dir is None:
+            return
+        step = self._global_step
+        if step is None:
+            step = tf.summary.experimental.get_step()
+        self._write(summary_dict, "", step)
+
+    def _write(self, summary_dict: Mapping, relative_path: str, step) -> None:
+        leaves = []
+        for name, value in summary_dict.items():
+            if isinstance(value, Mapping):
+                self._write(value, os.path.join(relative_path, str(name)), step)
+            else:
+                leaves.append((name, value))
+        if leaves:
+            with self.summary_writer(relative_path).as_default():
+                for name, value in leaves:
+                    self._summary_fn(name, value, step=step)
+
+    def flush(self) -> None:
+        """Flushes every writer created so far (writes pending events to disk)."""
+        for writer in self._writers.values():
+            writer.flush()
