@@ -39,6 +39,15 @@ _EXPORTS = {
     "InputReader": "lite_launcher.input_reader",
     "get_distribution_strategy": "lite_launcher.strategy",
     "define_flags": "lite_launcher.main",
+    "parse_configuration": "lite_launcher.main",
+    "serialize_config": "lite_launcher.main",
+    "SummaryManager": "lite_launcher.summaries",
+    "create_trainer": "lite_launcher.experiment",
+    "maybe_create_best_ckpt_exporter": "lite_launcher.exporter",
+    "get_train_actions": "lite_launcher.actions",
+    "get_eval_actions": "lite_launcher.actions",
+    "strategy_from_runtime": "lite_launcher.strategy",
+    "set_mixed_precision_policy": "lite_launcher.strategy",
 }
 
 __all__ = sorted(_EXPORTS)

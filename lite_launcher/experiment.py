@@ -18,21 +18,8 @@ from lite_launcher import actions
 from lite_launcher import exporter as exporter_lib
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
+from lite_launcher.modes import MODES, check_mode, mode_trains  # noqa: F401  (re-exported)
 from lite_launcher.trainer import Trainer
-
-MODES = ("train", "train_and_post_eval", "train_and_eval", "eval", "continuous_eval")
-
-
-def check_mode(mode: str) -> str:
-    """Returns `mode` if it is one of the five modes, else raises a ConfigError listing them."""
-    if mode not in MODES:
-        raise ConfigError(f"Unknown mode {mode!r}; valid modes: {', '.join(MODES)}.")
-    return mode
-
-
-def mode_trains(mode: str) -> bool:
-    return mode.startswith("train")
-
 
 def create_trainer(params, task, train: bool, evaluate: bool, checkpoint_exporter=None,
                    trainer_cls=Trainer) -> Trainer:
@@ -72,6 +59,7 @@ class ExperimentRunner:
         self._mode = mode
         self._run_post_eval = run_post_eval
         self._temp_dirs: List[str] = []
+        self._actions: List = []
         # A trainer passed in (the forked-driver path) is used as is.
         self._trainer = trainer or self._build_trainer(
             task, train=mode_trains(mode), evaluate=("eval" in mode) or run_post_eval)
@@ -148,6 +136,7 @@ class ExperimentRunner:
                 checkpoint_manager=self._checkpoint_manager)
         if evaluator is not None:
             eval_actions += actions.get_eval_actions(self._params, evaluator, self._model_dir)
+        self._actions = train_actions + eval_actions
         summary_dir, eval_summary_dir = self._summary_dirs(save_summary)
         return controller_cls(
             strategy=self.strategy,
@@ -188,6 +177,11 @@ class ExperimentRunner:
                 return self._trainer.model, eval_logs
             return self._trainer.model, {}
         finally:
+            # E.g. the preemption action restores the previous SIGTERM handler.
+            for action in self._actions:
+                close = getattr(action, "close", None)
+                if callable(close):
+                    close()
             for directory in self._temp_dirs:
                 shutil.rmtree(directory, ignore_errors=True)
 

@@ -148,34 +148,36 @@ def main(argv):
 
 
 def _main():
-    from lite_launcher import experiment
-
     import gin
 
+    from lite_launcher import modes
+
+    # Cheap checks first, before TensorFlow is imported.
+    if not FLAGS.list_experiments and not FLAGS.dry_run:
+        if not FLAGS.mode:
+            raise ConfigError(f"--mode is required; valid modes: {', '.join(modes.MODES)}.")
+        modes.check_mode(FLAGS.mode)
+        if not FLAGS.model_dir:
+            raise ConfigError("--model_dir is required (the directory for checkpoints and "
+                              "summaries).")
     load_registrations(FLAGS.registry_imports)
     if FLAGS.list_experiments:
         from lite_launcher import registry
         print("\n".join(registry.registered_experiments()))
         return
     params = parse_configuration(FLAGS)
-    if FLAGS.dry_run:
-        print(params.to_yaml(), end="")
-        return
-    if not FLAGS.mode:
-        raise ConfigError(f"--mode is required; valid modes: {', '.join(experiment.MODES)}.")
-    mode = experiment.check_mode(FLAGS.mode)
-    if not FLAGS.model_dir:
-        raise ConfigError("--model_dir is required (the directory for checkpoints and "
-                          "summaries).")
-    model_dir = FLAGS.model_dir
     try:
         gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_params)
     except (ValueError, IOError, OSError) as error:
         raise ConfigError(f"gin: {error}") from error
+    if FLAGS.dry_run:
+        print(params.to_yaml(), end="")
+        return
+    mode, model_dir = FLAGS.mode, FLAGS.model_dir
 
     from lite_launcher import strategy as strategy_lib
 
-    if experiment.mode_trains(mode):
+    if modes.mode_trains(mode):
         serialize_config(params, model_dir)
     if params.runtime.mixed_precision_dtype:
         strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
@@ -184,7 +186,7 @@ def _main():
         tf.config.run_functions_eagerly(True)
     run_with_preemption_recovery(params, mode, model_dir,
                                  enable_async_checkpointing=FLAGS.enable_async_checkpointing)
-    if experiment.mode_trains(mode):
+    if modes.mode_trains(mode):
         save_gin_config(mode, model_dir)
 
 
@@ -197,6 +199,8 @@ def _flags_parser(argv):
 
 def run():
     """Console-script entry point for `lite-train`."""
+    # Quiet TensorFlow's C++ start-up chatter unless the user asked for it.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     define_flags()
     app.run(main, flags_parser=_flags_parser)
 
