@@ -148,9 +148,26 @@ class Task(tf.Module):
     def train_step(self, inputs, model: keras.Model, optimizer, metrics=None) -> Dict[str, Any]:
         """One forward/backward pass and update on one replica's batch.
 
+        `compute_gradients` then `apply_update`; override either part, or this whole method.
+        With `runtime.enable_xla` the Trainer compiles this method whole under the default
+        strategy; under any other strategy it compiles `compute_gradients` alone (the update
+        synchronises replicas, which XLA cannot compile), so there an overridden `train_step`
+        runs without XLA. Returns `{self.loss: loss}` (the unscaled per-replica loss).
+        """
+        grads, loss, outputs = self.compute_gradients(inputs, model, optimizer)
+        return self.apply_update(inputs, grads, loss, outputs, model=model, optimizer=optimizer,
+                                 metrics=metrics)
+
+    def compute_gradients(self, inputs, model: keras.Model, optimizer):
+        """Forward pass, loss and gradients on one replica's batch; applies no update.
+
         The loss used for the gradient is divided by `num_replicas_in_sync`, since Keras 3
         optimizers sum gradients across replicas: the update then follows the global-batch
-        mean. Returns `{self.loss: loss}` (the unscaled per-replica loss).
+        mean. With a `LossScaleOptimizer` the gradients are of the scaled loss.
+
+        Returns:
+          `(grads, loss, model_outputs)`: one gradient per `model.trainable_variables`, the
+          unscaled per-replica loss, and the model outputs (for metrics).
         """
         features, labels = _split_inputs(inputs)
         with tf.GradientTape() as tape:
@@ -160,14 +177,22 @@ class Task(tf.Module):
             scaled_loss = loss / tf.distribute.get_strategy().num_replicas_in_sync
             if is_loss_scale_optimizer(optimizer):
                 scaled_loss = optimizer.scale_loss(scaled_loss)
-        trainable = model.trainable_variables
-        grads = tape.gradient(scaled_loss, trainable)
+        grads = tape.gradient(scaled_loss, model.trainable_variables)
+        return grads, loss, outputs
+
+    def apply_update(self, inputs, grads, loss, model_outputs, model: keras.Model, optimizer,
+                     metrics=None) -> Dict[str, Any]:
+        """Applies `compute_gradients`' results and updates the metrics; returns the logs.
+
+        With a `LossScaleOptimizer`, a non-finite gradient on any replica makes every replica
+        skip the step (see `sync_non_finite_gradients`); `apply_gradients` then unscales the
+        gradients, skips the step and lowers the loss scale.
+        """
         if is_loss_scale_optimizer(optimizer):
             grads = sync_non_finite_gradients(grads)
-        # LossScaleOptimizer.apply_gradients unscales and skips non-finite steps itself.
-        optimizer.apply_gradients(list(zip(grads, trainable)))
+        optimizer.apply_gradients(list(zip(grads, model.trainable_variables)))
         if metrics:
-            self.process_metrics(metrics, labels, outputs)
+            self.process_metrics(metrics, _split_inputs(inputs)[1], model_outputs)
         return {self.loss: loss}
 
     def validation_step(self, inputs, model: keras.Model, metrics=None) -> Dict[str, Any]:

@@ -21,6 +21,7 @@ from absl import logging
 from lite_launcher import loops
 from lite_launcher import optimization
 from lite_launcher.base_config import ConfigError
+from lite_launcher.task import Task
 
 
 def create_global_step() -> tf.Variable:
@@ -31,6 +32,48 @@ def create_global_step() -> tf.Variable:
     """
     return tf.Variable(0, dtype=tf.int64, name="global_step", trainable=False,
                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+class ExactMean:
+    """A running mean whose updates are atomic: exact under parameter servers.
+
+    Keras 3 `Metric.update_state` is read-then-write (`assign(self + v)`): workers updating it
+    concurrently lose updates. This one keeps `total` and `count` in plain `tf.Variable`s, whose
+    `assign_add` is atomic. Under mirrored strategies they are sync-on-read (each replica adds
+    to its own copy; reading sums them), like a Keras `Mean`. Not a `keras.metrics.Metric`.
+    """
+
+    def __init__(self, name: str, dtype=tf.float32):
+        self.name = name
+        self.dtype = tf.as_dtype(dtype)
+        options = dict(dtype=self.dtype, trainable=False,
+                       synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=tf.VariableAggregation.SUM)
+        self.total = tf.Variable(0, name=f"{name}_total", **options)
+        self.count = tf.Variable(0, name=f"{name}_count", **options)
+
+    @property
+    def variables(self):
+        return [self.total, self.count]
+
+    def update_state(self, values, sample_weight=None):
+        """Adds `values` (any shape; optionally weighted) to the mean."""
+        values = tf.cast(values, self.dtype)
+        if sample_weight is None:
+            total, count = tf.reduce_sum(values), tf.cast(tf.size(values), self.dtype)
+        else:
+            weights = tf.broadcast_to(tf.cast(sample_weight, self.dtype), tf.shape(values))
+            total, count = tf.reduce_sum(values * weights), tf.reduce_sum(weights)
+        self.total.assign_add(total)
+        self.count.assign_add(count)
+
+    def result(self) -> tf.Tensor:
+        return tf.math.divide_no_nan(tf.convert_to_tensor(self.total),
+                                     tf.convert_to_tensor(self.count))
+
+    def reset_state(self):
+        for variable in self.variables:
+            variable.assign(tf.zeros([], self.dtype))
 
 
 def _accepts_input_context(fn) -> bool:
@@ -81,6 +124,13 @@ def after_inputs(step_fn):
     return wrapped
 
 
+def split_steps(num_steps: int, parts: int):
+    """`num_steps` split into at most `parts` positive chunks differing by at most one."""
+    parts = max(1, min(parts, num_steps))
+    base, extra = divmod(num_steps, parts)
+    return [base + 1 if i < extra else base for i in range(parts)] if num_steps > 0 else []
+
+
 def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
@@ -109,6 +159,7 @@ class Trainer:
                  evaluate: bool = True, train_dataset=None, validation_dataset=None,
                  checkpoint_exporter=None):
         self._strategy = tf.distribute.get_strategy()
+        self._is_default_strategy = not tf.distribute.has_strategy()
         self._validate_params(config, check_train_data=train_dataset is None and train,
                               check_validation_data=validation_dataset is None and evaluate)
         self._config = config
@@ -127,8 +178,9 @@ class Trainer:
         self._checkpoint = tf.train.Checkpoint(
             global_step=self._global_step, model=model, optimizer=optimizer, **checkpoint_items)
 
-        self._train_loss = keras.metrics.Mean("training_loss", dtype=tf.float32)
-        self._validation_loss = keras.metrics.Mean("validation_loss", dtype=tf.float32)
+        # Exact means: parameter-server workers update them concurrently.
+        self._train_loss = ExactMean("training_loss")
+        self._validation_loss = ExactMean("validation_loss")
         model_metrics = list(getattr(model, "metrics", None) or [])
         self._train_metrics = list(task.build_metrics(training=True)) + model_metrics
         self._validation_metrics = list(task.build_metrics(training=False)) + model_metrics
@@ -333,8 +385,15 @@ class Trainer:
         """Builds `loop_fn(iterator, num_steps)` from `train_step` and the trainer options."""
         loop_fn = loops.make_train_loop(self.train_step, **self._train_options)
         if self._is_async:
+            num_workers = self._strategy.cluster_resolver.cluster_spec().num_tasks("worker")
+            use_tensor = self._train_options["use_tf_while_loop"]
+
             def async_loop_fn(iterator, num_steps):
-                self._coordinator.schedule(loop_fn, args=(iterator, num_steps))
+                # The loop's steps are split into one closure per worker, so that every worker
+                # trains concurrently (one closure per loop, as in TFM, keeps all but one idle).
+                for chunk in split_steps(int(num_steps), num_workers):
+                    steps = tf.constant(chunk, tf.int32) if use_tensor else chunk
+                    self._coordinator.schedule(loop_fn, args=(iterator, steps))
             return async_loop_fn
         return loop_fn
 
@@ -361,12 +420,39 @@ class Trainer:
         return next(iterator)
 
     def _task_train_step(self):
-        """The task's train step, XLA-compiled when `runtime.enable_xla` is set."""
+        """The task's train step, XLA-compiled when `runtime.enable_xla` is set.
+
+        Under the default strategy the whole `task.train_step` is compiled. Under any other
+        strategy the update is a cross-replica synchronisation point that XLA cannot compile
+        (a `merge_call` RuntimeError), so only `task.compute_gradients` is compiled and
+        `task.apply_update` runs outside it. A task that overrides `train_step` itself then
+        runs without XLA (a warning says so); override `compute_gradients` / `apply_update`
+        instead to keep XLA.
+        """
+        task = self._task
         if not getattr(self._config.runtime, "enable_xla", False):
-            return self._task.train_step
-        if self._xla_train_step is None:
+            return task.train_step
+        if self._xla_train_step is not None:
+            return self._xla_train_step
+        if self._is_default_strategy:
             # Unlike TFM (GPU only), XLA also applies on CPU so the path can be tested.
-            self._xla_train_step = tf.function(self._task.train_step, jit_compile=True)
+            self._xla_train_step = tf.function(task.train_step, jit_compile=True)
+        elif type(task).train_step is not Task.train_step:
+            logging.warning(
+                "runtime.enable_xla: %s overrides Task.train_step, which cannot be XLA-compiled "
+                "under %s; it runs without XLA. Override compute_gradients / apply_update "
+                "instead to compile the forward and backward pass.", type(task).__name__,
+                type(self._strategy).__name__)
+            self._xla_train_step = task.train_step
+        else:
+            compute_gradients = tf.function(task.compute_gradients, jit_compile=True)
+
+            def split_train_step(inputs, model, optimizer, metrics=None):
+                grads, loss, outputs = compute_gradients(inputs, model, optimizer)
+                return task.apply_update(inputs, grads, loss, outputs, model=model,
+                                         optimizer=optimizer, metrics=metrics)
+
+            self._xla_train_step = split_train_step
         return self._xla_train_step
 
     def train_step(self, iterator):
