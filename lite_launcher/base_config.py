@@ -10,11 +10,15 @@ The experiment configs themselves live in `lite_launcher.config`.
 
 from __future__ import annotations
 
+import collections.abc
 import copy
 import dataclasses
 import difflib
 import json
+import numbers
 import os
+import re
+import sys
 import types
 import typing
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -26,21 +30,29 @@ class ConfigError(ValueError):
     """A user-facing configuration error (bad key, bad type, bad value, bad file)."""
 
 
+_UNION_ORIGINS = (Union, types.UnionType)
+_SEQUENCE_ORIGINS = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
+_MAPPING_ORIGINS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+
+
 def _closest(name: str, candidates) -> str:
     match = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1)
     return f" Did you mean {match[0]!r}?" if match else ""
 
 
 def _type_name(tp) -> str:
-    if isinstance(tp, type):
+    if tp is type(None):
+        return "None"
+    if typing.get_origin(tp) in _UNION_ORIGINS:
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if isinstance(tp, type) and not typing.get_args(tp):
         return tp.__name__
-    return str(tp).replace("typing.", "")
+    return str(tp).replace("typing.", "").replace("collections.abc.", "")
 
 
 def _unwrap_optional(tp):
-    """Returns (inner_type, is_optional)."""
-    origin = typing.get_origin(tp)
-    if origin in (Union, getattr(types, "UnionType", Union)):
+    """Returns (type without None, whether None was allowed)."""
+    if typing.get_origin(tp) in _UNION_ORIGINS:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         optional = len(args) != len(typing.get_args(tp))
         if len(args) == 1:
@@ -53,12 +65,47 @@ def _is_config_type(tp) -> bool:
     return isinstance(tp, type) and issubclass(tp, Config)
 
 
+def _resolve_field_types(cls) -> Dict[str, Any]:
+    """The annotation of each field, resolved to a type.
+
+    `typing.get_type_hints` fails on string annotations naming classes that are local to a
+    function; those fields fall back to the type of their default (or Any).
+    """
+    fields = dataclasses.fields(cls)
+    try:
+        hints = typing.get_type_hints(cls)
+        return {f.name: hints.get(f.name, Any) for f in fields}
+    except (NameError, TypeError):
+        pass
+    out = {}
+    for f in fields:
+        tp = f.type
+        if isinstance(tp, str):
+            module = sys.modules.get(cls.__module__)
+            try:
+                tp = eval(tp, dict(vars(typing)), dict(vars(module)) if module else {})  # pylint: disable=eval-used
+            except Exception:  # pylint: disable=broad-except
+                default = _field_default(f)
+                tp = type(default) if isinstance(default, Config) else Any
+        out[f.name] = tp
+    return out
+
+
+def _field_default(f):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
 @dataclasses.dataclass
 class Config:
     """Base class of all configs.
 
     Subclasses are dataclasses; every field needs a default (use
-    `dataclasses.field(default_factory=...)` for sub-configs and lists).
+    `dataclasses.field(default_factory=...)` for sub-configs and lists). A field whose default
+    is None accepts None even when its annotation is not `Optional`, as TFM's configs expect.
     """
 
     # ----- introspection -------------------------------------------------
@@ -66,34 +113,55 @@ class Config:
     def _field_types(cls) -> Dict[str, Any]:
         cache = cls.__dict__.get("_lite_field_types_cache")
         if cache is None:
-            hints = typing.get_type_hints(cls)
-            cache = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+            cache = _resolve_field_types(cls)
             setattr(cls, "_lite_field_types_cache", cache)
         return cache
 
     @classmethod
+    def _nullable_fields(cls) -> frozenset:
+        cache = cls.__dict__.get("_lite_nullable_cache")
+        if cache is None:
+            cache = frozenset(f.name for f in dataclasses.fields(cls)
+                              if f.default is None)
+            setattr(cls, "_lite_nullable_cache", cache)
+        return cache
+
+    @classmethod
     def field_names(cls) -> List[str]:
+        """The dataclass field names, in declaration order."""
         return [f.name for f in dataclasses.fields(cls)]
+
+    def extra_keys(self) -> List[str]:
+        """Keys added by a non-strict override (not dataclass fields)."""
+        return list(self.__dict__.get("_lite_extra_keys", ()))
 
     # ----- (de)serialisation ---------------------------------------------
     def as_dict(self) -> Dict[str, Any]:
-        """Returns a plain nested dict (lists, dicts, scalars) of this config."""
-        return {name: _to_plain(getattr(self, name)) for name in self.field_names()}
+        """Returns a plain nested dict (lists, dicts, scalars) of this config.
+
+        Keys added by a non-strict override are included, so they survive a round trip.
+        """
+        out = {name: _to_plain(getattr(self, name)) for name in self.field_names()}
+        for key in self.extra_keys():
+            out[key] = _to_plain(getattr(self, key))
+        return out
 
     @classmethod
-    def from_dict(cls, params: Dict[str, Any]):
+    def from_dict(cls, params: Dict[str, Any], is_strict: bool = True):
         """Builds a config of this class from the defaults overridden by `params`."""
         config = cls()
-        config.override(params, is_strict=True)
+        config.override(params, is_strict=is_strict)
         return config
 
     @classmethod
-    def from_yaml(cls, path: str):
+    def from_yaml(cls, path: str, is_strict: bool = True):
+        """Builds a config of this class from the defaults overridden by a YAML/JSON file."""
         config = cls()
-        config.override(load_config_file(path), is_strict=True)
+        config.override(load_config_file(path), is_strict=is_strict)
         return config
 
     def to_yaml(self) -> str:
+        """The config as YAML text (what `save_yaml` writes)."""
         return yaml.safe_dump(self.as_dict(), default_flow_style=False, sort_keys=False)
 
     def save_yaml(self, path: str) -> None:
@@ -104,46 +172,67 @@ class Config:
         os.replace(tmp, path)
 
     def replace(self, **kwargs):
-        """Returns a copy with `kwargs` overridden."""
+        """Returns a copy with `kwargs` overridden (strictly); `self` is unchanged."""
         new = copy.deepcopy(self)
         new.override(kwargs, is_strict=True)
         return new
 
     def copy(self):
+        """A deep copy."""
         return copy.deepcopy(self)
 
     # ----- overrides -----------------------------------------------------
     def override(self, override_params, is_strict: bool = True, _path: str = "") -> "Config":
-        """Overrides fields from a dict (or another Config), recursively, in place.
+        """Overrides fields from a dict (or another Config), recursively, in place; returns self.
 
-        With `is_strict`, an unknown key is an error naming its full dotted path and the valid
-        keys at that level; without it, unknown keys are added as plain attributes. A value of
-        the wrong type is always an error naming the field, the expected and the given type.
+        Sub-configs and lists of sub-configs of the same length are overridden field by field;
+        an Optional sub-config that is None is first created from its type. With `is_strict`,
+        an unknown key is an error naming its full dotted path and the valid keys at that
+        level; without it, unknown keys are added (and serialised by `as_dict`). A value of the
+        wrong type is always an error naming the field, the expected and the given type (an
+        int where a float is expected is converted).
         """
         if isinstance(override_params, Config):
             override_params = override_params.as_dict()
         if override_params is None:
             return self
-        if not isinstance(override_params, dict):
+        if not isinstance(override_params, collections.abc.Mapping):
             raise ConfigError(
                 f"Cannot override config {_path or type(self).__name__!s} with a "
                 f"{type(override_params).__name__} ({override_params!r}); expected a mapping.")
         field_types = self._field_types()
+        nullable = self._nullable_fields()
         # The `type` of a OneOfConfig goes first, so that the chosen sub-config exists.
         items = sorted(override_params.items(), key=lambda kv: kv[0] != "type")
         for key, value in items:
             dotted = f"{_path}.{key}" if _path else str(key)
             if key not in field_types:
                 if is_strict:
-                    valid = ", ".join(sorted(field_types))
+                    valid = ", ".join(sorted(field_types)) or "(none)"
                     raise ConfigError(
                         f"Unknown config key {dotted!r}.{_closest(key, field_types)} "
                         f"Valid keys at this level: {valid}.")
-                setattr(self, key, value)
+                self._set_extra(key, value, dotted)
                 continue
             setattr(self, key, _coerce(getattr(self, key), field_types[key], value, dotted,
-                                       is_strict))
+                                       is_strict, nullable=key in nullable))
         return self
+
+    def _set_extra(self, key, value, dotted: str) -> None:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ConfigError(f"Cannot add config key {dotted!r}: not a valid name.")
+        extras = self.__dict__.setdefault("_lite_extra_keys", [])
+        if key not in extras and hasattr(self, key):
+            raise ConfigError(
+                f"Cannot add config key {dotted!r}: it is the name of a "
+                f"{type(self).__name__} attribute.")
+        plain = _to_plain(value)
+        old = getattr(self, key, None) if key in extras else None
+        if isinstance(old, dict) and isinstance(plain, dict):
+            plain = _merge_dicts(old, plain)
+        setattr(self, key, plain)
+        if key not in extras:
+            extras.append(key)
 
     # ----- validation ----------------------------------------------------
     def validate(self) -> None:
@@ -153,23 +242,39 @@ class Config:
         """
         self._validate()
         for name in self.field_names():
-            value = getattr(self, name)
-            if isinstance(value, Config):
-                value.validate()
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    if isinstance(item, Config):
-                        item.validate()
+            _validate_value(getattr(self, name))
 
     def _validate(self) -> None:
         pass
 
     # Dict-style access, handy for ports from TFM's ParamsDict.
     def get(self, key, default=None):
+        """`getattr(self, key, default)`."""
         return getattr(self, key, default)
 
     def __contains__(self, key):
         return hasattr(self, key)
+
+
+def _validate_value(value) -> None:
+    if isinstance(value, Config):
+        value.validate()
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _validate_value(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _validate_value(item)
+
+
+def _merge_dicts(old: dict, new: dict) -> dict:
+    out = dict(old)
+    for key, value in new.items():
+        if isinstance(out.get(key), dict) and isinstance(value, dict):
+            out[key] = _merge_dicts(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _to_plain(value):
@@ -177,141 +282,180 @@ def _to_plain(value):
         return value.as_dict()
     if isinstance(value, (list, tuple)):
         return [_to_plain(v) for v in value]
-    if isinstance(value, dict):
+    if isinstance(value, collections.abc.Mapping):
         return {k: _to_plain(v) for k, v in value.items()}
     return value
 
 
-def _coerce(current, tp, value, dotted: str, is_strict: bool):
-    """Returns the new value of a field of type `tp` overridden by `value`."""
+def _bad_type(dotted: str, expected: str, value) -> ConfigError:
+    return ConfigError(
+        f"Config field {dotted!r} expects {expected}, got {type(value).__name__} ({value!r}).")
+
+
+def _coerce(current, tp, value, dotted: str, is_strict: bool, nullable: bool = False):
+    """Returns the new value of a field of type `tp` (now `current`) overridden by `value`."""
     inner, optional = _unwrap_optional(tp)
     if value is None:
-        if optional or inner is Any:
+        if optional or nullable or inner is Any or inner is object:
             return None
-        if isinstance(current, Config) or _is_config_type(inner):
-            return current  # `field: {}` / `field: null` in YAML keeps a sub-config as is
+        if isinstance(current, Config):
+            return current  # `field: null` / `field: {}` in YAML keeps a sub-config as is
         raise ConfigError(f"Config field {dotted!r} expects {_type_name(inner)}, got None.")
+    if inner is Any or inner is object:
+        if isinstance(current, Config) and isinstance(value, (collections.abc.Mapping, Config)):
+            return current.override(value, is_strict=is_strict, _path=dotted)
+        return copy.deepcopy(value)
+    if isinstance(value, Config) and not _is_config_type(inner):
+        value = value.as_dict()
+    origin = typing.get_origin(inner)
+    if origin in _UNION_ORIGINS:
+        return _coerce_union(current, inner, value, dotted, is_strict)
+    if _is_config_type(inner):
+        return _coerce_config(current, inner, value, dotted, is_strict)
+    if inner in (list, tuple) or origin in _SEQUENCE_ORIGINS:
+        return _coerce_sequence(current, inner, value, dotted, is_strict)
+    if inner is dict or origin in _MAPPING_ORIGINS:
+        if not isinstance(value, collections.abc.Mapping):
+            raise _bad_type(dotted, "a mapping", value)
+        args = typing.get_args(inner)
+        value_tp = args[1] if len(args) == 2 else Any
+        old = current if isinstance(current, dict) else {}
+        return {k: _coerce(old.get(k), value_tp, v, f"{dotted}.{k}", is_strict)
+                for k, v in value.items()}
+    if origin is typing.Literal:
+        if value not in typing.get_args(inner):
+            choices = ", ".join(repr(a) for a in typing.get_args(inner))
+            raise ConfigError(f"Config field {dotted!r} must be one of {choices}, got {value!r}.")
+        return value
+    return _coerce_scalar(inner, value, dotted)
+
+
+def _coerce_union(current, tp, value, dotted, is_strict):
+    options = [a for a in typing.get_args(tp) if a is not type(None)]
+    # A mapping goes to the config option, so that errors inside it keep their detail.
+    config_options = [o for o in options if _is_config_type(o)]
+    if isinstance(value, (collections.abc.Mapping, Config)) and config_options:
+        chosen = next((o for o in config_options if isinstance(current, o)), config_options[0])
+        return _coerce_config(current, chosen, value, dotted, is_strict)
+    for option in options:
+        try:
+            return _coerce(current, option, value, dotted, is_strict)
+        except ConfigError:
+            continue
+    raise _bad_type(dotted, _type_name(tp), value)
+
+
+def _coerce_config(current, cls, value, dotted, is_strict):
     if isinstance(value, Config):
         value = value.as_dict()
-    if _is_config_type(inner):
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"Config field {dotted!r} expects a mapping for {inner.__name__}, "
-                f"got {type(value).__name__} ({value!r}).")
-        # An Optional sub-config that is None (TFM's `ema`, say) is created from its type.
-        target = current if isinstance(current, Config) else inner()
-        target.override(value, is_strict=is_strict, _path=dotted)
-        return target
-    return _check_value(inner, value, dotted, is_strict)
-
-
-def _check_value(tp, value, dotted, is_strict):
-    if tp is Any or tp is object:
-        return value
-    origin = typing.get_origin(tp)
-    if origin in (Union, getattr(types, "UnionType", Union)):
-        errors = []
-        for option in typing.get_args(tp):
-            if option is type(None):
-                continue
-            try:
-                return _check_value(option, value, dotted, is_strict)
-            except ConfigError as e:
-                errors.append(e)
+    if not isinstance(value, collections.abc.Mapping):
+        raise _bad_type(dotted, f"a mapping for {cls.__name__}", value)
+    if isinstance(current, cls):
+        return current.override(value, is_strict=is_strict, _path=dotted)
+    # An Optional sub-config that is None (TFM's `ema`, say) is created from its type.
+    if is_strict and value and not dataclasses.fields(cls):
         raise ConfigError(
-            f"Config field {dotted!r} expects {_type_name(tp)}, got "
-            f"{type(value).__name__} ({value!r}).")
-    if origin in (list, List, Sequence, tuple, Tuple) or tp in (list, tuple):
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            f"Config field {dotted!r} is None and typed as {cls.__name__}, which has no "
+            f"fields, so its keys ({', '.join(map(str, value))}) are unknown. Declare the field "
+            f"with a concrete config class (or set a default instance) in "
+            f"the enclosing config.")
+    return cls().override(value, is_strict=is_strict, _path=dotted)
+
+
+def _coerce_sequence(current, tp, value, dotted, is_strict):
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise _bad_type(dotted, f"a list ({_type_name(tp)})", value)
+    origin = typing.get_origin(tp) or tp
+    args = typing.get_args(tp)
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        if args == ((),):
+            args = ()
+        if len(value) != len(args):
             raise ConfigError(
-                f"Config field {dotted!r} expects a list ({_type_name(tp)}), got "
-                f"{type(value).__name__} ({value!r}).")
-        args = typing.get_args(tp)
-        item_tp = args[0] if args and args[-1] is not Ellipsis or len(args) == 2 else Any
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            item_tp = args[0]
-        out = []
-        for i, item in enumerate(value):
-            item_inner, _ = _unwrap_optional(item_tp)
-            if _is_config_type(item_inner):
-                if isinstance(item, Config):
-                    item = item.as_dict()
-                if not isinstance(item, dict):
-                    raise ConfigError(
-                        f"Config field {dotted}[{i}] expects a mapping for "
-                        f"{item_inner.__name__}, got {type(item).__name__}.")
-                sub = item_inner()
-                sub.override(item, is_strict=is_strict, _path=f"{dotted}[{i}]")
-                out.append(sub)
-            else:
-                out.append(_check_value(item_tp, item, f"{dotted}[{i}]", is_strict))
-        return tuple(out) if origin is tuple or tp is tuple else out
-    if origin in (dict, Dict) or tp is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"Config field {dotted!r} expects a mapping, got {type(value).__name__} "
-                f"({value!r}).")
-        return dict(value)
+                f"Config field {dotted!r} expects {len(args)} items ({_type_name(tp)}), got "
+                f"{len(value)} ({value!r}).")
+        item_types = list(args)
+    else:
+        item_types = [args[0] if args else Any] * len(value)
+    # Same length: each item is overridden in place (field by field for sub-configs), as TFM.
+    same_length = isinstance(current, (list, tuple)) and len(current) == len(value)
+    olds = list(current) if same_length else [None] * len(value)
+    out = [_coerce(old, item_tp, item, f"{dotted}[{i}]", is_strict)
+           for i, (old, item_tp, item) in enumerate(zip(olds, item_types, value))]
+    as_tuple = origin is tuple or (origin is not list and isinstance(current, tuple))
+    return tuple(out) if as_tuple else out
+
+
+def _coerce_scalar(tp, value, dotted):
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(
-                f"Config field {dotted!r} expects float, got {type(value).__name__} ({value!r}).")
+        if isinstance(value, (bool, _numpy_bool_types())) or not isinstance(value, numbers.Real):
+            raise _bad_type(dotted, "float", value)
         return float(value)
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(
-                f"Config field {dotted!r} expects int, got {type(value).__name__} ({value!r}).")
-        return value
+        if isinstance(value, (bool, _numpy_bool_types())) or not isinstance(value, numbers.Integral):
+            raise _bad_type(dotted, "int", value)
+        return int(value)
     if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(
-                f"Config field {dotted!r} expects bool, got {type(value).__name__} ({value!r}).")
-        return value
+        if not isinstance(value, (bool, _numpy_bool_types())):
+            raise _bad_type(dotted, "bool", value)
+        return bool(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(
-                f"Config field {dotted!r} expects str, got {type(value).__name__} ({value!r}).")
+            raise _bad_type(dotted, "str", value)
         return value
     if isinstance(tp, type) and not isinstance(value, tp):
-        raise ConfigError(
-            f"Config field {dotted!r} expects {_type_name(tp)}, got {type(value).__name__} "
-            f"({value!r}).")
+        raise _bad_type(dotted, _type_name(tp), value)
     return value
+
+
+def _numpy_bool_types() -> tuple:
+    """numpy's bool type when numpy is already imported (it is not imported for this)."""
+    numpy = sys.modules.get("numpy")
+    return (numpy.bool_,) if numpy is not None else ()
 
 
 @dataclasses.dataclass
 class OneOfConfig(Config):
     """TFM's oneof pattern: `type` names which sub-config field is in use.
 
-    `get()` returns the chosen sub-config (or None when `type` is None).
+    `get()` returns the chosen sub-config (or None when `type` is None). `as_dict()` holds only
+    `type` and the chosen sub-config, as TFM's.
     """
 
     type: Optional[str] = None
 
     def get(self, key=None, default=None):  # pylint: disable=arguments-renamed
+        """The chosen sub-config with no argument; `getattr(self, key, default)` with one."""
         if key is not None:
             return getattr(self, key, default)
         if self.type is None:
             return None
         return getattr(self, self.type)
 
+    def choices(self) -> List[str]:
+        """The names `type` may take."""
+        return [n for n in self.field_names() if n != "type"]
+
     def as_dict(self):
         # Only the chosen branch is serialised, as TFM does; the rest keep their defaults.
-        if self.type is None:
-            return {"type": None}
-        return {"type": self.type, self.type: _to_plain(getattr(self, self.type))}
+        out = {"type": self.type}
+        if self.type is not None:
+            out[self.type] = _to_plain(getattr(self, self.type))
+        for key in self.extra_keys():
+            out[key] = _to_plain(getattr(self, key))
+        return out
 
     def _validate(self):
-        choices = [n for n in self.field_names() if n != "type"]
+        choices = self.choices()
         if self.type is not None and self.type not in choices:
             raise ConfigError(
                 f"Unknown {type(self).__name__}.type {self.type!r}.{_closest(self.type, choices)} "
                 f"Valid types: {', '.join(choices)}.")
 
     def override(self, override_params, is_strict=True, _path=""):
-        if isinstance(override_params, dict) and "type" in override_params:
+        if isinstance(override_params, collections.abc.Mapping) and "type" in override_params:
             choice = override_params["type"]
-            choices = [n for n in self.field_names() if n != "type"]
+            choices = self.choices()
             if choice is not None and choice not in choices:
                 where = f"{_path}.type" if _path else "type"
                 raise ConfigError(
@@ -325,20 +469,34 @@ class OneOfConfig(Config):
 # ---------------------------------------------------------------------------
 
 
+class _YamlLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
+    """`yaml.SafeLoader` that also reads `1e-4` / `3E5` (no dot) as floats, as TFM's loader."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$""", re.X),
+    list("-+0123456789"))
+
+
+def load_yaml(text: str):
+    """Parses YAML (or JSON) text the way config files and overrides are read."""
+    return yaml.load(text, Loader=_YamlLoader)  # nosec: a SafeLoader subclass
+
+
 def load_config_file(path: str) -> Dict[str, Any]:
     """Reads a YAML or JSON config file into a dict; errors name the file."""
     if not os.path.exists(path):
         raise ConfigError(f"Config file {path!r} does not exist; check the --config_file path.")
+    if os.path.isdir(path):
+        raise ConfigError(f"Config file {path!r} is a directory, not a YAML/JSON file.")
     try:
         with open(path) as f:
             text = f.read()
     except OSError as e:
         raise ConfigError(f"Config file {path!r} cannot be read: {e.strerror}.") from e
     try:
-        if path.endswith(".json"):
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
+        data = json.loads(text) if path.endswith(".json") else load_yaml(text)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
         detail = " ".join(str(e).split())
         raise ConfigError(f"Config file {path!r} is not valid YAML/JSON: {detail}") from e
@@ -371,18 +529,32 @@ def _split_top_level(text: str, sep: str = ","):
     return [p.strip() for p in parts if p.strip()]
 
 
+# `a.b.c=` at the start of one `--params_override` item.
+_CSV_KEY = re.compile(r"^\s*[A-Za-z_][\w.]*\s*=")
+
+
 def _set_dotted(target: dict, dotted: str, value) -> None:
     keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"--params_override key {dotted!r} has an empty part.")
     node = target
-    for key in keys[:-1]:
+    for i, key in enumerate(keys[:-1]):
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"--params_override sets both {key!r} and keys below it.")
+            raise ConfigError(
+                f"--params_override sets both {'.'.join(keys[:i + 1])!r} and {dotted!r}.")
+    if keys[-1] in node:
+        kind = "keys below it" if isinstance(node[keys[-1]], dict) else "it twice"
+        raise ConfigError(f"--params_override sets {dotted!r} and {kind}.")
     node[keys[-1]] = value
 
 
 def parse_params_override(params_override: str) -> Dict[str, Any]:
-    """Parses `--params_override`: a YAML/JSON string, a YAML file path, or `a.b=1,c.d='x'`."""
+    """Parses `--params_override`: a YAML/JSON string, a YAML file path, or `a.b=1,c.d='x'`.
+
+    Values of `a.b=v` items are read as YAML (`1` is an int, `0.5` and `1e-4` floats,
+    `true` a bool, `'x'` or `x` a string, `[1, 2]` a list).
+    """
     text = (params_override or "").strip()
     if not text:
         return {}
@@ -390,25 +562,26 @@ def parse_params_override(params_override: str) -> Dict[str, Any]:
         return load_config_file(text)
     if text.endswith((".yaml", ".yml", ".json")) and "=" not in text and ":" not in text:
         raise ConfigError(f"--params_override file {text!r} does not exist.")
-    is_csv = "=" in text and not text.lstrip().startswith(("{", "["))
-    if is_csv:
+    parts = _split_top_level(text)
+    if parts and _CSV_KEY.match(parts[0]):
         result: Dict[str, Any] = {}
-        for part in _split_top_level(text):
-            key, sep, raw = part.partition("=")
-            key = key.strip()
-            if not sep or not key:
+        for part in parts:
+            if not _CSV_KEY.match(part):
                 raise ConfigError(
                     f"--params_override item {part!r} is not of the form key=value "
-                    f"(e.g. trainer.train_steps=100).")
+                    f"(e.g. trainer.train_steps=100); quote values holding commas.")
+            key, _, raw = part.partition("=")
+            raw = raw.strip()
             try:
-                value = yaml.safe_load(raw.strip()) if raw.strip() else ""
+                value = load_yaml(raw) if raw else ""
             except yaml.YAMLError as e:
                 raise ConfigError(
-                    f"--params_override value for {key!r} is not valid YAML: {raw.strip()!r}.") from e
-            _set_dotted(result, key, value)
+                    f"--params_override value for {key.strip()!r} is not valid YAML: "
+                    f"{raw!r}.") from e
+            _set_dotted(result, key.strip(), value)
         return result
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         detail = " ".join(str(e).split())
         raise ConfigError(f"--params_override is not valid YAML/JSON: {detail}") from e

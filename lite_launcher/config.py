@@ -75,6 +75,10 @@ class RuntimeConfig(Config):
         if isinstance(self.loss_scale, str) and self.loss_scale != "dynamic":
             raise ConfigError(
                 f"runtime.loss_scale {self.loss_scale!r} must be 'dynamic' or a number.")
+        if isinstance(self.loss_scale, float) and not self.loss_scale > 0:
+            raise ConfigError(
+                f"runtime.loss_scale ({self.loss_scale}) must be a positive number or "
+                f"'dynamic'.")
 
 
 @dataclasses.dataclass
@@ -111,8 +115,11 @@ class TrainerConfig(Config):
         if self.steps_per_loop < 1:
             raise ConfigError(
                 f"trainer.steps_per_loop ({self.steps_per_loop}) must be a positive integer.")
-        if self.summary_interval and self.summary_interval > 0 and (
-                self.summary_interval % self.steps_per_loop):
+        if self.summary_interval < 1:
+            raise ConfigError(
+                f"trainer.summary_interval ({self.summary_interval}) must be a positive "
+                f"integer (a multiple of trainer.steps_per_loop, {self.steps_per_loop}).")
+        if self.summary_interval % self.steps_per_loop:
             raise ConfigError(
                 f"trainer.summary_interval ({self.summary_interval}) must be a multiple of "
                 f"trainer.steps_per_loop ({self.steps_per_loop}).")

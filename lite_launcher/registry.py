@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib
 import inspect
@@ -72,7 +73,9 @@ def get_exp_config(name: str):
         raise RegistryError(
             f"Unknown experiment {name!r}.{_closest(name, _EXPERIMENTS)} "
             f"Registered experiments: {known}. Use --registry_imports to load your own.")
-    return _EXPERIMENTS[name]()
+    config = _EXPERIMENTS[name]()
+    # A deep copy, so that a factory returning a shared object still gives a fresh config.
+    return copy.deepcopy(config)
 
 
 def register_task_cls(task_config_cls: type):
@@ -129,6 +132,14 @@ def load_entry_point_plugins() -> List[str]:
     except TypeError:  # Python < 3.10 style API
         entry_points = metadata.entry_points().get(ENTRY_POINT_GROUP, [])
     for entry_point in entry_points:
-        entry_point.load()
+        try:
+            entry_point.load()
+        except ImportError as e:
+            # One broken plugin would otherwise break every `lite-train` run with a traceback.
+            dist = getattr(getattr(entry_point, "dist", None), "name", None) or "?"
+            raise RegistryError(
+                f"Installed plugin {entry_point.name!r} ({entry_point.value}, from "
+                f"distribution {dist!r}, entry-point group {ENTRY_POINT_GROUP!r}) cannot be "
+                f"imported: {e}. Fix or uninstall that package.") from e
         loaded.append(entry_point.name)
     return loaded
