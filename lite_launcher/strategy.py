@@ -152,7 +152,8 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
                            if num_gpus else ["/device:CPU:0"])
         return tf.distribute.MirroredStrategy(
             devices=device_list,
-            cross_device_ops=_mirrored_cross_device_ops(all_reduce_alg, num_packs))
+            cross_device_ops=_mirrored_cross_device_ops(all_reduce_alg, num_packs,
+                                                        device_list))
 
     if name == "multi_worker_mirrored":
         options = tf.distribute.experimental.CommunicationOptions(
@@ -214,8 +215,13 @@ def _check_devices(devices: Sequence[str], num_gpus: int) -> List[str]:
     return resolved
 
 
-def _mirrored_cross_device_ops(all_reduce_alg: Optional[str], num_packs: int):
+def _mirrored_cross_device_ops(all_reduce_alg: Optional[str], num_packs: int, devices=()):
     if all_reduce_alg is None:
+        if all("CPU" in d.upper() for d in devices):
+            # TF picks collective ops for CPU devices, whose keys are per strategy object: two
+            # MirroredStrategy objects in one process then clash ("Shape mismatch in the
+            # collective instance"). Reducing to one device has no such state.
+            return tf.distribute.ReductionToOneDevice()
         return None  # MirroredStrategy picks from the device topology.
     if all_reduce_alg == "nccl":
         return tf.distribute.NcclAllReduce(num_packs=num_packs)
@@ -527,6 +533,26 @@ def is_chief(strategy: Optional[tf.distribute.Strategy]) -> bool:
     if task_type is None or task_type == "chief":
         return True
     return task_type == "worker" and task_id == 0 and not cluster.get("chief")
+
+
+def is_chief_process(distribution_strategy: str) -> bool:
+    """Whether this process is the chief, from TF_CONFIG alone (before any strategy exists).
+
+    For drivers that write files before building the strategy (params.yaml). With a
+    `multi_worker_mirrored` or `parameter_server` strategy: the 'chief' task, or worker 0 when
+    the cluster has no chief (as `is_chief`); True without TF_CONFIG. Every other strategy
+    runs one process, which is the chief.
+    """
+    if _normalise_name(distribution_strategy) not in ("multi_worker_mirrored",
+                                                      "parameter_server"):
+        return True
+    tf_config = _read_tf_config()
+    task = tf_config.get("task") or {}
+    task_type = task.get("type")
+    if not task_type or task_type == "chief":
+        return True
+    cluster = tf_config.get("cluster") or {}
+    return task_type == "worker" and int(task.get("index", 0)) == 0 and not cluster.get("chief")
 
 
 def should_write(strategy: Optional[tf.distribute.Strategy]) -> bool:

@@ -563,7 +563,8 @@ def test_ema_config_errors():
 
 def _mirrored_ema_report():
     """Trains 4 steps with 2 replicas and swaps EMA weights; returns what the test checks."""
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
     config = make_config(ema_params(average_decay=0.9))
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])

@@ -145,7 +145,10 @@ def test_multi_worker_bad_all_reduce_alg():
 
 
 def test_mirrored_cross_device_ops_choice():
-    assert st._mirrored_cross_device_ops(None, 1) is None
+    assert st._mirrored_cross_device_ops(None, 1, ["/device:GPU:0"]) is None
+    # CPU-only mirroring reduces to one device (collective keys clash across strategies).
+    assert isinstance(st._mirrored_cross_device_ops(None, 1, ["/cpu:0", "/cpu:1"]),
+                      tf.distribute.ReductionToOneDevice)
     ops = st._mirrored_cross_device_ops("hierarchical_copy", 3)
     assert isinstance(ops, tf.distribute.HierarchicalCopyAllReduce)
     assert isinstance(st._mirrored_cross_device_ops("nccl", 1), tf.distribute.NcclAllReduce)

@@ -299,7 +299,7 @@ def test_two_optimizers_log_one_learning_rate_each():
 def test_mirrored_two_replicas_metrics_match_numpy():
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     assert len(devices) >= 2, "conftest configures 2 logical CPU devices"
-    strategy = tf.distribute.MirroredStrategy(devices[:2])
+    strategy = ll.get_distribution_strategy("mirrored", devices=devices[:2])
     trainer = tiny.make_trainer(strategy=strategy)
     with strategy.scope():
         assert strategy.num_replicas_in_sync == 2
@@ -345,3 +345,13 @@ def test_missing_sections_are_clear_errors():
     config.task.train_data = None
     with pytest.raises(ll.ConfigError, match="task.train_data"):
         tiny.make_trainer(config)
+
+
+def test_two_mirrored_strategies_in_one_process_do_not_clash():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    for _ in range(2):  # a second strategy object used to hit a collective-key clash
+        strategy = ll.get_distribution_strategy("mirrored", devices=devices)
+        trainer = tiny.make_trainer(strategy=strategy)
+        with strategy.scope():
+            trainer.train(tf.constant(2))
+        assert int(trainer.global_step.numpy()) == 2
