@@ -111,8 +111,15 @@ class Task(tf.Module):
                 f"or checkpoint prefix).")
         items = getattr(model, "checkpoint_items", None) or {"model": model}
         checkpoint = tf.train.Checkpoint(**items)
-        status = checkpoint.read(ckpt_dir_or_file)
-        status.expect_partial().assert_existing_objects_matched()
+        try:
+            status = checkpoint.read(ckpt_dir_or_file)
+            status.expect_partial().assert_existing_objects_matched()
+        except (AssertionError, ValueError) as e:
+            # Unmatched variables or a shape mismatch: the checkpoint is of another model.
+            detail = " ".join(str(e).split())[:300]
+            raise ConfigError(
+                f"task.init_checkpoint {ckpt_dir_or_file!r} does not fit the model (expected "
+                f"its weights under {', '.join(sorted(items))!r}): {detail}") from e
         logging.info("Finished loading pretrained checkpoint from %s", ckpt_dir_or_file)
 
     def build_model(self) -> keras.Model:
