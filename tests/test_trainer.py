@@ -355,3 +355,56 @@ def test_two_mirrored_strategies_in_one_process_do_not_clash():
         with strategy.scope():
             trainer.train(tf.constant(2))
         assert int(trainer.global_step.numpy()) == 2
+
+
+# ------------------------------------------------------------------- EMA
+
+
+def _ema_trainer(tmp_path=None):
+    config = tiny.make_config()
+    config.trainer.optimizer_config.override({"ema": {"average_decay": 0.5}})
+    exporter = None
+    if tmp_path is not None:
+        config.trainer.override({"best_checkpoint_export_subdir": "best",
+                                 "best_checkpoint_eval_metric": "accuracy"})
+        exporter = ll.BestCheckpointExporter(str(tmp_path / "best"), "accuracy", "higher")
+    with tf.distribute.get_strategy().scope():
+        task = tiny.TinyTask(config.task)
+        model = task.build_model()
+        optimizer = task.create_optimizer(config.trainer.optimizer_config, config.runtime)
+        trainer = ll.Trainer(config, task, model, optimizer, checkpoint_exporter=exporter)
+    return trainer
+
+
+def test_ema_swap_twice_restores_bit_for_bit():
+    trainer = _ema_trainer()
+    trainer.train(5)
+    before = [w.numpy().copy() for w in trainer.model.trainable_variables]
+    averages = [v.numpy().copy() for v in ll.optimization.ema_variables(trainer.optimizer)]
+    trainer.swap_weights()
+    swapped = [w.numpy() for w in trainer.model.trainable_variables]
+    for a, b in zip(swapped, averages):
+        np.testing.assert_array_equal(a, b)
+    assert any(not np.array_equal(a, b) for a, b in zip(swapped, before))
+    trainer.swap_weights()
+    for a, b in zip(trainer.model.trainable_variables, before):
+        np.testing.assert_array_equal(a.numpy(), b)
+
+
+def test_exported_best_checkpoint_holds_ema_weights(tmp_path):
+    trainer = _ema_trainer(tmp_path)
+    trainer.train(5)
+    raw = [w.numpy().copy() for w in trainer.model.trainable_variables]
+    averages = [v.numpy().copy() for v in ll.optimization.ema_variables(trainer.optimizer)]
+    logs = trainer.evaluate(-1)
+    assert "best_accuracy" in logs
+    # After evaluation the raw weights are back in the model.
+    for a, b in zip(trainer.model.trainable_variables, raw):
+        np.testing.assert_array_equal(a.numpy(), b)
+    # The exported checkpoint holds the averaged weights that were evaluated.
+    restored = tiny.TinyTask(trainer.config.task).build_model()
+    status = tf.train.Checkpoint(model=restored).read(
+        trainer.checkpoint_exporter.best_ckpt_path)
+    status.expect_partial()
+    for a, b in zip(restored.trainable_variables, averages):
+        np.testing.assert_array_equal(a.numpy(), b)
