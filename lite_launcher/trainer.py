@@ -131,6 +131,15 @@ def split_steps(num_steps: int, parts: int):
     return [base + 1 if i < extra else base for i in range(parts)] if num_steps > 0 else []
 
 
+def _num_workers(strategy) -> int:
+    """The worker tasks of a parameter-server strategy's cluster (1 when unknown)."""
+    # ParameterServerStrategy keeps its resolver private (TF 2.21: `cluster_resolver` is None).
+    resolver = strategy.cluster_resolver or getattr(strategy, "_cluster_resolver", None)
+    if resolver is None:
+        return 1
+    return max(1, resolver.cluster_spec().num_tasks("worker"))
+
+
 def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
@@ -385,7 +394,7 @@ class Trainer:
         """Builds `loop_fn(iterator, num_steps)` from `train_step` and the trainer options."""
         loop_fn = loops.make_train_loop(self.train_step, **self._train_options)
         if self._is_async:
-            num_workers = self._strategy.cluster_resolver.cluster_spec().num_tasks("worker")
+            num_workers = _num_workers(self._strategy)
             use_tensor = self._train_options["use_tf_while_loop"]
 
             def async_loop_fn(iterator, num_steps):
