@@ -1,0 +1,549 @@
+"""Configs: TFM's fields and defaults, strict overrides in TFM's order, round trips, validation."""
+
+import ast
+import dataclasses
+import json
+import os
+import types
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import pytest
+import yaml
+
+import lite_launcher as ll
+from lite_launcher import registry
+from lite_launcher.base_config import (Config, ConfigError, OneOfConfig, load_config_file,
+                                       override_config, parse_params_override)
+from lite_launcher.config import (DataConfig, ExperimentConfig, RuntimeConfig, TaskConfig,
+                                  TrainerConfig)
+
+TFM_CONFIG_DEFINITIONS = "/tmp/tfm/official/core/config_definitions.py"
+
+# A representative set of TFM's defaults (official/core/config_definitions.py, TFM 2.20).
+TFM_DEFAULTS = {
+    DataConfig: dict(input_path="", tfds_name="", tfds_split="", global_batch_size=0,
+                     is_training=None, drop_remainder=True, shuffle_buffer_size=100,
+                     cache=False, cycle_length=None, block_length=1, deterministic=None,
+                     sharding=True, seed=None, prefetch_buffer_size=None),
+    RuntimeConfig: dict(distribution_strategy="mirrored", enable_xla=False, num_gpus=0,
+                        tpu=None, worker_hosts=None, task_index=-1, all_reduce_alg=None,
+                        num_packs=1, mixed_precision_dtype=None, loss_scale=None,
+                        run_eagerly=False, per_gpu_thread_count=0),
+    TrainerConfig: dict(train_tf_while_loop=True, train_tf_function=True,
+                        eval_tf_function=True, eval_tf_while_loop=False,
+                        allow_tpu_summary=False, steps_per_loop=1000, summary_interval=1000,
+                        checkpoint_interval=1000, max_to_keep=5, continuous_eval_timeout=3600,
+                        train_steps=0, validation_steps=-1, validation_interval=1000,
+                        best_checkpoint_export_subdir="", best_checkpoint_eval_metric="",
+                        best_checkpoint_metric_comp="higher", loss_upper_bound=1e6,
+                        recovery_begin_steps=0, recovery_max_trials=0,
+                        validation_summary_subdir="validation",
+                        preemption_on_demand_checkpoint=True),
+    TaskConfig: dict(init_checkpoint="", model=None, name=None),
+}
+
+
+# ----- fields and defaults -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", list(TFM_DEFAULTS), ids=lambda c: c.__name__)
+def test_defaults_match_tfm(cls):
+    config = cls()
+    got = {name: getattr(config, name) for name in TFM_DEFAULTS[cls]}
+    assert got == TFM_DEFAULTS[cls]
+
+
+def test_structure_of_task_and_experiment_configs():
+    assert TaskConfig.field_names()[:5] == ["init_checkpoint", "model", "train_data",
+                                            "validation_data", "name"]
+    task = TaskConfig()
+    assert isinstance(task.train_data, DataConfig) and isinstance(task.validation_data,
+                                                                  DataConfig)
+    assert task.train_data is not task.validation_data
+    assert ExperimentConfig.field_names() == ["task", "trainer", "runtime"]
+    experiment = ExperimentConfig()
+    assert isinstance(experiment.trainer.optimizer_config, ll.OptimizationConfig)
+    assert experiment.trainer.optimizer_config.ema is None
+    assert isinstance(experiment.runtime, RuntimeConfig)
+    # Fresh defaults per instance: no shared mutable sub-configs.
+    assert ExperimentConfig().task.train_data is not experiment.task.train_data
+
+
+def _tfm_literal_defaults(path):
+    """{class name: {field: default}} for fields of TFM's configs with literal defaults."""
+    tree = ast.parse(open(path).read())
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields = {}
+        for stmt in node.body:
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
+                    and stmt.value is not None:
+                try:
+                    fields[stmt.target.id] = ast.literal_eval(stmt.value)
+                except ValueError:
+                    # `60 * 60` and the like: arithmetic on constants only.
+                    if isinstance(stmt.value, ast.BinOp) and all(
+                            isinstance(n, (ast.BinOp, ast.Constant, ast.operator))
+                            for n in ast.walk(stmt.value)):
+                        fields[stmt.target.id] = eval(  # pylint: disable=eval-used
+                            compile(ast.Expression(stmt.value), path, "eval"), {})
+        out[node.name] = fields
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists(TFM_CONFIG_DEFINITIONS),
+                    reason="TFM source not unpacked at /tmp/tfm")
+def test_every_shared_field_default_matches_the_tfm_source():
+    tfm = _tfm_literal_defaults(TFM_CONFIG_DEFINITIONS)
+    compared = 0
+    for cls in (DataConfig, RuntimeConfig, TrainerConfig, TaskConfig):
+        ours = cls()
+        for name, default in tfm[cls.__name__].items():
+            if name in cls.field_names():
+                assert getattr(ours, name) == default, f"{cls.__name__}.{name}"
+                compared += 1
+    assert compared >= 50
+
+
+# ----- overrides ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class LayerConfig(Config):
+    units: int = 8
+    activation: str = "relu"
+    dropout: float = 0.0
+
+
+@dataclasses.dataclass
+class NetConfig(Config):
+    layers: List[LayerConfig] = dataclasses.field(
+        default_factory=lambda: [LayerConfig(units=16), LayerConfig(units=4, dropout=0.5)])
+    input_shape: Tuple[int, ...] = (28, 28)
+    name_and_size: Tuple[str, int] = ("net", 2)
+    tags: Sequence[str] = ("a",)
+    table: Dict[str, float] = dataclasses.field(default_factory=dict)
+    head: Optional[LayerConfig] = None
+    width: Union[int, str] = 1
+
+
+@dataclasses.dataclass
+class PickConfig(OneOfConfig):
+    first: LayerConfig = dataclasses.field(default_factory=LayerConfig)
+    second: NetConfig = dataclasses.field(default_factory=NetConfig)
+
+
+@dataclasses.dataclass
+class NetTaskConfig(TaskConfig):
+    model: NetConfig = dataclasses.field(default_factory=NetConfig)
+    pick: PickConfig = dataclasses.field(default_factory=PickConfig)
+    ratios: List[float] = dataclasses.field(default_factory=lambda: [0.5])
+
+
+def test_unknown_key_is_an_error_naming_the_dotted_path_and_valid_keys():
+    config = ExperimentConfig()
+    with pytest.raises(ConfigError) as error:
+        config.override({"trainer": {"optimizer_config": {"learning_rat": {}}}})
+    message = str(error.value)
+    assert "'trainer.optimizer_config.learning_rat'" in message
+    assert "Did you mean 'learning_rate'?" in message
+    assert "Valid keys at this level: ema, learning_rate, optimizer, warmup." in message
+
+
+def test_unknown_key_inside_a_list_of_configs_names_the_index():
+    config = NetTaskConfig()
+    with pytest.raises(ConfigError, match=r"'model\.layers\[1\]\.unit'.*Did you mean 'units'.*"
+                                          r"Valid keys at this level: activation, dropout, "
+                                          r"units\."):
+        config.override({"model": {"layers": [{}, {"unit": 3}]}})
+
+
+@pytest.mark.parametrize("override, pattern", [
+    ({"trainer": {"train_steps": "10"}}, r"'trainer\.train_steps' expects int, got str"),
+    ({"trainer": {"train_steps": 1.5}}, r"'trainer\.train_steps' expects int, got float"),
+    ({"trainer": {"train_steps": True}}, r"'trainer\.train_steps' expects int, got bool"),
+    ({"trainer": {"loss_upper_bound": "big"}},
+     r"'trainer\.loss_upper_bound' expects float, got str"),
+    ({"runtime": {"enable_xla": 1}}, r"'runtime\.enable_xla' expects bool, got int"),
+    ({"task": {"init_checkpoint": 3}}, r"'task\.init_checkpoint' expects str, got int"),
+    ({"task": {"train_data": {"input_path": 5}}},
+     r"'task\.train_data\.input_path' expects Sequence\[str\] or str, got int"),
+    ({"task": {"train_data": {"input_path": ["a", 2]}}},
+     r"'task\.train_data\.input_path' expects Sequence\[str\] or str, got list"),
+    ({"task": {"train_data": 3}}, r"'task\.train_data' expects a mapping for DataConfig"),
+    ({"trainer": {"steps_per_loop": None}}, r"'trainer\.steps_per_loop' expects int, got None"),
+    ({"runtime": {"loss_scale": [1]}}, r"'runtime\.loss_scale' expects str or float, got list"),
+])
+def test_wrong_type_is_an_error_naming_field_expected_and_given_type(override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        ExperimentConfig().override(override)
+
+
+def test_typed_containers_are_checked_item_by_item():
+    config = NetConfig()
+    with pytest.raises(ConfigError, match=r"'input_shape\[1\]' expects int, got str"):
+        config.override({"input_shape": [3, "x"]})
+    with pytest.raises(ConfigError, match=r"'name_and_size' expects 2 items"):
+        config.override({"name_and_size": ["x"]})
+    with pytest.raises(ConfigError, match=r"'table\.a' expects float, got str"):
+        config.override({"table": {"a": "x"}})
+    with pytest.raises(ConfigError, match=r"'tags' expects a list"):
+        config.override({"tags": "abc"})
+    config.override({"input_shape": [32, 32, 3], "name_and_size": ["big", 3],
+                     "tags": ["x", "y"], "table": {"a": 1}, "width": "wide"})
+    assert config.input_shape == (32, 32, 3)  # a tuple stays a tuple
+    assert config.name_and_size == ("big", 3)
+    assert config.tags == ("x", "y")
+    assert config.table == {"a": 1.0} and isinstance(config.table["a"], float)
+    assert config.width == "wide"
+
+
+def test_int_is_accepted_and_converted_where_a_float_is_expected():
+    config = ExperimentConfig()
+    config.override({"trainer": {"loss_upper_bound": 5}, "runtime": {"loss_scale": 128}})
+    assert config.trainer.loss_upper_bound == 5.0
+    assert isinstance(config.trainer.loss_upper_bound, float)
+    assert config.runtime.loss_scale == 128.0 and isinstance(config.runtime.loss_scale, float)
+    config.override({"runtime": {"loss_scale": "dynamic"}})
+    assert config.runtime.loss_scale == "dynamic"
+
+
+def test_nested_configs_override_field_by_field_in_place():
+    config = ExperimentConfig()
+    train_data = config.task.train_data
+    config.override({"task": {"train_data": {"global_batch_size": 32}}})
+    config.override({"task": {"train_data": {"is_training": True}}})
+    assert config.task.train_data is train_data  # the same object, updated
+    assert (train_data.global_batch_size, train_data.is_training) == (32, True)
+    assert train_data.shuffle_buffer_size == 100  # untouched fields keep their values
+
+
+def test_lists_of_configs_of_the_same_length_override_each_item_field_by_field():
+    config = NetConfig()
+    config.override({"layers": [{"activation": "gelu"}, {"units": 2}]})
+    assert config.layers == [LayerConfig(units=16, activation="gelu"),
+                             LayerConfig(units=2, dropout=0.5)]
+    # A different length rebuilds the list from the item type's defaults.
+    config.override({"layers": [{"units": 3}, {}, {"dropout": 0.1}]})
+    assert config.layers == [LayerConfig(units=3), LayerConfig(), LayerConfig(dropout=0.1)]
+
+
+def test_oneof_type_chooses_the_sub_config_and_only_it_is_serialised():
+    optimization = ll.OptimizationConfig()
+    optimization.override({"optimizer": {"type": "adam", "adam": {"beta_1": 0.8}},
+                           "learning_rate": {"type": "cosine",
+                                             "cosine": {"initial_learning_rate": 0.2,
+                                                        "decay_steps": 100}}})
+    assert optimization.optimizer.get().beta_1 == 0.8
+    assert optimization.optimizer.get() is optimization.optimizer.adam
+    as_dict = optimization.as_dict()
+    assert set(as_dict["optimizer"]) == {"type", "adam"}
+    assert as_dict["learning_rate"]["cosine"]["decay_steps"] == 100
+    assert as_dict["warmup"] == {"type": None}
+    with pytest.raises(ConfigError, match=r"Unknown value 'adamm' for 'optimizer\.type'\. "
+                                          r"Did you mean 'adam'\?"):
+        optimization.override({"optimizer": {"type": "adamm"}})
+
+
+def test_override_with_a_config_instance_and_optional_sub_config_created_from_its_type():
+    config = ExperimentConfig()
+    trainer = TrainerConfig(train_steps=7)
+    config.override({"trainer": trainer})
+    assert config.trainer.train_steps == 7 and config.trainer is not trainer
+    config.override(ExperimentConfig(runtime=RuntimeConfig(num_gpus=2)))
+    assert config.runtime.num_gpus == 2 and config.trainer.train_steps == 0
+
+    config.override({"trainer": {"optimizer_config": {"ema": {"average_decay": 0.5}}}})
+    ema = config.trainer.optimizer_config.ema
+    assert type(ema).__name__ == "EMAConfig"
+    assert (ema.average_decay, ema.dynamic_decay) == (0.5, True)  # others: EMAConfig defaults
+    config.override({"trainer": {"optimizer_config": {"ema": None}}})
+    assert config.trainer.optimizer_config.ema is None
+
+
+def test_non_strict_override_adds_unknown_keys_and_serialises_them():
+    config = ExperimentConfig()
+    config.override({"task": {"extra_field": 3, "model": {"depth": 2}},
+                     "trainer": {"train_steps": 4}}, is_strict=False)
+    assert config.task.extra_field == 3
+    assert config.task.model.depth == 2
+    assert config.trainer.train_steps == 4
+    as_dict = config.as_dict()
+    assert as_dict["task"]["extra_field"] == 3 and as_dict["task"]["model"] == {"depth": 2}
+    again = ExperimentConfig().override(yaml.safe_load(config.to_yaml()), is_strict=False)
+    assert again.as_dict() == as_dict
+    with pytest.raises(ConfigError, match=r"'task\.extra_field'"):
+        ExperimentConfig().override({"task": {"extra_field": 3}})
+    with pytest.raises(ConfigError, match="name of a TaskConfig attribute"):
+        ExperimentConfig().override({"task": {"override": 1}}, is_strict=False)
+
+
+def test_replace_copies_and_from_dict_builds_from_defaults():
+    config = ExperimentConfig()
+    changed = config.replace(trainer={"train_steps": 9})
+    assert changed.trainer.train_steps == 9 and config.trainer.train_steps == 0
+    built = ExperimentConfig.from_dict({"runtime": {"num_gpus": 1}})
+    assert built == ExperimentConfig(runtime=RuntimeConfig(num_gpus=1))
+    assert ExperimentConfig.from_dict(config.as_dict()) == config
+
+
+# ----- files and --params_override ---------------------------------------------------------
+
+
+def _args(**kwargs):
+    defaults = dict(experiment=None, config_file=None, tpu=None, params_override=None)
+    defaults.update(kwargs)
+    return types.SimpleNamespace(**defaults)
+
+
+@pytest.fixture
+def net_experiment():
+    """A registered experiment with lists, tuples and oneofs; unregistered afterwards."""
+    name = "test_config_net_experiment"
+
+    @registry.register_config_factory(name)
+    def factory():
+        config = ExperimentConfig(task=NetTaskConfig())
+        config.override({
+            "task": {"pick": {"type": "second", "second": {"layers": [{"units": 5}]}},
+                     "ratios": [0.25, 0.75],
+                     "train_data": {"global_batch_size": 16, "is_training": True}},
+            "trainer": {"steps_per_loop": 10, "summary_interval": 20,
+                        "optimizer_config": {
+                            "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+                            "learning_rate": {"type": "stepwise", "stepwise": {
+                                "boundaries": [10, 20], "values": [0.1, 0.01, 0.001]}},
+                            "ema": {"average_decay": 0.999}}},
+            "runtime": {"loss_scale": 256}})
+        return config
+
+    yield name
+    registry._EXPERIMENTS.pop(name, None)  # pylint: disable=protected-access
+
+
+def test_override_order_default_then_config_files_then_params_override(tmp_path,
+                                                                       net_experiment):
+    first = tmp_path / "first.yaml"
+    first.write_text("trainer:\n  train_steps: 100\n  max_to_keep: 2\n"
+                     "task:\n  init_checkpoint: /from/yaml\n")
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps({"trainer": {"train_steps": 200},
+                                  "task": {"model": {"input_shape": [8, 8]}}}))
+    params = ll.parse_configuration(_args(
+        experiment=net_experiment, config_file=[str(first), str(second)],
+        params_override="trainer.train_steps=300,task.init_checkpoint='/from/flag'"))
+    assert params.trainer.train_steps == 300  # params_override beats both files
+    assert params.trainer.max_to_keep == 2  # first file, untouched afterwards
+    assert params.task.init_checkpoint == "/from/flag"
+    assert params.task.model.input_shape == (8, 8)  # the JSON file
+    assert params.trainer.steps_per_loop == 10  # the experiment's own default
+    assert params.trainer.validation_steps == -1  # TFM's default
+
+    same = override_config(registry.get_exp_config(net_experiment),
+                           [str(first), str(second)],
+                           "trainer.train_steps=300,task.init_checkpoint='/from/flag'")
+    assert same == params
+
+
+@pytest.mark.parametrize("text", [
+    "trainer:\n  train_steps: 5\n  optimizer_config: {learning_rate: {type: constant}}",
+    '{"trainer": {"train_steps": 5, "optimizer_config": {"learning_rate": '
+    '{"type": "constant"}}}}',
+    "trainer.train_steps=5,trainer.optimizer_config.learning_rate.type='constant'",
+    "trainer.train_steps=5, trainer.optimizer_config.learning_rate.type=constant",
+])
+def test_params_override_forms_agree(text):
+    assert parse_params_override(text) == {
+        "trainer": {"train_steps": 5,
+                    "optimizer_config": {"learning_rate": {"type": "constant"}}}}
+
+
+def test_params_override_from_a_yaml_file_path(tmp_path):
+    path = tmp_path / "override.yaml"
+    path.write_text("runtime:\n  num_gpus: 3\n")
+    config = override_config(ExperimentConfig(), params_override=str(path))
+    assert config.runtime.num_gpus == 3
+
+
+def test_params_override_values_are_yaml_typed():
+    parsed = parse_params_override(
+        "a.lr=1e-4,a.big=3E5,a.n=7,a.flag=true,a.none=null,a.s='x,y',a.l=[1, 2],"
+        "a.path=/a/b=c,a.neg=-2.5e-3")
+    assert parsed == {"a": {"lr": 1e-4, "big": 3e5, "n": 7, "flag": True, "none": None,
+                            "s": "x,y", "l": [1, 2], "path": "/a/b=c", "neg": -2.5e-3}}
+    assert isinstance(parsed["a"]["lr"], float)
+    # The same in YAML form and in config files.
+    assert parse_params_override("a: {lr: 1e-4}") == {"a": {"lr": 1e-4}}
+
+
+@pytest.mark.parametrize("text, pattern", [
+    ("trainer.train_steps=5,oops", r"item 'oops' is not of the form key=value"),
+    ("a.b=1,a=2", r"sets 'a' and keys below it"),
+    ("a=1,a.b=2", r"sets both 'a' and 'a\.b'"),
+    ("a=1,a=2", r"sets 'a' and it twice"),
+    ("missing_file.yaml", r"file 'missing_file\.yaml' does not exist"),
+    ("[1, 2]", r"must be a mapping"),
+    ("a: [1, 2", r"not valid YAML/JSON"),
+])
+def test_bad_params_override_is_a_one_line_config_error(text, pattern):
+    with pytest.raises(ConfigError, match=pattern) as error:
+        parse_params_override(text)
+    assert "\n" not in str(error.value)
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"'.*nope\.yaml' does not exist"):
+        load_config_file(str(tmp_path / "nope.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml' is not valid YAML/JSON"):
+        load_config_file(str(bad))
+    listing = tmp_path / "list.json"
+    listing.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"must hold a mapping at the top level, got list"):
+        load_config_file(str(listing))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_config_file(str(empty)) == {}
+
+
+# ----- round trips -------------------------------------------------------------------------
+
+
+def test_every_registered_experiment_round_trips_through_params_yaml(tmp_path, net_experiment):
+    names = ll.registered_experiments()
+    assert net_experiment in names and "digits_mlp" in names
+    for name in names:
+        original = ll.get_exp_config(name)
+        path = ll.serialize_config(original, str(tmp_path / name))
+        assert os.path.basename(path) == "params.yaml"
+        with open(path) as f:
+            text = f.read()
+        loaded = ll.get_exp_config(name).override(yaml.safe_load(text))
+        assert loaded == original, name
+        assert loaded.to_yaml() == text, name  # serialising again gives the same file
+
+
+def test_round_trip_keeps_lists_of_configs_tuples_and_the_chosen_oneof(tmp_path, net_experiment):
+    original = ll.get_exp_config(net_experiment)
+    original.override({"task": {"model": {"layers": [{"units": 1}, {"units": 2},
+                                                     {"activation": "tanh"}]}}})
+    path = tmp_path / "params.yaml"
+    original.save_yaml(str(path))
+    saved = yaml.safe_load(path.read_text())
+    assert [layer["units"] for layer in saved["task"]["model"]["layers"]] == [1, 2, 8]
+    assert saved["task"]["pick"] == {"type": "second", "second": saved["task"]["pick"]["second"]}
+    assert saved["trainer"]["optimizer_config"]["ema"]["average_decay"] == 0.999
+    loaded = ll.get_exp_config(net_experiment).override(saved)
+    assert loaded == original
+    assert loaded.task.pick.get().layers == [LayerConfig(units=5)]
+    assert loaded.task.model.input_shape == (28, 28)
+    # Also from a plain default config (no experiment factory) of the same classes.
+    fresh = ExperimentConfig(task=NetTaskConfig()).override(saved)
+    assert fresh.as_dict() == original.as_dict()
+
+
+def test_as_dict_is_plain_data():
+    as_dict = ExperimentConfig(task=NetTaskConfig()).as_dict()
+
+    def walk(value):
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and walk(v) for k, v in value.items())
+        if isinstance(value, list):
+            return all(walk(v) for v in value)
+        return value is None or isinstance(value, (bool, int, float, str))
+
+    assert walk(as_dict)
+    assert as_dict["task"]["model"]["input_shape"] == [28, 28]
+
+
+# ----- validate() --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("trainer, pattern", [
+    (dict(steps_per_loop=0), r"trainer\.steps_per_loop \(0\) must be a positive integer"),
+    (dict(steps_per_loop=100, summary_interval=150),
+     r"trainer\.summary_interval \(150\) must be a multiple of trainer\.steps_per_loop \(100\)"),
+    (dict(summary_interval=0), r"trainer\.summary_interval \(0\) must be a positive"),
+    (dict(best_checkpoint_metric_comp="bigger"),
+     r"best_checkpoint_metric_comp 'bigger' must be 'higher' or 'lower'"),
+    (dict(eval_tf_while_loop=True),
+     r"validation_steps is -1 .* but trainer\.eval_tf_while_loop is true"),
+    (dict(train_tf_while_loop=True, train_tf_function=False),
+     r"train_tf_while_loop requires trainer\.train_tf_function"),
+    (dict(eval_tf_while_loop=True, eval_tf_function=False, validation_steps=5),
+     r"eval_tf_while_loop requires trainer\.eval_tf_function"),
+    (dict(validation_steps=0), r"validation_steps \(0\) must be > 0, or -1"),
+    (dict(train_steps=-1), r"train_steps \(-1\) must be >= 0"),
+    (dict(validation_interval=0), r"validation_interval \(0\) must be >= 1"),
+    (dict(checkpoint_interval=-5), r"checkpoint_interval \(-5\) must be >= 0"),
+    (dict(max_to_keep=0), r"max_to_keep \(0\) must be >= 1"),
+])
+def test_validate_rejects_bad_trainer_settings_before_training(trainer, pattern):
+    config = ExperimentConfig()
+    config.override({"trainer": trainer})
+    with pytest.raises(ConfigError, match=pattern):
+        config.validate()
+
+
+@pytest.mark.parametrize("override, pattern", [
+    ({"runtime": {"mixed_precision_dtype": "float8"}}, r"mixed_precision_dtype 'float8'"),
+    ({"runtime": {"loss_scale": "auto"}}, r"loss_scale 'auto' must be 'dynamic'"),
+    ({"runtime": {"loss_scale": -1}}, r"loss_scale \(-1\.0\) must be a positive number"),
+    ({"task": {"train_data": {"global_batch_size": -8}}}, r"global_batch_size \(-8\)"),
+    ({"trainer": {"optimizer_config": {"optimizer": {"type": "sgd"},
+                                       "learning_rate": {"type": "stepwise"}}}},
+     r"stepwise"),
+])
+def test_validate_reaches_runtime_data_and_optimizer_configs(override, pattern):
+    config = ExperimentConfig().override(override)
+    with pytest.raises(ConfigError, match=pattern):
+        config.validate()
+
+
+def test_validate_accepts_defaults_and_every_registered_experiment():
+    ExperimentConfig().validate()
+    TrainerConfig(steps_per_loop=10, summary_interval=30, eval_tf_while_loop=True,
+                  validation_steps=4).validate()
+    for name in ll.registered_experiments():
+        ll.get_exp_config(name).validate()
+
+
+def test_override_config_validates_after_overriding():
+    with pytest.raises(ConfigError, match="must be a multiple"):
+        override_config(ExperimentConfig(), params_override="trainer.steps_per_loop=300")
+    config = override_config(ExperimentConfig(), params_override=(
+        "trainer.steps_per_loop=250,trainer.summary_interval=500"))
+    assert (config.trainer.steps_per_loop, config.trainer.summary_interval) == (250, 500)
+
+
+def test_configs_with_unresolvable_string_annotations_still_override():
+    # Classes local to a function, annotated by name (as under `from __future__ import
+    # annotations`): the field falls back to its default's type.
+    @dataclasses.dataclass
+    class LocalInner(Config):
+        size: int = 1
+
+    @dataclasses.dataclass
+    class LocalOuter(Config):
+        inner: "LocalInner" = dataclasses.field(default_factory=LocalInner)
+        count: "int" = 0
+
+    config = LocalOuter().override({"inner": {"size": 3}, "count": 2})
+    assert config == LocalOuter(inner=LocalInner(size=3), count=2)
+    with pytest.raises(ConfigError, match=r"'inner\.sise'.*Did you mean 'size'"):
+        config.override({"inner": {"sise": 3}})
+    with pytest.raises(ConfigError, match=r"'count' expects int, got str"):
+        config.override({"count": "2"})
+
+
+def test_from_yaml_reads_a_file_strictly(tmp_path):
+    path = tmp_path / "experiment.yaml"
+    path.write_text("trainer:\n  train_steps: 11\n  loss_upper_bound: 1e3\n")
+    config = ExperimentConfig.from_yaml(str(path))
+    assert config.trainer.train_steps == 11 and config.trainer.loss_upper_bound == 1000.0
+    path.write_text("trainer:\n  train_step: 11\n")
+    with pytest.raises(ConfigError, match=r"'trainer\.train_step'.*Did you mean 'train_steps'"):
+        ExperimentConfig.from_yaml(str(path))

@@ -1,0 +1,255 @@
+"""Registries: experiment factories, task classes, registry imports and entry-point plugins."""
+
+import dataclasses
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import lite_launcher as ll
+from lite_launcher import registry
+from lite_launcher.registry import RegistryError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def clean_registry():
+    """Removes whatever a test registers (experiments, tasks, imported modules)."""
+    registry.registered_experiments()  # built-ins first, so they are not removed
+    experiments = dict(registry._EXPERIMENTS)  # pylint: disable=protected-access
+    tasks = dict(registry._TASKS)  # pylint: disable=protected-access
+    modules = set(sys.modules)
+    yield
+    registry._EXPERIMENTS.clear()  # pylint: disable=protected-access
+    registry._EXPERIMENTS.update(experiments)  # pylint: disable=protected-access
+    registry._TASKS.clear()  # pylint: disable=protected-access
+    registry._TASKS.update(tasks)  # pylint: disable=protected-access
+    for name in set(sys.modules) - modules:
+        if name.startswith("regtest_"):
+            del sys.modules[name]
+
+
+@dataclasses.dataclass
+class RegTestTaskConfig(ll.TaskConfig):
+    width: int = 4
+
+
+@dataclasses.dataclass
+class RegTestChildTaskConfig(RegTestTaskConfig):
+    depth: int = 1
+
+
+class RegTestTask(ll.Task):
+    pass
+
+
+def test_get_exp_config_returns_a_fresh_config_each_call(clean_registry):
+    shared = ll.ExperimentConfig()
+
+    @ll.register_config_factory("regtest_fresh")
+    def factory():
+        return shared  # even a factory that hands out one object
+
+    first = ll.get_exp_config("regtest_fresh")
+    first.trainer.train_steps = 123
+    first.task.train_data.override({"global_batch_size": 7})
+    second = ll.get_exp_config("regtest_fresh")
+    assert second is not first
+    assert second.trainer.train_steps == 0
+    assert second.task.train_data.global_batch_size == 0
+    assert shared.trainer.train_steps == 0
+
+
+def test_registered_experiments_lists_built_ins_and_new_names_sorted(clean_registry):
+    @ll.register_config_factory("regtest_listed")
+    def factory():
+        return ll.ExperimentConfig()
+
+    names = ll.registered_experiments()
+    assert names == sorted(names)
+    assert {"digits_mlp", "digits_cnn", "mlp_tiny", "cnn_small", "mock",
+            "regtest_listed"} <= set(names)
+
+
+def test_registering_an_experiment_twice_names_both_registrants(clean_registry):
+    @ll.register_config_factory("regtest_twice")
+    def first_factory():
+        return ll.ExperimentConfig()
+
+    with pytest.raises(RegistryError) as error:
+        @ll.register_config_factory("regtest_twice")
+        def second_factory():
+            return ll.ExperimentConfig()
+
+    message = str(error.value)
+    assert "'regtest_twice' is registered twice" in message
+    assert "first_factory" in message and "second_factory" in message
+    assert __file__ in message  # where each registrant lives
+    assert ll.get_exp_config("regtest_twice") is not None  # the first one stays
+
+
+def test_unknown_experiment_lists_known_names_and_the_closest_match():
+    with pytest.raises(ll.ConfigError) as error:
+        ll.get_exp_config("digits_mpl")
+    message = str(error.value)
+    assert "Unknown experiment 'digits_mpl'. Did you mean 'digits_mlp'?" in message
+    for name in ("cnn_small", "digits_cnn", "digits_mlp", "mlp_tiny", "mock"):
+        assert name in message
+    assert "--registry_imports" in message
+
+
+def test_get_task_builds_the_registered_task(clean_registry, tmp_path):
+    ll.register_task_cls(RegTestTaskConfig)(RegTestTask)
+    config = RegTestTaskConfig(width=9)
+    task = ll.get_task(config, logging_dir=str(tmp_path), name="regtest_task")
+    assert type(task) is RegTestTask
+    assert task.task_config is config
+    assert task.logging_dir == str(tmp_path)
+    assert task.name == "regtest_task"
+    default = ll.get_task(config)
+    assert default.logging_dir == "" and default.name == "reg_test_task"
+    # A config subclass without its own task uses its parent's, as in TFM.
+    assert type(ll.get_task(RegTestChildTaskConfig())) is RegTestTask
+
+
+def test_registering_a_task_config_twice_names_both_registrants(clean_registry):
+    ll.register_task_cls(RegTestTaskConfig)(RegTestTask)
+
+    class OtherRegTestTask(ll.Task):
+        pass
+
+    with pytest.raises(RegistryError) as error:
+        ll.register_task_cls(RegTestTaskConfig)(OtherRegTestTask)
+    message = str(error.value)
+    assert "RegTestTaskConfig is registered twice" in message
+    assert "RegTestTask" in message and "OtherRegTestTask" in message
+
+
+def test_unknown_task_config_lists_known_configs_and_the_closest_match():
+    @dataclasses.dataclass
+    class DigitTaskConfig(ll.TaskConfig):
+        pass
+
+    with pytest.raises(ll.ConfigError) as error:
+        ll.get_task(DigitTaskConfig())
+    message = str(error.value)
+    assert "No task registered for config DigitTaskConfig." in message
+    assert "Did you mean 'DigitsTaskConfig'?" in message
+    assert "WorkloadTaskConfig" in message
+
+
+# ----- registry imports and entry-point plugins ---------------------------------------------
+
+
+def _write_module(directory, name, experiment):
+    (directory / f"{name}.py").write_text(textwrap.dedent(f"""
+        import lite_launcher as ll
+
+
+        @ll.register_config_factory({experiment!r})
+        def _factory():
+            config = ll.ExperimentConfig()
+            config.trainer.train_steps = 42
+            return config
+    """))
+
+
+def _write_plugin(directory, module, entry_name="fake"):
+    """A `fake_plugin` distribution (no install): importlib.metadata finds its dist-info."""
+    dist_info = directory / "fake_plugin-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake_plugin\n"
+                                        "Version: 0.1\n")
+    (dist_info / "entry_points.txt").write_text(
+        f"[{registry.ENTRY_POINT_GROUP}]\n{entry_name} = {module}\n")
+
+
+def test_import_registry_modules_registers_their_experiments(clean_registry, tmp_path,
+                                                             monkeypatch):
+    _write_module(tmp_path, "regtest_imported", "regtest_imported_exp")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.import_registry_modules(["regtest_imported"])
+    assert ll.get_exp_config("regtest_imported_exp").trainer.train_steps == 42
+    with pytest.raises(RegistryError, match=r"--registry_imports module 'regtest_missing' "
+                                            r"cannot be imported"):
+        registry.import_registry_modules(["regtest_missing"])
+
+
+def test_entry_point_plugins_are_loaded_in_process(clean_registry, tmp_path, monkeypatch):
+    _write_module(tmp_path, "regtest_plugin_mod", "regtest_plugin_exp")
+    _write_plugin(tmp_path, "regtest_plugin_mod", entry_name="regtest_plugin")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    loaded = registry.load_entry_point_plugins()
+    assert "regtest_plugin" in loaded
+    assert ll.get_exp_config("regtest_plugin_exp").trainer.train_steps == 42
+
+
+def test_a_broken_entry_point_plugin_is_a_clear_error(clean_registry, tmp_path, monkeypatch):
+    _write_plugin(tmp_path, "regtest_no_such_module", entry_name="regtest_broken")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    with pytest.raises(RegistryError, match=r"Installed plugin 'regtest_broken' "
+                                            r"\(regtest_no_such_module, from distribution "
+                                            r"'fake_plugin'.*cannot be imported"):
+        registry.load_entry_point_plugins()
+
+
+def _lite_train():
+    """The installed `lite-train` script next to this Python, else the module."""
+    script = os.path.join(os.path.dirname(sys.executable), "lite-train")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "lite_launcher.main"]
+
+
+def _env(*paths):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env["PYTHONPATH"] = os.pathsep.join([*paths, ROOT, env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_lite_train_lists_plugin_and_registry_import_experiments(tmp_path):
+    _write_module(tmp_path, "regtest_cli_plugin", "regtest_cli_plugin_exp")
+    _write_plugin(tmp_path, "regtest_cli_plugin")
+    _write_module(tmp_path, "regtest_cli_import", "regtest_cli_import_exp")
+    result = subprocess.run(
+        _lite_train() + ["--list_experiments", "--registry_imports=regtest_cli_import"],
+        env=_env(str(tmp_path)), cwd=str(tmp_path), capture_output=True, text=True,
+        timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = result.stdout.split()
+    assert "regtest_cli_plugin_exp" in names  # found through the entry point alone
+    assert "regtest_cli_import_exp" in names
+    assert "digits_mlp" in names
+    assert names == sorted(names)
+
+
+def test_lite_train_unimportable_registry_import_exits_2_with_one_line(tmp_path):
+    result = subprocess.run(
+        _lite_train() + ["--list_experiments", "--registry_imports=regtest_nowhere"],
+        env=_env(), cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("lite-train:")]
+    assert len(errors) == 1 and "'regtest_nowhere' cannot be imported" in errors[0]
+
+
+def test_lite_train_help_does_not_import_tensorflow():
+    code = textwrap.dedent("""
+        import sys
+        import lite_launcher.main as main
+        assert "tensorflow" not in sys.modules
+        sys.argv = ["lite-train", "--help"]
+        try:
+            main.run()
+        except SystemExit:
+            pass
+        assert "tensorflow" not in sys.modules, "lite-train --help imported TensorFlow"
+        print("OK")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], env=_env(), cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "USAGE" in result.stdout and result.stdout.rstrip().endswith("OK")
