@@ -41,7 +41,12 @@ def _closest(name: str, known) -> str:
 
 
 def register_config_factory(name: str):
-    """Decorator registering a function that returns a fresh `ExperimentConfig`."""
+    """Decorator registering a function that returns a fresh `ExperimentConfig`.
+
+    Registering a name twice is a `RegistryError` naming both registrants.
+    """
+    if not isinstance(name, str) or not name:
+        raise RegistryError(f"An experiment name must be a non-empty string, got {name!r}.")
 
     def decorator(factory):
         if name in _EXPERIMENTS:
@@ -93,6 +98,7 @@ def register_task_cls(task_config_cls: type):
 
 
 def get_task_cls(task_config_cls: type) -> Type:
+    """The Task class registered for `task_config_cls` or its nearest registered base class."""
     _ensure_builtins_loaded()
     # Walk the MRO so a config subclass finds its parent's task, as in TFM.
     for cls in getattr(task_config_cls, "__mro__", (task_config_cls,)):

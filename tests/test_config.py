@@ -370,9 +370,10 @@ def test_params_override_from_a_yaml_file_path(tmp_path):
 def test_params_override_values_are_yaml_typed():
     parsed = parse_params_override(
         "a.lr=1e-4,a.big=3E5,a.n=7,a.flag=true,a.none=null,a.s='x,y',a.l=[1, 2],"
-        "a.path=/a/b=c,a.neg=-2.5e-3")
+        "a.path=/a/b=c,a.neg=-2.5e-3,a.dot=.5e1,a.word=e5")
     assert parsed == {"a": {"lr": 1e-4, "big": 3e5, "n": 7, "flag": True, "none": None,
-                            "s": "x,y", "l": [1, 2], "path": "/a/b=c", "neg": -2.5e-3}}
+                            "s": "x,y", "l": [1, 2], "path": "/a/b=c", "neg": -2.5e-3,
+                            "dot": 5.0, "word": "e5"}}
     assert isinstance(parsed["a"]["lr"], float)
     # The same in YAML form and in config files.
     assert parse_params_override("a: {lr: 1e-4}") == {"a": {"lr": 1e-4}}

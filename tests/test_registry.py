@@ -92,6 +92,11 @@ def test_registering_an_experiment_twice_names_both_registrants(clean_registry):
     assert ll.get_exp_config("regtest_twice") is not None  # the first one stays
 
 
+def test_experiment_names_must_be_non_empty_strings():
+    with pytest.raises(RegistryError, match="non-empty string"):
+        ll.register_config_factory("")
+
+
 def test_unknown_experiment_lists_known_names_and_the_closest_match():
     with pytest.raises(ll.ConfigError) as error:
         ll.get_exp_config("digits_mpl")
