@@ -220,14 +220,16 @@ def test_lite_train_lists_plugin_and_registry_import_experiments(tmp_path):
     _write_module(tmp_path, "regtest_cli_plugin", "regtest_cli_plugin_exp")
     _write_plugin(tmp_path, "regtest_cli_plugin")
     _write_module(tmp_path, "regtest_cli_import", "regtest_cli_import_exp")
+    _write_module(tmp_path, "regtest_cli_import2", "regtest_cli_import2_exp")
     result = subprocess.run(
-        _lite_train() + ["--list_experiments", "--registry_imports=regtest_cli_import"],
+        _lite_train() + ["--list_experiments", "--registry_imports=regtest_cli_import",
+                         "--registry_imports", "regtest_cli_import2"],  # repeatable
         env=_env(str(tmp_path)), cwd=str(tmp_path), capture_output=True, text=True,
         timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     names = result.stdout.split()
     assert "regtest_cli_plugin_exp" in names  # found through the entry point alone
-    assert "regtest_cli_import_exp" in names
+    assert "regtest_cli_import_exp" in names and "regtest_cli_import2_exp" in names
     assert "digits_mlp" in names
     assert names == sorted(names)
 

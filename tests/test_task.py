@@ -1,5 +1,6 @@
 """Task: TFM's contract, the default train step against a numpy hand computation, init_checkpoint."""
 
+import inspect
 import os
 
 import keras
@@ -201,6 +202,30 @@ def test_base_task_contract_and_defaults(tmp_path):
         task.build_model()
     with pytest.raises(NotImplementedError, match="build_inputs"):
         task.build_inputs(config.train_data, input_context=None)
+
+
+def test_task_method_signatures_follow_tfm():
+    expected = {
+        "__init__": ["self", "params", "logging_dir", "name"],
+        "initialize": ["self", "model"],
+        "build_model": ["self"],
+        "build_inputs": ["self", "params", "input_context"],
+        "build_losses": ["self", "labels", "model_outputs", "aux_losses"],
+        "build_metrics": ["self", "training"],
+        "process_metrics": ["self", "metrics", "labels", "model_outputs", "kwargs"],
+        "train_step": ["self", "inputs", "model", "optimizer", "metrics"],
+        "validation_step": ["self", "inputs", "model", "metrics"],
+        "inference_step": ["self", "inputs", "model"],
+        "aggregate_logs": ["self", "state", "step_logs"],
+        "reduce_aggregated_logs": ["self", "aggregated_logs", "global_step"],
+    }
+    for method, names in expected.items():
+        assert list(inspect.signature(getattr(ll.Task, method)).parameters) == names, method
+    assert list(inspect.signature(ll.Task.create_optimizer).parameters) == [
+        "optimizer_config", "runtime_config"]  # a classmethod, as in TFM
+    assert inspect.signature(ll.Task.build_inputs).parameters["input_context"].default is None
+    assert inspect.signature(ll.Task.create_optimizer).parameters[
+        "runtime_config"].default is None
 
 
 def test_inputs_that_are_not_a_pair_are_both_features_and_labels():
