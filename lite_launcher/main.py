@@ -103,6 +103,26 @@ def save_gin_config(mode: str, model_dir: str) -> str:
     return path
 
 
+def maybe_run_cluster_server(params) -> None:
+    """Serves as a parameter-server cluster's worker or ps task, when TF_CONFIG names one.
+
+    With `runtime.distribution_strategy: parameter_server` the same `lite-train` command runs
+    on every machine: the 'chief' task trains (it is the coordinator), while 'worker' and
+    'ps' tasks start their `tf.distribute.Server` here and serve until they are stopped
+    (this function then never returns). Other strategies and tasks return at once.
+    """
+    if params.runtime.distribution_strategy != "parameter_server":
+        return
+    from lite_launcher import strategy as strategy_lib
+
+    server = strategy_lib.start_server_from_tf_config()
+    if server is None:
+        return
+    logging.info("Serving as a worker/ps task of the parameter-server cluster at %s (TF_CONFIG); "
+                 "stop the process to end it.", server.target)
+    server.join()
+
+
 def _is_preemption_error(error) -> bool:
     import tensorflow as tf
 
@@ -177,7 +197,12 @@ def _main():
 
     from lite_launcher import strategy as strategy_lib
 
-    if modes.mode_trains(mode):
+    maybe_run_cluster_server(params)
+    # TF_CONFIG from runtime.worker_hosts first: it tells whether this process is the chief.
+    strategy_lib.configure_cluster(params.runtime.worker_hosts, params.runtime.task_index)
+    # Only the chief writes params.yaml and the gin config (as checkpoints and summaries).
+    chief = strategy_lib.is_chief_process(params.runtime.distribution_strategy)
+    if modes.mode_trains(mode) and chief:
         serialize_config(params, model_dir)
     if params.runtime.mixed_precision_dtype:
         strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
@@ -186,7 +211,7 @@ def _main():
         tf.config.run_functions_eagerly(True)
     run_with_preemption_recovery(params, mode, model_dir,
                                  enable_async_checkpointing=FLAGS.enable_async_checkpointing)
-    if modes.mode_trains(mode):
+    if modes.mode_trains(mode) and chief:
         save_gin_config(mode, model_dir)
 
 
@@ -195,6 +220,11 @@ def _flags_parser(argv):
         return FLAGS(argv)
     except flags.Error as error:
         _user_error(f"{error} (see lite-train --help)")
+    except SystemExit as exit_request:
+        # absl exits with 1 after printing --help; asking for help is not a failure.
+        if any(arg in ("--help", "-h", "--helpfull", "--helpshort", "-?") for arg in argv[1:]):
+            sys.exit(0)
+        raise
 
 
 def run():
