@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher.base_config import ConfigError
 from lite_launcher.summaries import SummaryManager, scalar
 
 Output = Dict[str, Any]
@@ -47,6 +48,40 @@ _MAX_CACHED_STEP_TENSORS = 64
 # checkpoint reader on a truncated data file. Shape or structure mismatches (ValueError) are
 # the user's mistake and still raise.
 _UNREADABLE_CHECKPOINT_ERRORS = (tf.errors.OpError, IndexError)
+
+# How Keras 3 and TensorFlow word a restore into a variable of another shape.
+_KERAS_SHAPE_MISMATCH = re.compile(
+    r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))"
+    r".*?<Variable path=([^,>\s]+)", re.DOTALL)
+_TF_SHAPE_MISMATCH = re.compile(
+    r"incompatible tensor with shape (\([^)]*\)) when attempting to restore variable with "
+    r"shape (\([^)]*\)) and name (\S+?)\.?(?:\s|$)")
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, file too large, no permission, ...).
+
+    The message names the directory and the failing file; checkpoints written before are
+    intact, and a restart resumes from the newest of them.
+    """
+
+
+def _shape_mismatch(error: ValueError, checkpoint_path: Optional[str]) -> Optional[ConfigError]:
+    """A one-line ConfigError naming the variable and both shapes, if `error` is a mismatch."""
+    message = str(error)
+    match = _KERAS_SHAPE_MISMATCH.search(message)
+    if match:
+        model_shape, checkpoint_shape, name = match.groups()
+    else:
+        match = _TF_SHAPE_MISMATCH.search(message)
+        if not match:
+            return None
+        checkpoint_shape, model_shape, name = match.groups()
+    return ConfigError(
+        f"Checkpoint {checkpoint_path} does not fit the model: variable {name} has shape "
+        f"{checkpoint_shape} in the checkpoint but {model_shape} in the model. The model_dir "
+        f"was written by a different model: use a new model_dir, or the model config it was "
+        f"trained with.")
 
 
 def _to_values(output: Mapping) -> Dict[str, Any]:
@@ -476,6 +511,11 @@ class Controller:
                 with self.strategy.scope():
                     logging.info("restoring model from %s...", path)
                     self.checkpoint_manager.checkpoint.restore(path).expect_partial()
+            except ValueError as error:
+                mismatch = _shape_mismatch(error, path)
+                if mismatch is None:
+                    raise
+                raise mismatch from error
             except _UNREADABLE_CHECKPOINT_ERRORS as error:
                 logging.warning(
                     "Skipping checkpoint %s: it could not be restored (%s: %s). It was probably "
@@ -508,10 +548,16 @@ class Controller:
         self._require("checkpoint_manager", "restore_checkpoint")
         manager = self.checkpoint_manager
         with self.strategy.scope():  # Variables created on restore belong to the strategy.
-            if checkpoint_path is not None:
-                manager.checkpoint.restore(checkpoint_path)
-            else:
-                checkpoint_path = manager.restore_or_initialize()
+            try:
+                if checkpoint_path is not None:
+                    manager.checkpoint.restore(checkpoint_path)
+                else:
+                    checkpoint_path = manager.restore_or_initialize()
+            except ValueError as error:
+                mismatch = _shape_mismatch(error, checkpoint_path or manager.latest_checkpoint)
+                if mismatch is None:
+                    raise
+                raise mismatch from error
         if checkpoint_path is None:
             logging.info("No checkpoint in %s: starting from the initial values (init_fn of the "
                          "checkpoint manager called if it has one).", manager.directory)
@@ -579,8 +625,12 @@ class Controller:
                 "trainer.train(%d) did not advance global_step by %d: it went from %d to %d "
                 "(expected %d).", num_steps, num_steps, current, step, current + num_steps)
         raw_output = raw_output if raw_output is not None else {}
-        for action in self.train_actions:
-            action(raw_output)
+        if self.train_actions:
+            for action in self.train_actions:
+                action(raw_output)
+            # An action may move the step (loss recovery restores a checkpoint): checkpoint
+            # numbers and summaries must follow the restored step.
+            step = self._read_step()
         return _to_values(raw_output), step
 
     def _summary_due(self, previous: int, current: int) -> bool:
@@ -603,8 +653,16 @@ class Controller:
         manager = self.checkpoint_manager
         if manager is None or current == self._last_saved_step:
             return None
-        path = manager.save(checkpoint_number=current, check_interval=check_interval,
-                            options=self._checkpoint_options)
+        try:
+            path = manager.save(checkpoint_number=current, check_interval=check_interval,
+                                options=self._checkpoint_options)
+        except (tf.errors.OpError, OSError) as error:
+            detail = " ".join((getattr(error, "message", None) or str(error)).split())
+            raise CheckpointWriteError(
+                f"Could not write the checkpoint of step {current} to {manager.directory}: "
+                f"{detail}. Earlier checkpoints are intact (latest: "
+                f"{manager.latest_checkpoint}); free space or fix permissions, then restart "
+                f"to resume from it.") from error
         if path is not None:
             self._last_saved_step = current
             logging.info("Saved checkpoint %s.", path)

@@ -228,6 +228,14 @@ class Trainer:
                     "parameter_server strategy (per-worker iterators cannot be saved).")
             # The iterator must exist before the checkpoint is restored, so it is made here.
             self._train_iter = tf.nest.map_structure(iter, train_dataset)
+            if not all(isinstance(iterator, tf.__internal__.tracking.Trackable)
+                       for iterator in tf.nest.flatten(self._train_iter)):
+                # tf.distribute's iterators (any strategy but the default) cannot be saved.
+                raise ConfigError(
+                    f"trainer.checkpoint_train_iterator needs a tf.data iterator that can be "
+                    f"saved, but the {type(self._strategy).__name__} input iterator cannot: "
+                    f"set runtime.distribution_strategy to 'off' or "
+                    f"trainer.checkpoint_train_iterator to false.")
             self._checkpoint = tf.train.Checkpoint(
                 global_step=self._global_step, model=model, optimizer=optimizer,
                 train_iterator=self._train_iter, **checkpoint_items)
