@@ -66,6 +66,10 @@ class RuntimeConfig(Config):
     loss_scale: Optional[Union[str, float]] = None
     run_eagerly: bool = False
     batchnorm_spatial_persistent: bool = False
+    # lite_launcher addition (off by default): the driver calls
+    # tf.config.experimental.enable_op_determinism() and seeds Python, NumPy and TensorFlow
+    # with 0, so that a run (and a resumed run) gives bit-identical results on CPU.
+    deterministic_ops: bool = False
 
     def _validate(self):
         if self.mixed_precision_dtype not in (None, "float32", "float16", "bfloat16"):
