@@ -289,16 +289,18 @@ def markdown(summary, checks, meta):
 
 
 HOW = (
-    "each figure comes from its own process. Train rows run 1 + N outer loops through "
-    "`run_experiment(mode='train')` with the default strategy; a train action timestamps the "
-    "end of each loop and steps/s is taken over the N loops after the first (tracing) one, "
-    "so it includes all per-loop controller work. The eval row runs "
+    "each figure comes from its own process. Train rows run WARMUP_LOOPS "
+    f"({workloads.WARMUP_LOOPS}) + N outer loops through `run_experiment(mode='train')` with "
+    "the default strategy; a train action timestamps the end of each loop and steps/s is "
+    "taken over the N loops after the warm-up (tracing, then the one-time work after the "
+    "first loop), so it includes all per-loop controller work. The eval row runs "
     "`mode='train_and_eval'` with 1-step train loops and an evaluation of "
     f"{workloads.EVAL_STEPS} steps after each; an evaluation is timed from the train action "
     "before it to the eval action after it, the first (tracing) one excluded. The raw loop "
     "is timed the same way over calls of 100 steps. Checkpoint and summary intervals never "
     "fire. First step: process age (from /proc) when the first train action runs in the "
-    "spl=1 process.")
+    "spl=1 process. Outer loop overhead is only meaningful where a step is short (mlp_tiny, "
+    "mock).")
 
 
 def _versions(records):

@@ -51,7 +51,7 @@ WORKLOADS = {
 }
 
 # Smoke runs (CI): the same rows, with the fewest loops that still exclude tracing.
-SMOKE_LOOPS = {"train_loops": 2, "train1_loops": 5, "eval_repeats": 2}
+SMOKE_LOOPS = {"train_loops": 1, "train1_loops": 3, "eval_repeats": 1}
 
 # Rows measured through a framework (lite_launcher or TFM). `raw` is measured by raw_loop.py.
 FRAMEWORK_ROWS = ("train100", "train1", "eval")
