@@ -77,6 +77,7 @@ def _shape_mismatch(error: ValueError, checkpoint_path: Optional[str]) -> Option
         if not match:
             return None
         checkpoint_shape, model_shape, name = match.groups()
+        name = re.sub(r":\d+$", "", name)  # "dense/kernel:0" -> "dense/kernel"
     return ConfigError(
         f"Checkpoint {checkpoint_path} does not fit the model: variable {name} has shape "
         f"{checkpoint_shape} in the checkpoint but {model_shape} in the model. The model_dir "

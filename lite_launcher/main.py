@@ -4,11 +4,14 @@ It only assembles: flags -> gin -> config -> mixed precision -> strategy -> task
 TensorFlow is imported inside `main`, so `lite-train --help` stays fast.
 
 A user error (unknown experiment or mode, bad override, missing --model_dir, unreadable config
-file, ...) prints one line to stderr and exits with code 2.
+file, a checkpoint of another model in model_dir, ...) prints one line to stderr and exits with
+code 2, before anything is written to model_dir. A checkpoint that cannot be written (disk full)
+prints one line naming the directory and exits with code 1; earlier checkpoints are intact.
 """
 
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import sys
 
@@ -21,6 +24,8 @@ from lite_launcher.base_config import ConfigError
 FLAGS = flags.FLAGS
 
 USER_ERROR_EXIT_CODE = 2
+# A failure of the environment rather than of the input (e.g. a full disk).
+RUNTIME_ERROR_EXIT_CODE = 1
 # Preemption-style errors retried by the driver before giving up.
 MAX_PREEMPTION_RETRIES = 3
 
@@ -50,11 +55,51 @@ def define_flags():
     flags.DEFINE_bool("dry_run", False, "Print the resolved config as YAML and exit.")
 
 
-def _user_error(message) -> None:
-    """Prints one line to stderr and exits with code 2."""
+def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
+    """Prints one line to stderr and exits with `exit_code` (2: the user's input is wrong)."""
     sys.stderr.write(f"lite-train: error: {' '.join(str(message).split())}\n")
     sys.stderr.flush()
-    sys.exit(USER_ERROR_EXIT_CODE)
+    # Keep the error the last line: nothing logged while the process shuts down (e.g. TF's
+    # warnings about a half-restored checkpoint being garbage-collected).
+    std_logging.disable(std_logging.WARNING)
+    sys.exit(exit_code)
+
+
+def check_model_dir(model_dir: str, mode: str) -> None:
+    """Rejects a local `--model_dir` that cannot be (or be written as) a directory.
+
+    TensorFlow-free and writes nothing. Paths with a scheme (gs://, ...) are left to TensorFlow.
+    """
+    from lite_launcher import modes
+
+    if "://" in model_dir:
+        return
+    path = os.path.abspath(model_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"--model_dir {model_dir!r} is a file, not a directory; pass a "
+                          f"directory path.")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"--model_dir {model_dir!r} cannot be created: {existing!r} is a file, "
+                          f"not a directory.")
+    if modes.mode_trains(mode) and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--model_dir {model_dir!r} is not writable: no write permission on "
+                          f"{existing!r}.")
+
+
+def configure_determinism() -> None:
+    """Deterministic TensorFlow ops, and seed 0 for Python, NumPy and TensorFlow.
+
+    Applied by the driver for `runtime.deterministic_ops`; process-wide, so call it before the
+    model is built.
+    """
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    tf.config.experimental.enable_op_determinism()
 
 
 def load_registrations(registry_imports) -> None:
@@ -86,9 +131,13 @@ def parse_configuration(flags_obj):
 
 def serialize_config(params, model_dir: str) -> str:
     """Writes `model_dir/params.yaml`; returns its path."""
-    os.makedirs(model_dir, exist_ok=True)
     path = os.path.join(model_dir, "params.yaml")
-    params.save_yaml(path)
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        params.save_yaml(path)
+    except OSError as error:
+        raise ConfigError(f"Cannot write {path} (--model_dir {model_dir!r}): "
+                          f"{error.strerror or error}.") from error
     return path
 
 
@@ -130,10 +179,12 @@ def _is_preemption_error(error) -> bool:
 
 
 def run_with_preemption_recovery(params, mode: str, model_dir: str,
-                                 enable_async_checkpointing: bool = False):
+                                 enable_async_checkpointing: bool = False, before_run=None):
     """Builds strategy and task and runs the experiment; retries after a worker preemption.
 
-    A retry starts from the last checkpoint in model_dir.
+    A retry starts from the last checkpoint in model_dir. `before_run()` is called once the
+    experiment is built and model_dir's checkpoint restored, before the mode runs (the driver
+    writes params.yaml there, so a run refused at restore leaves model_dir as it was).
     """
     import tensorflow as tf
 
@@ -145,10 +196,13 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
             distribution_strategy = distribution_strategy or tf.distribute.get_strategy()
             with distribution_strategy.scope():
                 task = registry.get_task(params.task, logging_dir=model_dir)
-            return experiment.run_experiment(
+            runner = experiment.ExperimentRunner(
                 distribution_strategy=distribution_strategy, task=task, mode=mode,
                 params=params, model_dir=model_dir,
                 enable_async_checkpointing=enable_async_checkpointing)
+            if before_run is not None:
+                before_run()
+            return runner.run()
         except tf.errors.OpError as error:
             if not _is_preemption_error(error) or attempt == MAX_PREEMPTION_RETRIES:
                 raise
@@ -165,6 +219,11 @@ def main(argv):
         _main()
     except ConfigError as error:
         _user_error(error)
+    except OSError as error:
+        controller = sys.modules.get("lite_launcher.controller")
+        if controller is None or not isinstance(error, controller.CheckpointWriteError):
+            raise
+        _user_error(error, RUNTIME_ERROR_EXIT_CODE)
 
 
 def _main():
@@ -180,6 +239,7 @@ def _main():
         if not FLAGS.model_dir:
             raise ConfigError("--model_dir is required (the directory for checkpoints and "
                               "summaries).")
+        check_model_dir(FLAGS.model_dir, FLAGS.mode)
     load_registrations(FLAGS.registry_imports)
     if FLAGS.list_experiments:
         from lite_launcher import registry
@@ -202,15 +262,21 @@ def _main():
     strategy_lib.configure_cluster(params.runtime.worker_hosts, params.runtime.task_index)
     # Only the chief writes params.yaml and the gin config (as checkpoints and summaries).
     chief = strategy_lib.is_chief_process(params.runtime.distribution_strategy)
-    if modes.mode_trains(mode) and chief:
-        serialize_config(params, model_dir)
     if params.runtime.mixed_precision_dtype:
         strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     if params.runtime.run_eagerly:
         import tensorflow as tf
         tf.config.run_functions_eagerly(True)
+    if params.runtime.deterministic_ops:
+        configure_determinism()
+
+    def before_run():
+        if modes.mode_trains(mode) and chief:
+            serialize_config(params, model_dir)
+
     run_with_preemption_recovery(params, mode, model_dir,
-                                 enable_async_checkpointing=FLAGS.enable_async_checkpointing)
+                                 enable_async_checkpointing=FLAGS.enable_async_checkpointing,
+                                 before_run=before_run)
     if modes.mode_trains(mode) and chief:
         save_gin_config(mode, model_dir)
 
