@@ -10,6 +10,12 @@ Three shapes, chosen by the trainer options (`train_tf_function`, `train_tf_whil
 
 `num_steps` must be a tensor for the `tf.range` loops: a Python int would retrace the
 surrounding `tf.function` for every distinct value.
+
+Calling a `tf.function` costs a dispatch: it binds the arguments and looks up its trace from
+their types on every call, ~0.1 ms on a 2-core machine, as much as a small step. Loops that
+call the same function many times with arguments of the same types (`python_loop`'s steps,
+`DirectCall`) call the traced `ConcreteFunction` directly after the first call; the graph run
+is the same.
 """
 
 from __future__ import annotations
@@ -30,21 +36,65 @@ def _require_tensor(num_steps) -> None:
             f"loop: a Python value retraces the tf.function for every distinct value.")
 
 
+def is_tf_function(fn) -> bool:
+    """Whether `fn` is a `tf.function` (a polymorphic function that traces on demand)."""
+    return isinstance(fn, tf.types.experimental.PolymorphicFunction)
+
+
+class DirectCall:
+    """Calls `fn(iterator, *tensors)`, skipping the `tf.function` dispatch once it has traced.
+
+    The first call, and any call with another iterator object or with argument dtypes/shapes
+    not seen in the last call, goes through `fn` (tracing as usual); later calls with the same
+    iterator and argument types run the kept `ConcreteFunction`. A plain Python `fn`, or
+    non-tensor arguments, are always called as they are. Call `reset()` when the iterator is
+    replaced, so that the old one is not kept alive.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._direct = is_tf_function(fn)
+        self._iterator = None
+        self._signature = None
+        self._concrete = None
+
+    def reset(self) -> None:
+        self._iterator = self._signature = self._concrete = None
+
+    def __call__(self, iterator, *args):
+        if not self._direct:
+            return self.fn(iterator, *args)
+        if not all(isinstance(a, tf.Tensor) for a in args):
+            return self.fn(iterator, *args)
+        signature = tuple((a.dtype, a.shape) for a in args)
+        if (self._concrete is not None and iterator is self._iterator
+                and signature == self._signature):
+            return self._concrete(iterator, *args)
+        outputs = self.fn(iterator, *args)
+        # Looked up after the call, so it is the trace that call made or used.
+        self._concrete = self.fn.get_concrete_function(iterator, *args)
+        self._iterator, self._signature = iterator, signature
+        return outputs
+
+
 def python_loop(step_fn: StepFn):
     """Returns `loop_fn(iterator, num_steps, state=None, reduce_fn=None)` driven by Python.
 
     With `num_steps == -1` it runs until `step_fn` raises `StopIteration` or
-    `tf.errors.OutOfRangeError` (the dataset is exhausted) and returns normally.
+    `tf.errors.OutOfRangeError` (the dataset is exhausted) and returns normally. A
+    `tf.function` `step_fn` is called through its traced graph after the first step.
     """
 
     def loop_fn(iterator, num_steps, state=None, reduce_fn: Optional[ReduceFn] = None):
         num_steps = int(num_steps)
         step = 0
+        # Local to this call, so the iterator is not kept once the loop returns.
+        call = DirectCall(step_fn)
         try:
             # async_scope lets eager steps run ahead; errors surface at the end of the scope.
             with tf.experimental.async_scope():
                 while num_steps == -1 or step < num_steps:
-                    outputs = step_fn(iterator)
+                    outputs = call(iterator)
                     if reduce_fn is not None:
                         state = reduce_fn(state, outputs)
                     step += 1
@@ -103,14 +153,30 @@ def while_loop_with_state(step_fn: StepFn):
     return loop_fn
 
 
-def make_train_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop: bool):
-    """Builds the training loop `loop_fn(iterator, num_steps)` for the given options."""
+def make_train_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop: bool,
+                    end_fn: Optional[Callable[[], Any]] = None):
+    """Builds the training loop `loop_fn(iterator, num_steps)` for the given options.
+
+    `end_fn` (only with `use_tf_while_loop`): called in the same graph after the loop, and
+    `loop_fn` returns its result, so that an inner loop and the reads that follow it (metric
+    results) are one graph call.
+    """
     if use_tf_while_loop and not use_tf_function:
         raise ValueError(
             "train_tf_while_loop=True needs train_tf_function=True: a tf.while_loop only runs "
             "inside a tf.function.")
+    if end_fn is not None and not use_tf_while_loop:
+        raise ValueError("end_fn needs use_tf_while_loop=True (one graph for loop and end).")
     if use_tf_while_loop:
-        return tf.function(while_loop(step_fn))
+        loop = while_loop(step_fn)
+        if end_fn is None:
+            return tf.function(loop)
+
+        def loop_then_end(iterator, num_steps):
+            loop(iterator, num_steps)
+            return end_fn()
+
+        return tf.function(loop_then_end)
     if use_tf_function:
         step_fn = tf.function(step_fn)
     return python_loop(step_fn)
