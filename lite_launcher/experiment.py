@@ -37,6 +37,30 @@ def _should_checkpoint(strategy) -> bool:
     return strategy is None or strategy.extended.should_checkpoint
 
 
+class _NonChiefCheckpointManager(tf.train.CheckpointManager):
+    """A non-chief worker's manager: saves to a throwaway directory, restores the chief's.
+
+    Every worker must take part in a save, but only the chief's files are kept. On a restart
+    every worker must resume from the same (the chief's) checkpoint, or their steps and
+    collective operations no longer line up.
+    """
+
+    def __init__(self, checkpoint, chief_directory: str, **kwargs):
+        super().__init__(checkpoint, **kwargs)
+        self._chief_directory = chief_directory
+
+    def restore_or_initialize(self):
+        latest = tf.train.latest_checkpoint(self._chief_directory)
+        if latest is None:
+            return super().restore_or_initialize()
+        self.checkpoint.restore(latest)
+        if self.checkpoint_interval is not None:
+            # As the base class does after a restore, so that the chief and this worker agree
+            # on when the next checkpoint is due (a save is a collective operation).
+            self._last_checkpoint_step = int(self._step_counter.numpy())
+        return latest
+
+
 class ExperimentRunner:
     """Builds the trainer, checkpoint manager and controller for one run; `run()` executes it.
 
@@ -106,21 +130,24 @@ class ExperimentRunner:
     def _maybe_build_checkpoint_manager(self) -> Optional[tf.train.CheckpointManager]:
         if not self._trainer.checkpoint:
             return None
+        options = dict(step_counter=self._trainer.global_step,
+                       checkpoint_interval=self._params.trainer.checkpoint_interval,
+                       init_fn=self._trainer.initialize)
         if _should_checkpoint(self.strategy):
-            directory, max_to_keep = self._model_dir, self._params.trainer.max_to_keep
-        else:
-            # Non-chief workers must take part in saving (variables sync on read) but their
-            # files are thrown away.
-            directory, max_to_keep = tempfile.mkdtemp(prefix="lite_launcher_worker_"), 1
-            self._temp_dirs.append(directory)
-        return tf.train.CheckpointManager(
-            self._trainer.checkpoint, directory=directory, max_to_keep=max_to_keep,
-            step_counter=self._trainer.global_step,
-            checkpoint_interval=self._params.trainer.checkpoint_interval,
-            init_fn=self._trainer.initialize)
+            return tf.train.CheckpointManager(
+                self._trainer.checkpoint, directory=self._model_dir,
+                max_to_keep=self._params.trainer.max_to_keep, **options)
+        # Non-chief workers must take part in saving (variables sync on read) but their files
+        # are thrown away.
+        directory = tempfile.mkdtemp(prefix="lite_launcher_worker_")
+        self._temp_dirs.append(directory)
+        return _NonChiefCheckpointManager(
+            self._trainer.checkpoint, chief_directory=self._model_dir, directory=directory,
+            max_to_keep=1, **options)
 
     def _summary_dirs(self, save_summary: bool):
-        if not save_summary:
+        # Only the chief writes summaries: other workers' event files would duplicate its curves.
+        if not save_summary or not _should_checkpoint(self.strategy):
             return None, None
         return (os.path.join(self._model_dir, "train"),
                 os.path.join(self._model_dir, self._params.trainer.validation_summary_subdir))

@@ -140,6 +140,14 @@ def _num_workers(strategy) -> int:
     return max(1, resolver.cluster_spec().num_tasks("worker"))
 
 
+def _non_empty(inputs) -> tf.Tensor:
+    """0.0 when a replica's batch is empty, else 1.0 (also when it holds no tensors)."""
+    tensors = [t for t in tf.nest.flatten(inputs) if tf.is_tensor(t)]
+    if not tensors:
+        return tf.constant(1.0)
+    return tf.cast(tf.size(tensors[0]) > 0, tf.float32)
+
+
 def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
@@ -577,7 +585,10 @@ class Trainer:
             logs = self._task.validation_step(inputs, model=self._model,
                                               metrics=self._validation_metrics)
             if self._task.loss in logs:
-                self._validation_loss.update_state(logs[self._task.loss])
+                # The last batch of a finite dataset can leave a replica with no examples:
+                # its loss is not a sample of the validation loss.
+                self._validation_loss.update_state(logs[self._task.loss],
+                                                   sample_weight=_non_empty(inputs))
             return logs
 
         inputs, passthrough_logs = self.next_eval_inputs(iterator)
