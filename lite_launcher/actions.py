@@ -311,7 +311,8 @@ class PreemptionCheckpointAction:
         if not self._preempted.is_set():
             return
         step = _as_int(self._global_step)
-        path = self._checkpoint_manager.save(checkpoint_number=step)
+        # check_interval=False: an on-demand save must not wait for checkpoint_interval.
+        path = self._checkpoint_manager.save(checkpoint_number=step, check_interval=False)
         self._checkpoint_manager.sync()
         logging.warning("Preempted (SIGTERM): saved %s at step %d; exiting with code %d.",
                         path, step, self._exit_code)
