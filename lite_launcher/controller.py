@@ -535,6 +535,11 @@ class Controller:
                 logging.info("Evaluated checkpoint at step %d >= stop_at_step %d: done.", step,
                              stop_at_step)
                 break
+            # Asked only after an evaluation: after a skipped checkpoint the restored state
+            # (e.g. the global step timeout_fn reads) may belong to another checkpoint.
+            if timeout_fn is not None and timeout_fn():
+                logging.info("timeout_fn() is True: no more checkpoints expected.")
+                break
         return output
 
     # ----------------------------------------------------------------------------------------
@@ -707,9 +712,6 @@ class Controller:
             for path in pending:
                 tried.add(path)
                 yield path
-                if timeout_fn is not None and timeout_fn():
-                    logging.info("timeout_fn() is True: no more checkpoints expected.")
-                    return
 
 
 def _pending_checkpoints(directory: str, evaluate_all: bool, tried: set,
