@@ -1,11 +1,14 @@
 """A forked `lite-train` driver: the TFM pattern of copying train.py and changing a few lines.
 
-What it changes:
-- imports its own registry module (`my_registry`) so its experiments exist;
-- adds a flag (`--progress_log`) and a train action that appends one line per inner loop to
-  that file (step, training loss);
-- builds a custom Trainer (examples/custom_trainer.py) inside `strategy.scope()` and passes it
-  to `run_experiment(trainer=...)`.
+It does what `lite-train` does (flags, one-line user errors with exit code 2, gin, params.yaml,
+strategy, mixed precision, run_experiment) and changes three things:
+- imports its own registry module (`my_registry`), so its experiment `linear_digits` exists
+  without --registry_imports;
+- adds a flag, `--progress_log`, and a train action that appends `<step> <training_loss>` to
+  that file after each inner loop;
+- builds the custom Trainer of examples/custom_trainer.py inside `strategy.scope()` and passes
+  it to `run_experiment(trainer=...)`; it exports its best checkpoint to
+  `<model_dir>/custom_best`.
 
 Run: `python examples/forked_driver/driver.py --experiment=linear_digits --mode=train_and_eval
       --model_dir=/tmp/forked --progress_log=/tmp/forked/progress.txt`
@@ -14,7 +17,6 @@ Run: `python examples/forked_driver/driver.py --experiment=linear_digits --mode=
 import os
 import sys
 
-import tensorflow as tf
 from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # my_registry
@@ -22,15 +24,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import lite_launcher as ll  # noqa: E402
 from lite_launcher import main as lite_main  # noqa: E402
-import custom_trainer  # noqa: E402
-import my_registry  # noqa: E402,F401  (registers linear_digits)
+from lite_launcher import modes  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("progress_log", None, "A file that receives one line per train loop.")
 
 
 class ProgressLog:
-    """A train action: appends `step loss` after each inner loop."""
+    """A train action: appends `<step> <training_loss>` to `path` after each inner loop."""
 
     def __init__(self, path, global_step):
         self.path = path
@@ -41,27 +41,61 @@ class ProgressLog:
             f.write(f"{int(self.global_step.numpy())} {float(output['training_loss']):.6f}\n")
 
 
-def main(_):
+def run(mode, model_dir, progress_log=None):
+    """The forked part of the driver: config -> strategy -> custom trainer -> run_experiment."""
+    import gin
+    import tensorflow as tf
+
+    import custom_trainer
+    import my_registry  # noqa: F401  (registers linear_digits)
+
+    lite_main.load_registrations(FLAGS.registry_imports)
     params = lite_main.parse_configuration(FLAGS)
-    model_dir = FLAGS.model_dir
-    if "train" in FLAGS.mode:
-        lite_main.serialize_config(params, model_dir)
-    strategy = ll.get_distribution_strategy(params.runtime.distribution_strategy) or \
-        tf.distribute.get_strategy()
+    try:
+        gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_params)
+    except (ValueError, IOError, OSError) as error:
+        raise ll.ConfigError(f"gin: {error}") from error
+    if modes.mode_trains(mode):
+        ll.serialize_config(params, model_dir)
+    if params.runtime.mixed_precision_dtype:
+        ll.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+    strategy = ll.strategy_from_runtime(params.runtime) or tf.distribute.get_strategy()
     with strategy.scope():
         task = ll.get_task(params.task, logging_dir=model_dir)
-    trainer = custom_trainer.build_custom_trainer(params, task, model_dir, strategy)
+    trainer = custom_trainer.build_custom_trainer(
+        params, task, strategy, mode, best_dir=os.path.join(model_dir, "custom_best"))
     train_actions = []
-    if FLAGS.progress_log:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.progress_log)), exist_ok=True)
-        train_actions.append(ProgressLog(FLAGS.progress_log, trainer.global_step))
-    _, eval_logs = ll.run_experiment(distribution_strategy=strategy, task=task,
-                                     mode=FLAGS.mode, params=params, model_dir=model_dir,
-                                     trainer=trainer, train_actions=train_actions,
-                                     run_post_eval=True)
-    print(f"accuracy {float(eval_logs['accuracy']):.4f} best {trainer.best_accuracy:.4f}")
+    if progress_log and modes.mode_trains(mode):
+        os.makedirs(os.path.dirname(os.path.abspath(progress_log)), exist_ok=True)
+        train_actions.append(ProgressLog(progress_log, trainer.global_step))
+    ll.run_experiment(distribution_strategy=strategy, task=task, mode=mode, params=params,
+                      model_dir=model_dir, trainer=trainer, train_actions=train_actions,
+                      enable_async_checkpointing=FLAGS.enable_async_checkpointing)
+    if modes.mode_trains(mode):
+        lite_main.save_gin_config(mode, model_dir)
+    if trainer.last_eval_logs:
+        print(f"accuracy {float(trainer.last_eval_logs['accuracy']):.4f} "
+              f"best {trainer.best_accuracy:.4f}")
+
+
+def main(argv):
+    try:
+        if len(argv) > 1:
+            raise ll.ConfigError(f"unexpected arguments {argv[1:]}; every option is a --flag.")
+        if not FLAGS.mode:
+            raise ll.ConfigError(f"--mode is required; valid modes: {', '.join(modes.MODES)}.")
+        modes.check_mode(FLAGS.mode)
+        if not FLAGS.model_dir:
+            raise ll.ConfigError("--model_dir is required.")
+        run(FLAGS.mode, FLAGS.model_dir, FLAGS.progress_log)
+    except ll.ConfigError as error:
+        sys.stderr.write(f"driver.py: error: {error}\n")
+        sys.exit(lite_main.USER_ERROR_EXIT_CODE)
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     ll.define_flags()
+    flags.DEFINE_string("progress_log", None, "A file receiving `<step> <training_loss>` after "
+                        "each inner training loop.")
     app.run(main)
