@@ -214,6 +214,10 @@ class Trainer:
                 "trainer.eval_tf_while_loop=true needs trainer.eval_tf_function=true.")
 
         self._train_loop_fn = None
+        # Calls the train loop function (through its traced graph once traced); and whether
+        # that function also runs `_loop_end_logs` (see `_fuses_loop_end`).
+        self._train_loop_call = None
+        self._train_loop_fused = False
         self._eval_loop_fn = None
         self._eval_loop_has_state = None
         self._train_iter = None
@@ -373,6 +377,8 @@ class Trainer:
         """Replaces the training dataset; the old iterator (and its position) is dropped."""
         self._train_dataset = dataset
         self._train_iter = None
+        if self._train_loop_call is not None:
+            self._train_loop_call.reset()
 
     @property
     def eval_dataset(self):
@@ -422,6 +428,21 @@ class Trainer:
             return async_loop_fn
         return loop_fn
 
+    def _fuses_loop_end(self) -> bool:
+        """Whether an inner loop and the base `train_loop_end` run as one graph call.
+
+        With a tf.while_loop (not under parameter servers) the metric reads and resets of
+        `train_loop_end` follow the loop in the same `tf.function`, which saves one function
+        call per inner loop and returns the same logs. Not done when a subclass (or instance)
+        overrides `create_train_loop_fn` or `train_loop_end`: those then run as written.
+        """
+        cls = type(self)
+        return (self._train_options["use_tf_while_loop"] and not self._is_async
+                and cls.create_train_loop_fn is Trainer.create_train_loop_fn
+                and cls.train_loop_end is Trainer.train_loop_end
+                and "create_train_loop_fn" not in vars(self)
+                and "train_loop_end" not in vars(self))
+
     def train(self, num_steps):
         """Runs `num_steps` training steps and returns `train_loop_end()`'s logs.
 
@@ -429,12 +450,20 @@ class Trainer:
         """
         self.train_loop_begin()
         if self._train_loop_fn is None:
-            self._train_loop_fn = self.create_train_loop_fn()
+            self._train_loop_fused = self._fuses_loop_end()
+            if self._train_loop_fused:
+                self._train_loop_fn = loops.make_train_loop(
+                    self.train_step, **self._train_options, end_fn=self._loop_end_logs)
+            else:
+                self._train_loop_fn = self.create_train_loop_fn()
+            self._train_loop_call = loops.DirectCall(self._train_loop_fn)
         if self._train_iter is None:
             self._train_iter = tf.nest.map_structure(iter, self.train_dataset)
         if self._train_options["use_tf_while_loop"] and not isinstance(num_steps, tf.Tensor):
             num_steps = tf.constant(num_steps, dtype=tf.int32)
-        self._train_loop_fn(self._train_iter, num_steps)
+        logs = self._train_loop_call(self._train_iter, num_steps)
+        if self._train_loop_fused:
+            return logs
         return self.train_loop_end()
 
     def train_loop_begin(self):

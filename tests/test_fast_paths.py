@@ -1,0 +1,134 @@
+"""The per-call fast paths of the inner loops give the same results as the plain paths.
+
+`loops.DirectCall` (a traced `tf.function` called through its ConcreteFunction) and the
+Trainer's fused inner loop (`train_step` loop + `train_loop_end` in one graph call) are speed
+changes only: these tests pin that they compute exactly what the plain calls compute.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import lite_launcher as ll
+from lite_launcher import loops
+
+import tiny
+
+
+def _numpy_logs(logs):
+    return {k: float(np.asarray(v)) for k, v in logs.items()}
+
+
+class SeparateLoopEnd(ll.Trainer):
+    """Overrides train_loop_end (same behaviour), which turns the fused loop off."""
+
+    def train_loop_end(self):
+        return super().train_loop_end()
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_fused_loop_end_gives_the_logs_and_weights_of_separate_calls(replicas):
+    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas == 2
+                else tf.distribute.get_strategy())
+    results = []
+    for trainer_cls in (ll.Trainer, SeparateLoopEnd):
+        trainer = tiny.make_trainer(trainer_cls=trainer_cls, strategy=strategy)
+        with strategy.scope():
+            logs = [_numpy_logs(trainer.train(tf.constant(n))) for n in (6, 1, 4)]
+        assert trainer._train_loop_fused == (trainer_cls is ll.Trainer)
+        assert int(trainer.global_step.numpy()) == 11
+        results.append((logs, [w.numpy() for w in trainer.model.weights]))
+    (fused_logs, fused_weights), (plain_logs, plain_weights) = results
+    assert set(fused_logs[0]) == {"accuracy", "training_loss", "learning_rate"}
+    for fused, plain in zip(fused_logs, plain_logs):
+        assert fused == pytest.approx(plain, rel=1e-6)
+    for a, b in zip(fused_weights, plain_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    # The loop end reset the metrics: a 1-step loop reports that step alone.
+    assert fused_logs[1]["accuracy"] in (0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+
+
+def test_fused_loop_is_not_used_where_hooks_must_run_as_written():
+    assert not tiny.make_trainer(tiny.make_config(train_tf_while_loop=False))._fuses_loop_end()
+    trainer = tiny.make_trainer()
+    assert trainer._fuses_loop_end()
+    calls = []
+    trainer.train_loop_end = lambda: calls.append(1) or {}
+    assert not trainer._fuses_loop_end()
+    assert trainer.train(2) == {} and calls == [1]
+
+
+def test_direct_call_traces_once_and_follows_a_new_iterator():
+    traces = []
+    total = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function
+    def consume(iterator, num_steps):
+        traces.append(1)
+        for _ in tf.range(num_steps):
+            total.assign_add(tf.cast(next(iterator), tf.int64))
+        return total.read_value()
+
+    call = loops.DirectCall(consume)
+    iterator = iter(tf.data.Dataset.range(100))
+    for n in (1, 2, 3):
+        call(iterator, tf.constant(n, tf.int32))
+    assert len(traces) == 1
+    assert int(total.numpy()) == sum(range(6))  # elements 0..5
+    # A new iterator of the same type: no retrace, and it reads the new iterator.
+    other = iter(tf.data.Dataset.range(1000, 1100))
+    assert int(call(other, tf.constant(2, tf.int32))) == sum(range(6)) + 1000 + 1001
+    assert len(traces) == 1
+    # Another argument dtype goes through the tf.function, which traces for it.
+    assert int(call(other, tf.constant(1, tf.int64))) == sum(range(6)) + 1000 + 1001 + 1002
+    assert len(traces) == 2
+    # Another element type: a new trace, not the kept graph.
+    int32s = iter(tf.data.Dataset.range(5).map(lambda x: tf.cast(x, tf.int32)))
+    assert int(call(int32s, tf.constant(2, tf.int32))) == sum(range(6)) + 3003 + 0 + 1
+    assert len(traces) == 3
+    call.reset()
+    assert int(call(int32s, tf.constant(1, tf.int32))) == sum(range(6)) + 3003 + 1 + 2
+
+
+def test_direct_call_passes_plain_functions_and_python_values_through():
+    seen = []
+    call = loops.DirectCall(lambda iterator, n: seen.append((next(iterator), n)) or n)
+    iterator = iter([10, 11])
+    assert call(iterator, 3) == 3 and call(iterator, 4) == 4
+    assert seen == [(10, 3), (11, 4)]
+
+
+def test_train_dataset_replaced_with_another_batch_shape():
+    trainer = tiny.make_trainer()
+    trainer.train(3)
+    x, y = tiny.make_data()
+    trainer.train_dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(
+        4, drop_remainder=True)
+    logs = trainer.train(5)
+    assert int(trainer.global_step.numpy()) == 8
+    assert np.isfinite(float(logs["training_loss"]))
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_python_eval_loop_through_the_traced_graph_matches_eager(replicas):
+    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas == 2
+                else tf.distribute.get_strategy())
+    results = []
+    for eval_tf_function in (False, True):
+        config = tiny.make_config(eval_tf_function=eval_tf_function)
+        trainer = tiny.make_trainer(config, strategy=strategy)
+        with strategy.scope():
+            # 64 examples in batches of 8: 8 steps; -1 runs to the end of the data.
+            results.append([_numpy_logs(trainer.evaluate(n)) for n in (3, -1, 8)])
+    eager, traced = results
+    for a, b in zip(eager, traced):
+        assert a == pytest.approx(b, rel=1e-6)
+    # The model does not change: the full evaluations agree with each other.
+    assert traced[1] == pytest.approx(traced[2], rel=1e-6)
+    # Accuracy over all 64 examples, computed with numpy from the model.
+    x, y = tiny.make_data()
+    logits = trainer.model(x, training=False).numpy()
+    assert traced[1]["accuracy"] == pytest.approx(float(np.mean(logits.argmax(-1) == y)))
+    assert traced[1]["validation_loss"] == pytest.approx(float(np.mean(
+        keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))), rel=1e-5)
