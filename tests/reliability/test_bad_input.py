@@ -1,0 +1,216 @@
+"""Bad input to `lite-train`: one line on stderr, exit code 2, model_dir untouched.
+
+Every row runs the real driver in a subprocess. The rows run concurrently (a module fixture
+starts them all in a thread pool) because each one pays TensorFlow's start-up. "Untouched"
+means the same files, sizes, mtimes and SHA-256 digests before and after; a model_dir that did
+not exist must still not exist.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import shutil
+from typing import Callable, List, Optional, Sequence
+
+import pytest
+import tensorflow as tf
+
+from reliability_utils import (ERROR_PREFIX, FAST_DIGITS, nested, override_json,
+                               run_lite_train, snapshot)
+
+pytestmark = pytest.mark.slow
+
+# The shipped checkpoint of the "trained" model_dir: digits_mlp with one hidden layer of 16.
+TRAINED_HIDDEN = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One bad input: the flags (given the row's model_dir and a scratch dir) and what the
+    one-line error must say."""
+
+    name: str
+    args: Callable[[str, str], Sequence[str]]
+    expect: Sequence[str]
+    # "trained": model_dir holds a digits_mlp checkpoint, params.yaml and summaries;
+    # "fresh": model_dir does not exist; "file": model_dir is a regular file;
+    # "under_file": model_dir's parent is a regular file; None: no --model_dir flag.
+    model_dir: Optional[str] = "trained"
+
+
+def _train(model_dir, *extra):
+    return ["--experiment", "digits_mlp", "--mode", "train", "--model_dir", model_dir, *extra]
+
+
+def _override(model_dir, flat):
+    return _train(model_dir, "--params_override", override_json(flat))
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+ROWS: List[Row] = [
+    Row("unknown_experiment",
+        lambda d, w: ["--experiment", "digits_mpl", "--mode", "train", "--model_dir", d],
+        ["Unknown experiment 'digits_mpl'", "Did you mean 'digits_mlp'"]),
+    Row("unknown_mode",
+        lambda d, w: ["--experiment", "digits_mlp", "--mode", "trian", "--model_dir", d],
+        ["Unknown mode 'trian'", "train_and_eval", "continuous_eval"]),
+    Row("missing_model_dir",
+        lambda d, w: ["--experiment", "digits_mlp", "--mode", "train"],
+        ["--model_dir is required"], model_dir=None),
+    Row("unknown_override_key",
+        lambda d, w: _train(d, "--params_override", "task.model.hidden_sizez=[8]"),
+        ["'task.model.hidden_sizez'", "Did you mean 'hidden_sizes'"]),
+    Row("unknown_nested_override_key",
+        lambda d, w: _override(d, {"trainer.optimizer_config.optimizer.adam.beta_3": 0.5}),
+        ["'trainer.optimizer_config.optimizer.adam.beta_3'"]),
+    Row("wrong_value_type",
+        lambda d, w: _train(d, "--params_override", "trainer.train_steps=many"),
+        ["trainer.train_steps", "int", "'many'"]),
+    Row("malformed_yaml_config_file",
+        lambda d, w: _train(d, "--config_file",
+                            _write(os.path.join(w, "bad.yaml"), "trainer: {train_steps: [\n")),
+        ["bad.yaml", "not valid YAML"]),
+    Row("malformed_json_config_file",
+        lambda d, w: _train(d, "--config_file",
+                            _write(os.path.join(w, "bad.json"), '{"trainer": {"train_steps": }')),
+        ["bad.json", "not valid"]),
+    Row("malformed_yaml_params_override",
+        lambda d, w: _train(d, "--params_override", "{trainer: [1,"),
+        ["--params_override", "not valid YAML"]),
+    Row("malformed_json_params_override",
+        lambda d, w: _train(d, "--params_override", '{"trainer": {"train_steps": }'),
+        ["--params_override", "not valid"]),
+    Row("missing_config_file",
+        lambda d, w: _train(d, "--config_file", os.path.join(w, "no_such.yaml")),
+        ["no_such.yaml", "does not exist"]),
+    Row("steps_per_loop_zero",
+        lambda d, w: _train(d, "--params_override", "trainer.steps_per_loop=0"),
+        ["trainer.steps_per_loop (0)", "positive"]),
+    Row("steps_per_loop_negative",
+        lambda d, w: _train(d, "--params_override", "trainer.steps_per_loop=-5"),
+        ["trainer.steps_per_loop (-5)", "positive"]),
+    Row("summary_interval_not_a_multiple",
+        lambda d, w: _train(d, "--params_override",
+                            "trainer.steps_per_loop=100,trainer.summary_interval=150"),
+        ["trainer.summary_interval (150)", "multiple of trainer.steps_per_loop (100)"]),
+    Row("whole_set_eval_in_a_while_loop",
+        lambda d, w: _train(d, "--params_override",
+                            "trainer.validation_steps=-1,trainer.eval_tf_while_loop=true"),
+        ["validation_steps", "eval_tf_while_loop"]),
+    Row("unknown_distribution_strategy",
+        lambda d, w: _train(d, "--params_override", "runtime.distribution_strategy=mirorred"),
+        ["'mirorred'", "mirrored"]),
+    Row("unknown_optimizer",
+        lambda d, w: _train(d, "--params_override",
+                            "trainer.optimizer_config.optimizer.type=adamm"),
+        ["'adamm'", "trainer.optimizer_config.optimizer.type", "Did you mean 'adam'"]),
+    Row("unknown_schedule",
+        lambda d, w: _train(d, "--params_override",
+                            "trainer.optimizer_config.learning_rate.type=cosin"),
+        ["'cosin'", "trainer.optimizer_config.learning_rate.type", "Did you mean 'cosine'"]),
+    Row("missing_init_checkpoint",
+        lambda d, w: _override(d, {**FAST_DIGITS, "trainer.train_steps": 10,
+                                   "task.init_checkpoint": os.path.join(w, "nowhere", "ckpt-7")}),
+        ["task.init_checkpoint", os.path.join("nowhere", "ckpt-7"), "does not exist"],
+        model_dir="fresh"),
+    Row("checkpoint_of_another_model",
+        lambda d, w: _override(d, {**FAST_DIGITS, "trainer.train_steps": 30,
+                                   "task.model.hidden_sizes": [32]}),
+        ["dense_0/kernel", f"(64, {TRAINED_HIDDEN})", "(64, 32)"]),
+    Row("unknown_gin_configurable",
+        lambda d, w: _train(d, "--gin_params", "no_such_configurable.units = 3"),
+        ["gin", "no_such_configurable"]),
+    Row("model_dir_is_a_file",
+        lambda d, w: _train(d), ["--model_dir", "model", "not a directory"], model_dir="file"),
+    Row("model_dir_under_a_file",
+        lambda d, w: _train(d), ["--model_dir", "not a directory"], model_dir="under_file"),
+]
+
+
+def _make_trained_model_dir(model_dir: str) -> None:
+    """Trains digits_mlp (hidden 16) for 10 steps in-process and writes its params.yaml."""
+    from lite_launcher import experiment, registry
+
+    params = registry.get_exp_config("digits_mlp")
+    params.override(nested({**FAST_DIGITS, "trainer.train_steps": 10,
+                            "task.model.hidden_sizes": [TRAINED_HIDDEN]}), is_strict=True)
+    strategy = tf.distribute.get_strategy()
+    with strategy.scope():
+        task = registry.get_task(params.task, logging_dir=model_dir)
+    experiment.run_experiment(distribution_strategy=strategy, task=task, mode="train",
+                              params=params, model_dir=model_dir)
+    params.save_yaml(os.path.join(model_dir, "params.yaml"))
+
+
+def _prepare_model_dir(kind: Optional[str], row_dir: str, trained: str) -> Optional[str]:
+    model_dir = os.path.join(row_dir, "model")
+    if kind is None:
+        return None
+    if kind == "trained":
+        shutil.copytree(trained, model_dir)
+    elif kind == "file":
+        with open(model_dir, "w") as f:
+            f.write("not a directory\n")
+    elif kind == "under_file":
+        blocker = os.path.join(row_dir, "blocker")
+        with open(blocker, "w") as f:
+            f.write("a regular file\n")
+        model_dir = os.path.join(blocker, "model")
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Runs every row concurrently; {row name: (CompletedProcess, model_dir, before, after)}."""
+    root = tmp_path_factory.mktemp("bad_input")
+    trained = str(root / "trained")
+    _make_trained_model_dir(trained)
+    jobs = {}
+    for row in ROWS:
+        row_dir = str(root / row.name)
+        os.makedirs(row_dir)
+        model_dir = _prepare_model_dir(row.model_dir, row_dir, trained)
+        args = list(row.args(model_dir or "", row_dir))
+        watched = model_dir or os.path.join(row_dir, "model")
+        jobs[row.name] = (args, watched, snapshot(watched))
+
+    def run(name):
+        args, watched, before = jobs[name]
+        completed = run_lite_train(args, timeout=240)
+        return completed, watched, before, snapshot(watched)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {row.name: pool.submit(run, row.name) for row in ROWS}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def test_the_table_covers_the_issue():
+    assert len(ROWS) >= 21
+    assert len({row.name for row in ROWS}) == len(ROWS)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_bad_input_is_one_line_exit_2_and_model_dir_untouched(results, row):
+    completed, model_dir, before, after = results[row.name]
+    stderr = completed.stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert completed.returncode == 2, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert lines and lines[-1].startswith(ERROR_PREFIX), stderr[-3000:]
+    errors = [line for line in lines if line.startswith(ERROR_PREFIX)]
+    assert errors == [lines[-1]]  # exactly one error line, and it is the last line
+    for text in row.expect:
+        assert text in lines[-1], f"{text!r} not in {lines[-1]!r}"
+    assert completed.stdout == ""
+    assert after == before, f"{model_dir} changed"
+    if row.model_dir == "fresh":
+        assert before is None and not os.path.exists(model_dir)
+    if row.model_dir == "trained":
+        assert before and "params.yaml" in before and "ckpt-10.index" in before
