@@ -100,6 +100,8 @@ def configure_determinism() -> None:
 
     keras.utils.set_random_seed(0)
     tf.config.experimental.enable_op_determinism()
+    logging.info("Deterministic ops on (runtime.deterministic_ops); Python, NumPy and "
+                 "TensorFlow seeded with 0.")
 
 
 def load_registrations(registry_imports) -> None:
