@@ -65,9 +65,11 @@ def runs(tmp_path_factory):
 def test_resumed_run_equals_straight_run_bit_for_bit(runs):
     straight = _state(runs["straight"], 2 * N)
     resumed = _state(runs["resumed"], 2 * N)
-    # The second process really resumed from step N rather than starting over.
+    # The second process really resumed from step N rather than starting over, with
+    # deterministic ops.
     assert restored_checkpoints(runs["logs"]["resumed"]) == [
         (os.path.join(runs["resumed"], f"ckpt-{N}"), N)]
+    assert "Deterministic ops on (runtime.deterministic_ops)" in runs["logs"]["resumed"]
     assert sorted(straight) == sorted(resumed)
     names = sorted(straight)
     # Weights, Adam's two slots per weight, the optimizer's step and the global step.
