@@ -593,7 +593,8 @@ class Controller:
     # Internals.
 
     def _read_step(self) -> int:
-        return int(self.global_step.numpy())
+        # `value()` is one read op; `numpy()` on the variable adds an identity op (a copy).
+        return int(self.global_step.value().numpy())
 
     def _loop_size(self, current: int) -> int:
         size = self._steps_per_loop
