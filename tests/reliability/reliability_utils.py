@@ -51,13 +51,11 @@ def nested(flat: Dict[str, object]) -> Dict[str, object]:
     return result
 
 
-def params_override(**flat) -> str:
-    """A JSON `--params_override` from dotted keys given as `a__b=1` (JSON: 'off' stays a string)."""
-    return json.dumps(nested({key.replace("__", "."): value for key, value in flat.items()}))
-
-
 def override_json(flat: Dict[str, object]) -> str:
-    """A JSON `--params_override` from a dict of dotted keys."""
+    """A JSON `--params_override` from a dict of dotted keys.
+
+    JSON rather than `a.b=v` pairs, whose YAML values turn `off` into False.
+    """
     return json.dumps(nested(flat))
 
 
@@ -119,10 +117,6 @@ def restored_checkpoints(log: str):
 def logged_train_steps(log: str) -> List[int]:
     """Global steps of the controller's 'train | step: N | steps/sec' lines."""
     return [int(step) for step in _TRAIN_STEP.findall(log)]
-
-
-def error_lines(stderr: str) -> List[str]:
-    return [line for line in stderr.splitlines() if line.startswith(ERROR_PREFIX)]
 
 
 def snapshot(path: str) -> Optional[Dict[str, tuple]]:

@@ -3,10 +3,10 @@
 Two chains of restarts run side by side (one model_dir each). In each trial a `lite-train`
 process resumes the chain's model_dir, trains (a checkpoint every 10 steps, max_to_keep 2)
 and is killed with SIGKILL either a random time after training started or the moment a
-checkpoint write is seen in progress (new files under a `ckpt-N_temp` directory). After every kill the newest
-checkpoint listed in model_dir must be complete (every tensor readable, its global step equal
-to its number), and the next process must resume from exactly that checkpoint. A last process
-per chain trains 20 more steps and finishes.
+checkpoint write is seen in progress (new files in a `ckpt-N_temp` directory). After every
+kill the newest checkpoint listed in model_dir must be complete (every tensor readable, its
+global step equal to its number), and the next process must resume from exactly that
+checkpoint. A last process per chain trains 20 more steps and finishes.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ def test_a_diverged_loop_is_recovered_from_the_last_checkpoint_and_training_fini
     caplog.set_level(logging.INFO)
     model_dir = str(tmp_path)
     # Executed step 23 lies in the loop of steps 21-25; its redo runs as steps 26-30.
-    model, task = run_poison_task(poison_params(poison_from=23, poison_to=23, factor=factor), model_dir)
+    model, task = run_poison_task(poison_params(poison_from=23, poison_to=23, factor=factor),
+                                  model_dir)
 
     recoveries = _messages(caplog, "recovering (trial")
     assert len(recoveries) == 1 and reason in recoveries[0]
