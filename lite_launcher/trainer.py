@@ -212,6 +212,12 @@ class Trainer:
         if trainer_config.eval_tf_while_loop and not trainer_config.eval_tf_function:
             raise ConfigError(
                 "trainer.eval_tf_while_loop=true needs trainer.eval_tf_function=true.")
+        if self._is_async and not (trainer_config.train_tf_function
+                                   and trainer_config.eval_tf_function):
+            # ClusterCoordinator.schedule only runs tf.functions on the workers.
+            raise ConfigError(
+                "The parameter_server strategy needs trainer.train_tf_function=true and "
+                "trainer.eval_tf_function=true.")
 
         self._train_loop_fn = None
         # Calls the train loop function (through its traced graph once traced); and whether
@@ -481,14 +487,19 @@ class Trainer:
         (a `merge_call` RuntimeError), so only `task.compute_gradients` is compiled and
         `task.apply_update` runs outside it. A task that overrides `train_step` itself then
         runs without XLA (a warning says so); override `compute_gradients` / `apply_update`
-        instead to keep XLA.
+        instead to keep XLA. Under parameter servers nothing is compiled (with a warning): XLA
+        cannot read variables that live on another task.
         """
         task = self._task
         if not getattr(self._config.runtime, "enable_xla", False):
             return task.train_step
         if self._xla_train_step is not None:
             return self._xla_train_step
-        if self._is_default_strategy:
+        if self._is_async:
+            logging.warning("runtime.enable_xla has no effect with the parameter_server "
+                            "strategy: XLA cannot access variables on the ps tasks.")
+            self._xla_train_step = task.train_step
+        elif self._is_default_strategy:
             # Unlike TFM (GPU only), XLA also applies on CPU so the path can be tested.
             self._xla_train_step = tf.function(task.train_step, jit_compile=True)
         elif type(task).train_step is not Task.train_step:
