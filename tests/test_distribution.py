@@ -504,8 +504,8 @@ def test_parameter_server_cluster_of_lite_train_processes_counts_exactly(tmp_pat
     model_dir = tmp_path / "model"
     flags = ["--experiment=mlp_tiny", "--mode=train", f"--model_dir={model_dir}",
              "--params_override=runtime.distribution_strategy=parameter_server,"
-             "trainer.train_steps=200,trainer.steps_per_loop=100,trainer.summary_interval=100,"
-             "trainer.checkpoint_interval=100"]
+             "runtime.enable_xla=true,trainer.train_steps=200,trainer.steps_per_loop=100,"
+             "trainer.summary_interval=100,trainer.checkpoint_interval=100"]
     # The same lite-train command on every task: workers and ps serve, the chief trains.
     servers, server_logs = [], []
     for job in ("worker", "ps"):
@@ -524,6 +524,13 @@ def test_parameter_server_cluster_of_lite_train_processes_counts_exactly(tmp_pat
         # The servers are still serving (a worker/ps lite-train never exits by itself).
         for server, log in zip(servers, server_logs):
             assert server.poll() is None, f"{log}:\n{log.read_text()[-3000:]}"
+        # The coordinator schedules tf.functions only: a second chief asking for eager train
+        # loops is refused with one line (exit 2) before it trains.
+        refused = subprocess.run(
+            lite_train_command() + flags[:-1] + [flags[-1] + ",trainer.train_tf_function=false,"
+                                                 "trainer.train_tf_while_loop=false"],
+            cwd=ROOT, env=process_env({"cluster": cluster, "task": {"type": "chief", "index": 0}}),
+            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
     finally:
         for server in servers:
             server.kill()
@@ -535,5 +542,11 @@ def test_parameter_server_cluster_of_lite_train_processes_counts_exactly(tmp_pat
     prefix = str(model_dir / "ckpt-200")
     assert int(checkpoint_value(prefix, "global_step/.ATTRIBUTES/VARIABLE_VALUE")) == 200
     assert "Serving as a worker/ps task" in server_logs[0].read_text()
+    # XLA cannot read variables on the ps task: enable_xla is ignored there, with a warning.
+    assert "runtime.enable_xla has no effect with the parameter_server" in chief_log.read_text()
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "lite-train: error: The parameter_server strategy needs trainer.train_tf_function=true "
+        "and trainer.eval_tf_function=true.")
     assert sorted(glob.glob(str(model_dir / "ckpt-*.index"))) == [
         str(model_dir / "ckpt-100.index"), str(model_dir / "ckpt-200.index")]
