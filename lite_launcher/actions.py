@@ -38,6 +38,10 @@ EMA_CHECKPOINT_SUBDIR = "ema_checkpoints"
 EMA_CHECKPOINT_NAME = "average_weights"
 
 
+class TrainingDivergedError(RuntimeError):
+    """The loss diverged more often than `trainer.recovery_max_trials` allows."""
+
+
 def _as_int(value) -> int:
     if isinstance(value, (tf.Tensor, tf.Variable)):
         value = value.numpy()
@@ -190,7 +194,7 @@ class RecoveryCondition:
             return False
         self.recover_counter += 1
         if self.recover_counter > self.recovery_max_trials:
-            raise RuntimeError(
+            raise TrainingDivergedError(
                 f"Training diverged: {reason}; this is divergence {self.recover_counter} and "
                 f"trainer.recovery_max_trials is {self.recovery_max_trials}. Lower the learning "
                 f"rate, or raise trainer.recovery_max_trials / trainer.loss_upper_bound.")

@@ -226,6 +226,11 @@ def main(argv):
         if controller is None or not isinstance(error, controller.CheckpointWriteError):
             raise
         _user_error(error, RUNTIME_ERROR_EXIT_CODE)
+    except RuntimeError as error:
+        actions = sys.modules.get("lite_launcher.actions")
+        if actions is None or not isinstance(error, actions.TrainingDivergedError):
+            raise
+        _user_error(error, RUNTIME_ERROR_EXIT_CODE)
 
 
 def _main():
