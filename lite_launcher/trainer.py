@@ -419,7 +419,11 @@ class Trainer:
 
     # ----------------------------------------------------------------- train
     def create_train_loop_fn(self):
-        """Builds `loop_fn(iterator, num_steps)` from `train_step` and the trainer options."""
+        """Builds `loop_fn(iterator, num_steps)` from `train_step` and the trainer options.
+
+        Under parameter servers `loop_fn` schedules the steps on the `ClusterCoordinator`, split
+        into one closure per worker (`split_steps`), and returns at once; `join()` waits.
+        """
         loop_fn = loops.make_train_loop(self.train_step, **self._train_options)
         if self._is_async:
             num_workers = _num_workers(self._strategy)
