@@ -132,3 +132,24 @@ def test_python_eval_loop_through_the_traced_graph_matches_eager(replicas):
     assert traced[1]["accuracy"] == pytest.approx(float(np.mean(logits.argmax(-1) == y)))
     assert traced[1]["validation_loss"] == pytest.approx(float(np.mean(
         keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))), rel=1e-5)
+
+
+def test_direct_call_uses_the_flat_call_for_iterators_of_each_strategy():
+    for strategy in (tf.distribute.get_strategy(),
+                     tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])):
+        dataset = strategy.experimental_distribute_dataset(
+            tf.data.Dataset.range(100).batch(4, drop_remainder=True))
+        total = tf.Variable(0, dtype=tf.int64)
+
+        @tf.function
+        def step(iterator):
+            batch = next(iterator)
+            strategy.run(lambda x: total.assign_add(tf.reduce_sum(x)), args=(batch,))
+
+        call = loops.DirectCall(step)
+        iterator = iter(dataset)
+        for _ in range(3):
+            call(iterator)
+        assert call.flat
+        # Batches 0..3, 4..7, 8..11 summed once each, on one or two replicas.
+        assert int(total.numpy()) == sum(range(12))
