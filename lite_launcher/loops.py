@@ -30,6 +30,7 @@ StepFn = Callable[[Any], Any]
 ReduceFn = Callable[[Any, Any], Any]
 
 
+@tf.autograph.experimental.do_not_convert  # a check on Python types: nothing to convert
 def _require_tensor(num_steps) -> None:
     if not isinstance(num_steps, tf.Tensor):
         raise ValueError(

@@ -34,6 +34,14 @@ def create_global_step() -> tf.Variable:
                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
 
+# Framework code with no tensor-dependent Python control flow and no call into user code is
+# not converted by AutoGraph: converting is the largest part of tracing the first step (each
+# function's source is parsed and rewritten), and the traced graph is the same either way.
+# Methods that call user hooks (train_step, eval_step, ...) stay converted, so that user code
+# they call is converted as TFM's would be.
+_not_converted = tf.autograph.experimental.do_not_convert
+
+
 class ExactMean:
     """A running mean whose updates are atomic: exact under parameter servers.
 
@@ -56,6 +64,7 @@ class ExactMean:
     def variables(self):
         return [self.total, self.count]
 
+    @_not_converted
     def update_state(self, values, sample_weight=None):
         """Adds `values` (any shape; optionally weighted) to the mean."""
         values = tf.cast(values, self.dtype)
@@ -67,10 +76,12 @@ class ExactMean:
         self.total.assign_add(total)
         self.count.assign_add(count)
 
+    @_not_converted
     def result(self) -> tf.Tensor:
         return tf.math.divide_no_nan(tf.convert_to_tensor(self.total),
                                      tf.convert_to_tensor(self.count))
 
+    @_not_converted
     def reset_state(self):
         for variable in self.variables:
             variable.assign(tf.zeros([], self.dtype))
@@ -479,10 +490,12 @@ class Trainer:
     def train_loop_begin(self):
         """Called eagerly before each inner train loop. The base does nothing."""
 
+    @_not_converted
     def next_train_inputs(self, iterator):
         """Fetches the next training inputs (host side; traced inside the loop function)."""
         return next(iterator)
 
+    @_not_converted
     def _task_train_step(self):
         """The task's train step, XLA-compiled when `runtime.enable_xla` is set.
 
@@ -614,6 +627,7 @@ class Trainer:
             self.swap_weights()
         return None
 
+    @_not_converted
     def next_eval_inputs(self, iterator):
         """Returns `(inputs, passthrough_logs)`.
 

@@ -16,6 +16,14 @@ from lite_launcher import loops
 import tiny
 
 
+def _strategy(replicas):
+    if replicas == 1:
+        return tf.distribute.get_strategy()
+    # The project's factory: raw MirroredStrategy objects on CPUs use collective ops whose keys
+    # clash between strategy objects in one process (see strategy.py).
+    return ll.get_distribution_strategy("mirrored", devices=["/device:CPU:0", "/device:CPU:1"])
+
+
 def _numpy_logs(logs):
     return {k: float(np.asarray(v)) for k, v in logs.items()}
 
@@ -29,8 +37,7 @@ class SeparateLoopEnd(ll.Trainer):
 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_fused_loop_end_gives_the_logs_and_weights_of_separate_calls(replicas):
-    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas == 2
-                else tf.distribute.get_strategy())
+    strategy = _strategy(replicas)
     results = []
     for trainer_cls in (ll.Trainer, SeparateLoopEnd):
         trainer = tiny.make_trainer(trainer_cls=trainer_cls, strategy=strategy)
@@ -112,8 +119,7 @@ def test_train_dataset_replaced_with_another_batch_shape():
 
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_python_eval_loop_through_the_traced_graph_matches_eager(replicas):
-    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas == 2
-                else tf.distribute.get_strategy())
+    strategy = _strategy(replicas)
     results = []
     for eval_tf_function in (False, True):
         config = tiny.make_config(eval_tf_function=eval_tf_function)
@@ -135,8 +141,7 @@ def test_python_eval_loop_through_the_traced_graph_matches_eager(replicas):
 
 
 def test_direct_call_uses_the_flat_call_for_iterators_of_each_strategy():
-    for strategy in (tf.distribute.get_strategy(),
-                     tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])):
+    for strategy in (_strategy(1), _strategy(2)):
         dataset = strategy.experimental_distribute_dataset(
             tf.data.Dataset.range(100).batch(4, drop_remainder=True))
         total = tf.Variable(0, dtype=tf.int64)
