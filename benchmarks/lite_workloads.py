@@ -1,12 +1,14 @@
-"""Measures one benchmark row through lite_launcher's public path.
+"""Measures benchmark rows through lite_launcher's public path.
 
 The lite_launcher twin of tfm_workloads.py: the same rows, overrides (`workloads.run_plan`)
 and timing (`measure.LoopClock` actions), with the experiments `mlp_tiny`, `cnn_small` and
-`mock` that lite_launcher registers itself (lite_launcher/experiments/workloads.py).
+`mock` that lite_launcher registers itself (lite_launcher/experiments/workloads.py), run by
+`ll.run_experiment` with the default strategy.
 
-    .venv/bin/python benchmarks/lite_workloads.py --workload mlp_tiny --row train100
+    .venv/bin/python benchmarks/lite_workloads.py --workload mlp_tiny [--rows train100 eval]
 
-prints one `BENCH_RESULT {json}` line (see measure.py). Run from the repository root, or with
+runs the rows one after the other (each with its own task, trainer and model_dir) and prints
+one `BENCH_RESULT {json}` line per row (see measure.py). Run from the repository root, or with
 lite_launcher installed.
 """
 
@@ -37,8 +39,10 @@ def measure_row(workload_name, row, loops, model_dir):
     params.validate()
     task = ll.get_task(params.task, logging_dir=model_dir)
     clock = measure.LoopClock()
+    # 'off' in the registered experiments (WORKLOADS.md: the default strategy).
+    strategy = ll.get_distribution_strategy(params.runtime.distribution_strategy)
     ll.run_experiment(
-        distribution_strategy=tf.distribute.get_strategy(),
+        distribution_strategy=strategy,
         task=task,
         mode=mode,
         params=params,
@@ -65,7 +69,7 @@ def measure_row(workload_name, row, loops, model_dir):
             clock.train_times, clock.eval_times, workloads.EVAL_STEPS)
         result["eval_ms"] = measure.eval_ms(clock.train_times, clock.eval_times)
     else:
-        skip = workloads.WARMUP_LOOPS
+        skip = workloads.warmup_loops(workload, row)
         result["steps_per_sec"] = measure.steady_rate(clock.train_times, spl, skip)
         result["loop_ms"] = measure.loop_ms(clock.train_times, skip)
     return result
@@ -74,16 +78,20 @@ def measure_row(workload_name, row, loops, model_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
-    parser.add_argument("--row", required=True, choices=workloads.FRAMEWORK_ROWS)
+    parser.add_argument("--rows", nargs="+", default=list(workloads.FRAMEWORK_ROWS),
+                        choices=workloads.FRAMEWORK_ROWS,
+                        help="rows to measure, one after the other in this process")
     parser.add_argument("--loops", type=int, default=None,
                         help="timed outer loops (default: the workload's, see workloads.py)")
     parser.add_argument("--smoke", action="store_true", help="fewest loops that still time")
-    parser.add_argument("--model_dir", default=None, help="default: a fresh temporary folder")
+    parser.add_argument("--model_dir", default=None,
+                        help="parent of each row's model_dir (default: a fresh temporary folder)")
     args = parser.parse_args(argv)
-    loops = args.loops or workloads.timed_loops(
-        workloads.get(args.workload), args.row, args.smoke)
-    model_dir = args.model_dir or tempfile.mkdtemp(prefix="lite_bench_")
-    measure.emit(measure_row(args.workload, args.row, loops, model_dir))
+    parent = args.model_dir or tempfile.mkdtemp(prefix="lite_bench_")
+    for row in args.rows:
+        loops = args.loops or workloads.timed_loops(
+            workloads.get(args.workload), row, args.smoke)
+        measure.emit(measure_row(args.workload, row, loops, os.path.join(parent, row)))
 
 
 if __name__ == "__main__":

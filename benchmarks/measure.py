@@ -112,9 +112,13 @@ def emit(result):
     sys.stdout.flush()
 
 
+def parse_results(stdout):
+    """Every result line of a measurement's stdout, as dicts, in order."""
+    return [json.loads(line[len(RESULT_PREFIX):]) for line in stdout.splitlines()
+            if line.startswith(RESULT_PREFIX)]
+
+
 def parse_result(stdout):
     """The last result line of a measurement's stdout, as a dict; None if there is none."""
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
-    return None
+    results = parse_results(stdout)
+    return results[-1] if results else None

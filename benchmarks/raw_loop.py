@@ -2,8 +2,10 @@
 
 One `tf.function` runs `for _ in tf.range(n): step(next(iterator))`, where a step is the same
 work a framework's train step does: forward, loss, gradients, SGD update, and the `accuracy`
-and `loss` metric updates. Timed like the framework rows: calls of n=100 steps, the tracing
-call excluded.
+and `loss` metric updates. Model and batch come from lite_launcher's public builders
+(`lite_launcher.experiments.workloads.build_workload_model` / `make_workload_batch`), so the
+raw loop and lite_launcher train the same model on the same numbers. Timed like the framework
+rows: calls of n=100 steps, the warm-up calls excluded.
 
     .venv/bin/python benchmarks/raw_loop.py --workload mlp_tiny
 
@@ -15,25 +17,40 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+# Without `pip install -e .`, lite_launcher is found from the repository root.
+sys.path.insert(1, os.path.dirname(_HERE))
 
 import measure  # noqa: E402
 import workloads  # noqa: E402
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from lite_launcher.experiments.workloads import (  # noqa: E402
+    build_workload_model, make_workload_batch)
+
+
+def make_dataset(workload):
+    """lite_launcher's batch of the workload, repeated; checked against the TFM side's."""
+    batch = make_workload_batch(workload.name, workload.global_batch_size)
+    for ours, theirs in zip(batch, workloads.make_batch(workload)):
+        # tfm_workloads.py draws with workloads.make_batch: all sides must train on one batch.
+        np.testing.assert_array_equal(ours, theirs)
+    return tf.data.Dataset.from_tensors(batch).repeat()
 
 
 def build_train_loop(workload):
     """Returns (loop, iterator, optimizer): `loop(iterator, n)` trains n steps in one graph."""
-    model = workloads.build_model(workload, keras)
+    model = build_workload_model(workload.name)
     optimizer = keras.optimizers.SGD(
         learning_rate=workloads.LEARNING_RATE, momentum=workload.momentum)
     # Built eagerly so that slot variables are not created inside the traced loop.
     optimizer.build(model.trainable_variables)
     accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
     mean_loss = keras.metrics.Mean(name="loss")
-    iterator = iter(workloads.make_dataset(workload))
+    iterator = iter(make_dataset(workload))
 
     def step(batch):
         features, labels = batch
@@ -55,8 +72,9 @@ def build_train_loop(workload):
 
 def measure_raw(workload_name, loops):
     """Times `loops` calls of 100 steps after a 1-step call (tracing, first step), excluding
-    the first WARMUP_LOOPS 100-step calls as the framework rows do."""
+    the first warm-up 100-step calls as the framework's steps_per_loop=100 row does."""
     workload = workloads.get(workload_name)
+    warmup = workloads.warmup_loops(workload, "raw")
     loop, iterator, optimizer = build_train_loop(workload)
     # int32 tensors: one trace for every n (see KERAS3_NOTES.md "Retracing").
     one = tf.constant(1, tf.int32)
@@ -67,11 +85,11 @@ def measure_raw(workload_name, loops):
     first_step_s = measure.process_age_s()
 
     times = []
-    for _ in range(workloads.WARMUP_LOOPS + loops):
+    for _ in range(warmup + loops):
         loop(iterator, long_loop)
         int(optimizer.iterations.numpy())
         times.append(time.perf_counter())
-    expected = 1 + workloads.LONG_LOOP * (workloads.WARMUP_LOOPS + loops)
+    expected = 1 + workloads.LONG_LOOP * (warmup + loops)
     if int(optimizer.iterations.numpy()) != expected:
         raise RuntimeError(
             f"raw loop ran {int(optimizer.iterations.numpy())} steps, expected {expected}")
@@ -82,8 +100,8 @@ def measure_raw(workload_name, loops):
         "loops": loops,
         "first_loop_s": first_step_s,
         "first_loop_steps": 1,
-        "steps_per_sec": measure.steady_rate(times, workloads.LONG_LOOP, workloads.WARMUP_LOOPS),
-        "loop_ms": measure.loop_ms(times, workloads.WARMUP_LOOPS),
+        "steps_per_sec": measure.steady_rate(times, workloads.LONG_LOOP, warmup),
+        "loop_ms": measure.loop_ms(times, warmup),
         "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
     }
 

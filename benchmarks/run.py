@@ -1,14 +1,20 @@
 """Runs every benchmark row of WORKLOADS.md and writes one JSON file and one markdown table.
 
     .venv/bin/python benchmarks/run.py [--rounds 5] [--workloads mlp_tiny mock] [--out bench_out/]
-    .venv/bin/python benchmarks/run.py --smoke          # 1 round, fewest loops (CI)
+    .venv/bin/python benchmarks/run.py --smoke      # 1 round, fewest loops, mlp_tiny + mock (CI)
 
-Each measurement runs in its own process (so start-up time and peak RSS are per process):
-lite_launcher (lite_workloads.py), TFM (tfm_workloads.py in the TFM venv made by
-setup_tfm_env.sh) and the raw Keras loop (raw_loop.py). Rounds interleave the sides
-(lite, TFM, lite, TFM, ...); every ratio is computed within one round and then summarised as
-median [min, max] over rounds, because the machines are shared and absolute numbers drift.
-Without the TFM venv the table says TFM was not measured.
+Per round and workload, five processes, in this order (rounds interleave the sides):
+- lite_launcher rows (lite_workloads.py): train steps_per_loop=100, steps_per_loop=1, eval,
+  one after the other through `ll.run_experiment`;
+- TFM rows (tfm_workloads.py in the TFM venv made by setup_tfm_env.sh), the same rows through
+  `train_lib.run_experiment`;
+- the raw Keras 3 loop (raw_loop.py);
+- the driver row for each framework: `lite-train` and TFM's driver (tfm_driver.py) on the same
+  experiment, timed from process start to the first `train | step: N | steps/sec` log line
+  (N >= 1: the first finished step), and the driver process's peak RSS.
+Every ratio is computed within one round, then summarised as median [min, max] over rounds,
+because the machines are shared and absolute numbers drift. Without the TFM venv the table
+says TFM was not measured.
 """
 
 import argparse
@@ -16,9 +22,12 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,84 +38,160 @@ import workloads  # noqa: E402
 
 REPO_ROOT = os.path.dirname(_HERE)
 DEFAULT_TFM_PYTHON = os.path.join(REPO_ROOT, ".tfm_venv", "bin", "python")
-ROWS = ("train100", "train1", "eval", "raw")
-ROW_TITLES = {
-    "train100": "train, steps_per_loop=100",
-    "train1": "train, steps_per_loop=1",
-    "eval": f"eval, validation_steps={workloads.EVAL_STEPS}",
-}
+ROWS = ("train100", "train1", "eval", "raw", "driver")
+SIDES = ("lite", "tfm")
+# Both frameworks log this after each inner loop (Orbit's wording, kept by lite_launcher).
+_STEP_LINE = re.compile(r"train \| step:\s*(\d+) \| steps/sec")
 
 
-def _run_measurement(argv, timeout_s):
-    """Runs one measurement process; returns its result dict, or {'error': ...}."""
+def _child_env():
+    env = dict(os.environ)
+    # The same C++ log level for every process (lite-train's default).
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def _tail(text, lines=3):
+    return " | ".join((text or "").strip().splitlines()[-lines:])
+
+
+def _run_rows_process(argv, rows, timeout_s):
+    """Runs a process that prints one result line per row; returns one dict per row (an
+    {'error': ...} dict for each row that printed no result)."""
     started = time.perf_counter()
     try:
         proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True,
-                              timeout=timeout_s)
+                              timeout=timeout_s, env=_child_env())
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s} s: {' '.join(argv)}"}
-    result = measure.parse_result(proc.stdout)
-    if proc.returncode != 0 or result is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
-    result["wall_s"] = time.perf_counter() - started
-    return result
+        return {row: {"error": f"timed out after {timeout_s} s: {' '.join(argv)}"}
+                for row in rows}
+    wall_s = time.perf_counter() - started
+    found = {r.get("row"): r for r in measure.parse_results(proc.stdout)}
+    results = {}
+    for row in rows:
+        if row in found:
+            results[row] = dict(found[row], process_wall_s=wall_s)
+        else:
+            results[row] = {"error": f"exit {proc.returncode}: {_tail(proc.stderr or proc.stdout)}"}
+    return results
 
 
-# ---------------------------------------------------------------------------------------------
-# lite_launcher side. The lead wires lite_launcher's public path in lite_workloads.py; this
-# function only launches it, exactly as measure_tfm launches the TFM side.
-# ---------------------------------------------------------------------------------------------
-def measure_lite(workload, row, smoke=False, python=sys.executable, timeout_s=600):
-    """Measures `row` of `workload` through lite_launcher (`ll.run_experiment`), in a new
-    process running benchmarks/lite_workloads.py with `python` (the project's environment)."""
-    argv = [python, os.path.join(_HERE, "lite_workloads.py"), "--workload", workload,
-            "--row", row] + (["--smoke"] if smoke else [])
-    return _run_measurement(argv, timeout_s)
+def measure_lite(workload, rows, smoke=False, python=sys.executable, timeout_s=600):
+    """Measures `rows` of `workload` through `ll.run_experiment`, in one new process
+    (lite_workloads.py) run with `python` (the project's environment)."""
+    with tempfile.TemporaryDirectory(prefix="lite_bench_") as model_dir:
+        argv = [python, os.path.join(_HERE, "lite_workloads.py"), "--workload", workload,
+                "--rows", *rows, "--model_dir", model_dir] + (["--smoke"] if smoke else [])
+        return _run_rows_process(argv, rows, timeout_s)
 
 
-def measure_tfm(workload, row, smoke=False, python=DEFAULT_TFM_PYTHON, timeout_s=600):
-    """Measures `row` of `workload` through TFM's `train_lib.run_experiment`, in a new process
-    running benchmarks/tfm_workloads.py with the TFM venv's `python`."""
-    argv = [python, os.path.join(_HERE, "tfm_workloads.py"), "--workload", workload,
-            "--row", row] + (["--smoke"] if smoke else [])
-    return _run_measurement(argv, timeout_s)
+def measure_tfm(workload, rows, smoke=False, python=DEFAULT_TFM_PYTHON, timeout_s=600):
+    """Measures `rows` of `workload` through TFM's `train_lib.run_experiment`, in one new
+    process (tfm_workloads.py) run with the TFM venv's `python`."""
+    with tempfile.TemporaryDirectory(prefix="tfm_bench_") as model_dir:
+        argv = [python, os.path.join(_HERE, "tfm_workloads.py"), "--workload", workload,
+                "--rows", *rows, "--model_dir", model_dir] + (["--smoke"] if smoke else [])
+        return _run_rows_process(argv, rows, timeout_s)
 
 
 def measure_raw(workload, smoke=False, python=sys.executable, timeout_s=600):
     """Measures the raw Keras 3 loop of `workload` in a new process (raw_loop.py)."""
     argv = [python, os.path.join(_HERE, "raw_loop.py"), "--workload", workload] + (
         ["--smoke"] if smoke else [])
-    return _run_measurement(argv, timeout_s)
+    return _run_rows_process(argv, ["raw"], timeout_s)["raw"]
+
+
+def lite_train_command(python):
+    """`lite-train` next to `python` (the console script), else `python -m lite_launcher.main`."""
+    script = os.path.join(os.path.dirname(python), "lite-train")
+    return [script] if os.path.exists(script) else [python, "-m", "lite_launcher.main"]
+
+
+def driver_argv(side, workload, model_dir, python):
+    """The driver command of `side` for the driver row of `workload`."""
+    mode, trainer = workloads.run_plan(workloads.get(workload), "driver", 0)
+    args = ["--experiment", workload, "--mode", mode, "--model_dir", model_dir,
+            "--params_override", json.dumps({"trainer": trainer})]
+    if side == "lite":
+        return lite_train_command(python) + args
+    return [python, os.path.join(_HERE, "tfm_driver.py")] + args
+
+
+def measure_driver(side, workload, python, timeout_s=600):
+    """Runs the driver of `side` on `workload`; returns first_step_s (process start to the
+    first `train | step: N | steps/sec` line with N >= 1) and the process's peak RSS."""
+    with tempfile.TemporaryDirectory(prefix=f"{side}_driver_") as model_dir:
+        return _measure_driver(side, workload, driver_argv(side, workload, model_dir, python),
+                               timeout_s)
+
+
+def _measure_driver(side, workload, argv, timeout_s):
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=_child_env())
+    killer = threading.Timer(timeout_s, proc.kill)
+    killer.start()
+    first_step_s = None
+    lines = []
+    try:
+        for line in proc.stdout:
+            if first_step_s is None:
+                match = _STEP_LINE.search(line)
+                if match and int(match.group(1)) >= 1:
+                    first_step_s = time.perf_counter() - started
+            lines.append(line)
+            del lines[:-20]
+        # wait4 gives this child's own rusage (ru_maxrss in KiB on Linux).
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        killer.cancel()
+        proc.stdout.close()
+    wall_s = time.perf_counter() - started
+    if proc.returncode != 0 or first_step_s is None:
+        why = "no 'train | step: N' line" if proc.returncode == 0 else f"exit {proc.returncode}"
+        return {"error": f"{' '.join(argv[:2])}: {why}: {_tail(''.join(lines))}"}
+    return {"side": side, "workload": workload, "row": "driver", "first_step_s": first_step_s,
+            "peak_rss_mib": usage.ru_maxrss / 1024.0, "process_wall_s": wall_s,
+            "steps": workloads.DRIVER_STEPS}
 
 
 def run_rounds(args, tfm_python, log=print):
     """Runs all rounds; returns a list of records {round, workload, row, side, ...result}."""
     records = []
+    framework_rows = [r for r in args.rows if r in workloads.FRAMEWORK_ROWS]
+
+    def record(round_index, workload, row, side, result):
+        result = dict(result, round=round_index, workload=workload, row=row, side=side)
+        records.append(result)
+        prefix = f"round {round_index + 1}/{args.rounds} {workload:9s} {row:8s} {side:4s}"
+        if "error" in result:
+            log(f"{prefix} FAILED {result['error']}")
+        elif row == "driver":
+            log(f"{prefix} first step {result['first_step_s']:.2f} s  peak RSS "
+                f"{result['peak_rss_mib']:.0f} MiB")
+        else:
+            log(f"{prefix} {result['steps_per_sec']:10.1f} steps/s")
+
     for round_index in range(args.rounds):
         for workload in args.workloads:
-            for row in args.rows:
-                if row == "raw":
-                    plan = [("raw", lambda: measure_raw(
-                        workload, args.smoke, args.python, args.timeout))]
-                else:
-                    plan = [("lite", lambda: measure_lite(
-                        workload, row, args.smoke, args.python, args.timeout))]
-                    if tfm_python:
-                        plan.append(("tfm", lambda: measure_tfm(
-                            workload, row, args.smoke, tfm_python, args.timeout)))
-                for side, run in plan:
-                    result = run()
-                    result.update(round=round_index, workload=workload, row=row, side=side)
-                    records.append(result)
-                    if "error" in result:
-                        log(f"round {round_index + 1}/{args.rounds} {workload:9s} {row:8s} "
-                            f"{side:4s} FAILED {result['error']}")
-                    else:
-                        log(f"round {round_index + 1}/{args.rounds} {workload:9s} {row:8s} "
-                            f"{side:4s} {result['steps_per_sec']:10.1f} steps/s  first loop "
-                            f"{result['first_loop_s']:.2f} s  peak RSS "
-                            f"{result['peak_rss_mib']:.0f} MiB")
+            if framework_rows:
+                for row, result in measure_lite(workload, framework_rows, args.smoke,
+                                                args.python, args.timeout).items():
+                    record(round_index, workload, row, "lite", result)
+                if tfm_python:
+                    for row, result in measure_tfm(workload, framework_rows, args.smoke,
+                                                   tfm_python, args.timeout).items():
+                        record(round_index, workload, row, "tfm", result)
+            if "raw" in args.rows:
+                record(round_index, workload, "raw", "raw",
+                       measure_raw(workload, args.smoke, args.python, args.timeout))
+            if "driver" in args.rows:
+                record(round_index, workload, "driver", "lite",
+                       measure_driver("lite", workload, args.python, args.timeout))
+                if tfm_python:
+                    record(round_index, workload, "driver", "tfm",
+                           measure_driver("tfm", workload, tfm_python, args.timeout))
     return records
 
 
@@ -121,22 +206,10 @@ def _stats(values):
             "n": len(values)}
 
 
-def _lookup(records):
-    table = {}
-    for r in records:
-        if "error" not in r:
-            table[(r["round"], r["workload"], r["row"], r["side"])] = r
-    return table
-
-
-def _per_round(records, rounds, fn):
-    """Applies fn(round) -> value or None over rounds; returns stats of the values."""
-    return _stats([fn(i) for i in range(rounds)])
-
-
 def summarize(records, rounds, workload_names):
     """Medians / min / max of every figure and per-round ratio, per workload."""
-    table = _lookup(records)
+    table = {(r["round"], r["workload"], r["row"], r["side"]): r
+             for r in records if "error" not in r}
 
     def value(i, w, row, side, key="steps_per_sec"):
         r = table.get((i, w, row, side))
@@ -145,49 +218,46 @@ def summarize(records, rounds, workload_names):
     def ratio(a, b):
         return None if a is None or b is None or b == 0 else a / b
 
+    def over_rounds(fn):
+        return _stats([fn(i) for i in range(rounds)])
+
     def outer_loop_ms(i, w, side):
-        # Controller overhead per outer loop: 1/r(spl=1) - 1/r(spl=100), in ms.
+        # Per outer loop cost beyond the steps: 1/r(spl=1) - 1/r(spl=100), in ms.
         r1, r100 = value(i, w, "train1", side), value(i, w, "train100", side)
         return None if r1 is None or r100 is None else 1000.0 * (1.0 / r1 - 1.0 / r100)
 
     summary = {}
     for w in workload_names:
-        s = {"steps_per_sec": {}, "ratios": {}, "first_step_s": {}, "peak_rss_mib": {},
-             "outer_loop_ms": {}}
-        for row in ROWS:
-            for side in (("raw",) if row == "raw" else ("lite", "tfm")):
-                s["steps_per_sec"][f"{row}/{side}"] = _per_round(
-                    records, rounds, lambda i: value(i, w, row, side))
-        for side in ("lite", "tfm", "raw"):
-            # First step: process start -> first finished train step (the spl=1 process; raw
-            # times its own 1-step call). Peak RSS: the spl=100 training process.
-            step_row = "raw" if side == "raw" else "train1"
-            rss_row = "raw" if side == "raw" else "train100"
-            s["first_step_s"][side] = _per_round(
-                records, rounds, lambda i: value(i, w, step_row, side, "first_loop_s"))
-            s["peak_rss_mib"][side] = _per_round(
-                records, rounds, lambda i: value(i, w, rss_row, side, "peak_rss_mib"))
-        for side in ("lite", "tfm"):
-            s["outer_loop_ms"][side] = _per_round(
-                records, rounds, lambda i: outer_loop_ms(i, w, side))
-        s["ratios"]["train100 lite/raw"] = _per_round(
-            records, rounds, lambda i: ratio(value(i, w, "train100", "lite"),
-                                             value(i, w, "raw", "raw")))
-        for row in ("train100", "train1", "eval"):
-            s["ratios"][f"{row} lite/tfm"] = _per_round(
-                records, rounds, lambda i: ratio(value(i, w, row, "lite"),
-                                                 value(i, w, row, "tfm")))
-        s["ratios"]["first_step lite/tfm"] = _per_round(
-            records, rounds, lambda i: ratio(value(i, w, "train1", "lite", "first_loop_s"),
-                                             value(i, w, "train1", "tfm", "first_loop_s")))
-        s["ratios"]["peak_rss lite/tfm"] = _per_round(
-            records, rounds, lambda i: ratio(value(i, w, "train100", "lite", "peak_rss_mib"),
-                                             value(i, w, "train100", "tfm", "peak_rss_mib")))
+        s = {"steps_per_sec": {}, "ratios": {}, "outer_loop_ms": {}, "first_step_s": {},
+             "peak_rss_mib": {}}
+        for row in workloads.FRAMEWORK_ROWS:
+            for side in SIDES:
+                s["steps_per_sec"][f"{row}/{side}"] = over_rounds(
+                    lambda i: value(i, w, row, side))
+        s["steps_per_sec"]["raw/raw"] = over_rounds(lambda i: value(i, w, "raw", "raw"))
+        for side in SIDES:
+            s["outer_loop_ms"][side] = over_rounds(lambda i: outer_loop_ms(i, w, side))
+            s["first_step_s"][side] = over_rounds(
+                lambda i: value(i, w, "driver", side, "first_step_s"))
+            s["peak_rss_mib"][side] = over_rounds(
+                lambda i: value(i, w, "driver", side, "peak_rss_mib"))
+        for side in SIDES:
+            s["ratios"][f"train100 {side}/raw"] = over_rounds(
+                lambda i: ratio(value(i, w, "train100", side), value(i, w, "raw", "raw")))
+        for row in workloads.FRAMEWORK_ROWS:
+            s["ratios"][f"{row} lite/tfm"] = over_rounds(
+                lambda i: ratio(value(i, w, row, "lite"), value(i, w, row, "tfm")))
+        s["ratios"]["first_step lite/tfm"] = over_rounds(
+            lambda i: ratio(value(i, w, "driver", "lite", "first_step_s"),
+                            value(i, w, "driver", "tfm", "first_step_s")))
+        s["ratios"]["peak_rss lite/tfm"] = over_rounds(
+            lambda i: ratio(value(i, w, "driver", "lite", "peak_rss_mib"),
+                            value(i, w, "driver", "tfm", "peak_rss_mib")))
         summary[w] = s
     return summary
 
 
-# Targets from the project issue: (workload, ratio or figure key, comparison, threshold).
+# Targets from the project issue: (workload, group, key, comparison, threshold).
 TARGETS = (
     [(w, "ratios", "train100 lite/raw", ">=", 0.90) for w in ("mlp_tiny", "cnn_small", "mock")]
     + [(w, "ratios", "train1 lite/tfm", ">=", 4.0) for w in ("mlp_tiny", "mock")]
@@ -205,10 +275,9 @@ def check_targets(summary):
         if w not in summary:
             continue
         stats = summary[w][group].get(key)
-        label = f"{key}" if group == "ratios" else f"{group.replace('_ms', '')} {key} (ms)"
+        label = key if group == "ratios" else f"outer loop ms ({key})"
         if stats is None:
-            status = "not measured"
-            median = None
+            status, median = "not measured", None
         else:
             median = stats["median"]
             ok = {">=": median >= threshold, "<=": median <= threshold,
@@ -230,14 +299,17 @@ def _fmt(stats, digits=0, unit=""):
 
 
 def markdown(summary, checks, meta):
-    """The report as markdown: one table per workload, then the targets."""
+    """The report as markdown: one merged table (all workloads, both frameworks), targets."""
     tfm_missing = meta["tfm"] is None
-    tfm_cell = (lambda stats, digits=0, unit="": "TFM not measured") if tfm_missing else _fmt
+
+    def tfm(stats, digits=0, unit=""):
+        return "not measured" if tfm_missing else _fmt(stats, digits, unit)
+
     lines = [
         "# lite_launcher benchmarks",
         "",
         f"{meta['date']} · {meta['machine']} · {meta['rounds']} round(s), interleaved · "
-        f"figures are median [min–max] over rounds; ratios are computed per round.",
+        f"median [min–max] over rounds; ratios are computed within each round.",
         "",
         f"- lite_launcher: {meta['versions'].get('lite', 'not measured')}",
         f"- raw Keras loop: {meta['versions'].get('raw', 'not measured')}",
@@ -248,38 +320,34 @@ def markdown(summary, checks, meta):
                      "(create one with `bash benchmarks/setup_tfm_env.sh`).")
     if meta.get("smoke"):
         lines.append("- **smoke run**: fewest loops, figures are not meaningful.")
-    failures = meta.get("failures", 0)
-    if failures:
-        lines.append(f"- **{failures} measurement(s) failed**: see `errors` in the JSON.")
+    if meta.get("failures"):
+        lines.append(f"- **{meta['failures']} measurement(s) failed**: see `errors` in the JSON.")
+    lines += ["", "| workload | measure | lite_launcher | TFM | raw Keras 3 | lite/TFM | lite/raw |",
+              "|---|---|---|---|---|---|---|"]
+    titles = {"train100": f"train, steps_per_loop={workloads.LONG_LOOP} (steps/s)",
+              "train1": "train, steps_per_loop=1 (steps/s)",
+              "eval": f"eval, validation_steps={workloads.EVAL_STEPS} (steps/s)"}
     for w, s in summary.items():
         sps, ratios = s["steps_per_sec"], s["ratios"]
-        lines += ["", f"## {w}", "",
-                  "| row | lite steps/s | TFM steps/s | raw steps/s | lite/TFM | lite/raw |",
-                  "|---|---|---|---|---|---|"]
-        for row in ("train100", "train1", "eval"):
-            raw_cell = _fmt(sps.get("raw/raw")) if row == "train100" else ""
-            lite_raw = _fmt(ratios["train100 lite/raw"], 3) if row == "train100" else ""
+        for row in workloads.FRAMEWORK_ROWS:
+            long_row = row == "train100"
             lines.append(
-                f"| {ROW_TITLES[row]} | {_fmt(sps.get(f'{row}/lite'))} | "
-                f"{tfm_cell(sps.get(f'{row}/tfm'))} | {raw_cell} | "
-                f"{tfm_cell(ratios[f'{row} lite/tfm'], 2)} | {lite_raw} |")
+                f"| {w} | {titles[row]} | {_fmt(sps[f'{row}/lite'])} | "
+                f"{tfm(sps[f'{row}/tfm'])} | {_fmt(sps['raw/raw']) if long_row else ''} | "
+                f"{tfm(ratios[f'{row} lite/tfm'], 2)} | "
+                f"{_fmt(ratios['train100 lite/raw'], 3) if long_row else ''} |")
         lines.append(
-            f"| outer loop overhead, 1/r(spl=1) − 1/r(spl=100) | "
-            f"{_fmt(s['outer_loop_ms']['lite'], 3, ' ms')} | "
-            f"{tfm_cell(s['outer_loop_ms']['tfm'], 3, ' ms')} |  |  |  |")
+            f"| {w} | outer loop: 1/r(spl=1) − 1/r(spl=100) (ms) | "
+            f"{_fmt(s['outer_loop_ms']['lite'], 3)} | {tfm(s['outer_loop_ms']['tfm'], 3)} "
+            f"|  |  |  |")
         lines.append(
-            f"| first step: process start → first finished train step | "
-            f"{_fmt(s['first_step_s']['lite'], 2, ' s')} | "
-            f"{tfm_cell(s['first_step_s']['tfm'], 2, ' s')} | "
-            f"{_fmt(s['first_step_s']['raw'], 2, ' s')} | "
-            f"{tfm_cell(ratios['first_step lite/tfm'], 2)} |  |")
+            f"| {w} | driver: process start → first finished step (s) | "
+            f"{_fmt(s['first_step_s']['lite'], 2)} | {tfm(s['first_step_s']['tfm'], 2)} |  | "
+            f"{tfm(ratios['first_step lite/tfm'], 2)} |  |")
         lines.append(
-            f"| peak RSS (train spl=100 process) | "
-            f"{_fmt(s['peak_rss_mib']['lite'], 0, ' MiB')} | "
-            f"{tfm_cell(s['peak_rss_mib']['tfm'], 0, ' MiB')} | "
-            f"{_fmt(s['peak_rss_mib']['raw'], 0, ' MiB')} | "
-            f"{tfm_cell(ratios['peak_rss lite/tfm'], 2)} |  |")
-    lines += ["", "## Targets (judged on the median)", "", "| workload | target | median | status |",
+            f"| {w} | driver: peak RSS (MiB) | {_fmt(s['peak_rss_mib']['lite'])} | "
+            f"{tfm(s['peak_rss_mib']['tfm'])} |  | {tfm(ratios['peak_rss lite/tfm'], 2)} |  |")
+    lines += ["", "Targets (judged on the median):", "", "| workload | target | median | status |",
               "|---|---|---|---|"]
     for c in checks:
         median = "—" if c["median"] is None else f"{c['median']:.3f}"
@@ -289,18 +357,19 @@ def markdown(summary, checks, meta):
 
 
 HOW = (
-    "each figure comes from its own process. Train rows run WARMUP_LOOPS "
-    f"({workloads.WARMUP_LOOPS}) + N outer loops through `run_experiment(mode='train')` with "
-    "the default strategy; a train action timestamps the end of each loop and steps/s is "
-    "taken over the N loops after the warm-up (tracing, then the one-time work after the "
-    "first loop), so it includes all per-loop controller work. The eval row runs "
-    "`mode='train_and_eval'` with 1-step train loops and an evaluation of "
-    f"{workloads.EVAL_STEPS} steps after each; an evaluation is timed from the train action "
-    "before it to the eval action after it, the first (tracing) one excluded. The raw loop "
-    "is timed the same way over calls of 100 steps. Checkpoint and summary intervals never "
-    "fire. First step: process age (from /proc) when the first train action runs in the "
-    "spl=1 process. Outer loop overhead is only meaningful where a step is short (mlp_tiny, "
-    "mock).")
+    "each framework runs its rows in one process per round through its own `run_experiment` "
+    "(default strategy, checkpoint and summary intervals that never fire); a train action "
+    "timestamps the end of each outer loop. Train rows: steps/s over the loops after the "
+    f"warm-up ({workloads.WARMUP_LOOPS} loops: tracing, then the one-time work after the first "
+    "loop; 1 for cnn_small at steps_per_loop=100), so it includes all per-loop controller "
+    "work. Eval: `mode='train_and_eval'` with 1-step train loops and an evaluation of "
+    f"{workloads.EVAL_STEPS} steps after each, timed from the train action before it to the "
+    "eval action after it, the first (tracing) one excluded. Raw: one tf.function over "
+    "`tf.range(100)` with lite_launcher's model and batch, timed the same way. Driver: "
+    f"`lite-train` and TFM's driver (benchmarks/tfm_driver.py), mode train, "
+    f"{workloads.DRIVER_STEPS} one-step loops, from process start to the first "
+    "`train | step: N` log line (N >= 1), and the process's peak RSS (wait4). Outer loop "
+    "overhead is only meaningful where a step is short (mlp_tiny, mock).")
 
 
 def _versions(records):
@@ -314,8 +383,10 @@ def _versions(records):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
-    parser.add_argument("--workloads", nargs="+", default=list(workloads.WORKLOADS),
-                        choices=sorted(workloads.WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", default=None,
+                        choices=sorted(workloads.WORKLOADS),
+                        help="default: all (with --smoke: " + " ".join(workloads.SMOKE_WORKLOADS)
+                        + ")")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "bench_out"),
                         help="folder for results.json and results.md (default bench_out/)")
@@ -331,6 +402,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.smoke:
         args.rounds = 1
+    if args.workloads is None:
+        args.workloads = list(workloads.SMOKE_WORKLOADS if args.smoke else workloads.WORKLOADS)
     if args.rounds < 1:
         parser.error(f"--rounds ({args.rounds}) must be >= 1")
 

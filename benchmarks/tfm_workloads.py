@@ -5,12 +5,13 @@ tf-models-official, Orbit and tf_keras. The tasks, configs and registrations her
 project's own code written against TFM's public API (base_task.Task, cfg.ExperimentConfig,
 exp_factory, task_factory); nothing is copied from TFM.
 
-    .tfm_venv/bin/python benchmarks/tfm_workloads.py --workload mlp_tiny --row train100 \
-        --model_dir /tmp/tfm_mlp
+    .tfm_venv/bin/python benchmarks/tfm_workloads.py --workload mlp_tiny [--rows train100 eval]
 
-prints one `BENCH_RESULT {json}` line (see measure.py). Rows and timing are the same as on the
-lite_launcher side (lite_workloads.py): both call their framework's `run_experiment` with the
-default strategy, the overrides of `workloads.run_plan`, and a `measure.LoopClock`'s actions.
+runs the rows one after the other and prints one `BENCH_RESULT {json}` line per row (see
+measure.py). Rows and timing are the same as on the lite_launcher side (lite_workloads.py):
+both call their framework's `run_experiment` with the default strategy, the overrides of
+`workloads.run_plan`, and a `measure.LoopClock`'s actions. Importing this module registers the
+experiments `mlp_tiny`, `cnn_small` and `mock` with TFM (tfm_driver.py uses that).
 """
 
 import argparse
@@ -28,6 +29,7 @@ import workloads  # noqa: E402
 # the first-step figure includes it, as it would for `official/vision/train.py`.
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
+from official.common import distribute_utils  # noqa: E402
 from official.core import base_task  # noqa: E402
 from official.core import config_definitions as cfg  # noqa: E402
 from official.core import exp_factory  # noqa: E402
@@ -106,8 +108,10 @@ def measure_row(workload_name, row, loops, model_dir):
     params.lock()
     task = task_factory.get_task(params.task, logging_dir=model_dir)
     clock = measure.LoopClock()
+    # 'off' (the default strategy), as on the lite_launcher side.
+    strategy = distribute_utils.get_distribution_strategy(params.runtime.distribution_strategy)
     train_lib.run_experiment(
-        distribution_strategy=tf.distribute.get_strategy(),
+        distribution_strategy=strategy,
         task=task,
         mode=mode,
         params=params,
@@ -131,7 +135,7 @@ def measure_row(workload_name, row, loops, model_dir):
             clock.train_times, clock.eval_times, workloads.EVAL_STEPS)
         result["eval_ms"] = measure.eval_ms(clock.train_times, clock.eval_times)
     else:
-        skip = workloads.WARMUP_LOOPS
+        skip = workloads.warmup_loops(workload, row)
         result["steps_per_sec"] = measure.steady_rate(clock.train_times, spl, skip)
         result["loop_ms"] = measure.loop_ms(clock.train_times, skip)
     return result
@@ -140,16 +144,20 @@ def measure_row(workload_name, row, loops, model_dir):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
-    parser.add_argument("--row", required=True, choices=workloads.FRAMEWORK_ROWS)
+    parser.add_argument("--rows", nargs="+", default=list(workloads.FRAMEWORK_ROWS),
+                        choices=workloads.FRAMEWORK_ROWS,
+                        help="rows to measure, one after the other in this process")
     parser.add_argument("--loops", type=int, default=None,
                         help="timed outer loops (default: the workload's, see workloads.py)")
     parser.add_argument("--smoke", action="store_true", help="fewest loops that still time")
-    parser.add_argument("--model_dir", default=None, help="default: a fresh temporary folder")
+    parser.add_argument("--model_dir", default=None,
+                        help="parent of each row's model_dir (default: a fresh temporary folder)")
     args = parser.parse_args(argv)
-    loops = args.loops or workloads.timed_loops(
-        workloads.get(args.workload), args.row, args.smoke)
-    model_dir = args.model_dir or tempfile.mkdtemp(prefix="tfm_bench_")
-    measure.emit(measure_row(args.workload, args.row, loops, model_dir))
+    parent = args.model_dir or tempfile.mkdtemp(prefix="tfm_bench_")
+    for row in args.rows:
+        loops = args.loops or workloads.timed_loops(
+            workloads.get(args.workload), row, args.smoke)
+        measure.emit(measure_row(args.workload, row, loops, os.path.join(parent, row)))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ So it imports neither TensorFlow nor Keras at module level: builders take the Ke
 
 It also holds what every side must do identically: the data batch, the per-row trainer
 overrides (TFM's field names, which lite_launcher keeps) and how many outer loops are timed.
+The batch is drawn exactly as `lite_launcher.experiments.workloads.make_workload_batch` draws
+it (raw_loop.py checks that they are equal), so all three sides train on the same numbers.
 """
 
 import dataclasses
@@ -19,7 +21,8 @@ EVAL_STEPS = 100
 LONG_LOOP = 100
 # Train rows: outer loops excluded before timing. The first traces the loop; the work after it
 # (first summary write, log files) is also one-time, and the action that times loop 1 fires
-# before it, so timing starts at the end of loop 2.
+# before it, so timing starts at the end of loop 2. A workload whose loop lasts seconds
+# (cnn_small, spl=100) excludes only the first: the one-time work is negligible there.
 WARMUP_LOOPS = 2
 # Intervals that never fire during a run (multiples of every steps_per_loop used here).
 NEVER = 100 * 10**7
@@ -35,23 +38,31 @@ class Workload:
     momentum: float
     # How many timed outer loops (evaluations for `eval_repeats`) each row runs after the
     # excluded warm-up. Sized so that the timed part takes about a second on 2 cores
-    # (cnn_small: ~10 s per 100-step loop, so as few loops as still time steadily).
+    # (cnn_small: ~2.5 s per 100-step loop, so as few loops as still time steadily).
     train_loops: int
     train1_loops: int
     eval_repeats: int
+    # Outer loops excluded before timing in the steps_per_loop=100 row (and the raw loop).
+    long_warmup: int = WARMUP_LOOPS
 
 
 WORKLOADS = {
     "mlp_tiny": Workload("mlp_tiny", (32,), 64, 0.0,
-                         train_loops=40, train1_loops=400, eval_repeats=10),
+                         train_loops=150, train1_loops=1000, eval_repeats=20),
     "cnn_small": Workload("cnn_small", (32, 32, 3), 128, 0.9,
-                          train_loops=2, train1_loops=20, eval_repeats=3),
+                          train_loops=2, train1_loops=20, eval_repeats=3, long_warmup=1),
     "mock": Workload("mock", (2,), 2, 0.0,
-                     train_loops=40, train1_loops=400, eval_repeats=10),
+                     train_loops=150, train1_loops=1000, eval_repeats=20),
 }
 
 # Smoke runs (CI): the same rows, with the fewest loops that still exclude tracing.
 SMOKE_LOOPS = {"train_loops": 1, "train1_loops": 3, "eval_repeats": 1}
+# Workloads of a smoke run unless named: the ones whose rows take well under a second.
+SMOKE_WORKLOADS = ("mlp_tiny", "mock")
+
+# The driver row: `lite-train` / TFM's driver on the experiment, mode train, 1-step loops, for
+# the time from process start to the first finished step and the process's peak RSS.
+DRIVER_STEPS = 20
 
 # Rows measured through a framework (lite_launcher or TFM). `raw` is measured by raw_loop.py.
 FRAMEWORK_ROWS = ("train100", "train1", "eval")
@@ -71,14 +82,22 @@ def timed_loops(workload, row, smoke=False):
     return SMOKE_LOOPS[key] if smoke else getattr(workload, key)
 
 
+def warmup_loops(workload, row):
+    """Outer loops (100-step calls for `raw`) excluded before timing in `row`."""
+    return workload.long_warmup if row in ("train100", "raw") else WARMUP_LOOPS
+
+
 def make_batch(workload):
-    """The one fixed batch (features float32, labels int32 in [0, 10)) from default_rng(0)."""
+    """The one fixed batch (features float32, labels int32 in [0, 10)) from default_rng(0).
+
+    The same draw as lite_launcher's `make_workload_batch(name, global_batch_size)`.
+    """
     import numpy as np
 
     rng = np.random.default_rng(0)
     features = rng.standard_normal(
-        (workload.global_batch_size,) + tuple(workload.input_shape)).astype(np.float32)
-    labels = rng.integers(0, NUM_CLASSES, size=(workload.global_batch_size,)).astype(np.int32)
+        (workload.global_batch_size,) + tuple(workload.input_shape), dtype=np.float32)
+    labels = rng.integers(0, NUM_CLASSES, size=(workload.global_batch_size,), dtype=np.int32)
     return features, labels
 
 
@@ -131,23 +150,26 @@ def optimizer_config(workload):
 def run_plan(workload, row, loops):
     """What a framework run of `row` does: (mode, trainer overrides).
 
-    Identical for lite_launcher and TFM. Train rows run `WARMUP_LOOPS + loops` outer loops
-    in mode 'train'; the timer excludes the first WARMUP_LOOPS. The eval row runs mode
+    Identical for lite_launcher and TFM. Train rows run `warmup_loops() + loops` outer loops
+    in mode 'train'; the timer excludes the warm-up loops. The eval row runs mode
     'train_and_eval' with one-step train loops and an evaluation of EVAL_STEPS steps after
     each, `1 + loops` evaluations in all; the first (tracing) is excluded. Checkpoint and
     summary intervals never fire.
     """
     if row == "train100":
-        spl, train_steps = LONG_LOOP, LONG_LOOP * (WARMUP_LOOPS + loops)
+        spl, train_steps = LONG_LOOP, LONG_LOOP * (warmup_loops(workload, row) + loops)
         mode = "train"
     elif row == "train1":
-        spl, train_steps = 1, WARMUP_LOOPS + loops
+        spl, train_steps = 1, warmup_loops(workload, row) + loops
+        mode = "train"
+    elif row == "driver":
+        spl, train_steps = 1, DRIVER_STEPS
         mode = "train"
     elif row == "eval":
         spl, train_steps = 1, 1 + loops
         mode = "train_and_eval"
     else:
-        raise ValueError(f"unknown row {row!r}; expected one of {FRAMEWORK_ROWS}")
+        raise ValueError(f"unknown row {row!r}; expected one of {FRAMEWORK_ROWS} or driver")
     trainer = {
         "steps_per_loop": spl,
         "train_steps": train_steps,
