@@ -152,7 +152,7 @@ def test_custom_trainer_xla_branch_matches_plain_step_under_mirrored(tmp_path):
         import custom_trainer
     finally:
         sys.path.remove(EXAMPLES)
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = ll.get_distribution_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
     results = {}
     for enable_xla in (False, True):
         params = ll.get_exp_config("digits_mlp")

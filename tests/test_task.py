@@ -66,7 +66,7 @@ def numpy_loss_and_grads(kernel, bias, x, y):
 
 @pytest.fixture(scope="module")
 def mirrored():
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    return ll.get_distribution_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
 
 
 def _optimizer(kind):

@@ -100,7 +100,7 @@ def test_iterator_checkpoint_under_a_distribution_strategy_is_a_clear_config_err
     config = ll.ExperimentConfig()
     config.trainer.checkpoint_train_iterator = True
     config.task.train_data.global_batch_size = 4
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = ll.get_distribution_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
 
     class _Task(ll.Task):
         def build_inputs(self, params, input_context=None):
