@@ -607,14 +607,18 @@ class Trainer:
         if self._eval_loop_fn is None or self._eval_loop_has_state != has_state:
             self._eval_loop_fn = self.create_eval_loop_fn(has_state)
             self._eval_loop_has_state = has_state
-        eval_iter = tf.nest.map_structure(iter, self.eval_dataset)
+        # The only reference to this evaluation's iterator, so it can be handed over below.
+        eval_iters = [tf.nest.map_structure(iter, self.eval_dataset)]
         if self._eval_options["use_tf_while_loop"] and not isinstance(num_steps, tf.Tensor):
             num_steps = tf.constant(num_steps, dtype=tf.int32)
         if self._eval_options["use_tf_while_loop"] and not has_state:
-            self._eval_loop_fn(eval_iter, num_steps)
+            self._eval_loop_fn(eval_iters[0], num_steps)
         else:
-            state = self._eval_loop_fn(eval_iter, num_steps, state=state,
+            state = self._eval_loop_fn(eval_iters[0], num_steps, state=state,
                                        reduce_fn=self.eval_reduce)
+        if not self._is_async:
+            # Spent: destroyed on a background thread (see loops.release_in_background).
+            loops.release_in_background(eval_iters)
         if state is None:
             return self.eval_end()
         return self.eval_end(state)

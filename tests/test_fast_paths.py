@@ -5,6 +5,10 @@ Trainer's fused inner loop (`train_step` loop + `train_loop_end` in one graph ca
 changes only: these tests pin that they compute exactly what the plain calls compute.
 """
 
+import threading
+import time
+import weakref
+
 import keras
 import numpy as np
 import pytest
@@ -158,3 +162,43 @@ def test_direct_call_uses_the_flat_call_for_iterators_of_each_strategy():
         assert call.flat
         # Batches 0..3, 4..7, 8..11 summed once each, on one or two replicas.
         assert int(total.numpy()) == sum(range(12))
+
+
+def test_release_in_background_destroys_the_object_on_another_thread():
+    destroyed = []
+    done = threading.Event()
+
+    class Probe:
+        def __del__(self):
+            destroyed.append(threading.current_thread().name)
+            done.set()
+
+    for _ in range(3):
+        done.clear()
+        holder = [Probe()]
+        loops.release_in_background(holder)
+        assert holder == []
+        assert done.wait(10)
+    assert destroyed == ["lite_launcher_release"] * 3
+
+
+def test_evaluation_iterators_are_released_after_each_evaluation():
+    trainer = tiny.make_trainer()
+    made = []
+    dataset = trainer.eval_dataset
+
+    class Recording:
+        """Stands for the eval dataset; records weak references to the iterators made."""
+
+        def __iter__(self):
+            iterator = iter(dataset)
+            made.append(weakref.ref(iterator))
+            return iterator
+
+    trainer.eval_dataset = Recording()
+    for _ in range(3):
+        assert 0.0 <= float(trainer.evaluate(2)["accuracy"]) <= 1.0
+    deadline = time.monotonic() + 10
+    while any(ref() is not None for ref in made) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(made) == 3 and all(ref() is None for ref in made)
