@@ -81,14 +81,23 @@ def _flat_iterator_inputs(concrete, iterator, args):
     return flat
 
 
+def _type_spec(value):
+    try:
+        return tf.type_spec_from_value(value)
+    except (TypeError, ValueError):
+        return None
+
+
 class DirectCall:
     """Calls `fn(iterator, *tensors)`, skipping the `tf.function` dispatch once it has traced.
 
-    The first call, and any call with another iterator object or with argument dtypes/shapes
-    not seen in the last call, goes through `fn` (tracing as usual); later calls with the same
-    iterator and argument types run the kept `ConcreteFunction` with the same tensors, without
-    re-binding the arguments. A plain Python `fn`, or non-tensor arguments, are always called
-    as they are. Call `reset()` when the iterator is replaced, so the old one is not kept alive.
+    The first call goes through `fn` (tracing as usual). Later calls with argument
+    dtypes/shapes seen before and an iterator of the same type spec (the same object, or a new
+    iterator over the same kind of dataset, which `fn` would look up to the same trace) run the
+    kept `ConcreteFunction` with the same tensors, without re-binding the arguments; anything
+    else goes through `fn` again. A plain Python `fn`, or non-tensor arguments, are always
+    called as they are. `forget_iterator()` drops the reference to the last iterator (and
+    keeps the trace); `reset()` drops both.
     """
 
     def __init__(self, fn):
@@ -97,9 +106,13 @@ class DirectCall:
         self.reset()
 
     def reset(self) -> None:
-        self._iterator = None
-        self._signature = None
         self._concrete = None
+        self._signature = None
+        self._spec = None
+        self.forget_iterator()
+
+    def forget_iterator(self) -> None:
+        self._iterator = None
         self._flat_iterator = None
 
     @property
@@ -117,10 +130,19 @@ class DirectCall:
             return concrete(iterator, *args)
         if not self._direct or not _all_tensors(args):
             return self.fn(iterator, *args)
+        signature = _signature(args)
+        if (concrete is not None and signature == self._signature
+                and self._spec is not None and _type_spec(iterator) == self._spec):
+            flat = _flat_iterator_inputs(concrete, iterator, args)
+            if flat is not None:
+                self._iterator, self._flat_iterator = iterator, flat
+                return concrete._call_flat(  # pylint: disable=protected-access
+                    flat + list(args), concrete.captured_inputs)
         outputs = self.fn(iterator, *args)
         # Looked up after the call, so it is the trace that call made or used.
         concrete = self.fn.get_concrete_function(iterator, *args)
-        self._concrete, self._iterator, self._signature = concrete, iterator, _signature(args)
+        self._concrete, self._iterator, self._signature = concrete, iterator, signature
+        self._spec = _type_spec(iterator)
         self._flat_iterator = _flat_iterator_inputs(concrete, iterator, args)
         return outputs
 
@@ -177,11 +199,13 @@ def python_loop(step_fn: StepFn):
     `tf.function` `step_fn` is called through its traced graph after the first step.
     """
 
+    # Kept across calls (an evaluation makes a new iterator of the same type each time); it
+    # forgets each call's iterator when the call returns, so that it is not kept alive.
+    call = DirectCall(step_fn)
+
     def loop_fn(iterator, num_steps, state=None, reduce_fn: Optional[ReduceFn] = None):
         num_steps = int(num_steps)
         step = 0
-        # Local to this call, so the iterator is not kept once the loop returns.
-        call = DirectCall(step_fn)
         try:
             # async_scope lets eager steps run ahead; errors surface at the end of the scope.
             with tf.experimental.async_scope():
@@ -196,6 +220,8 @@ def python_loop(step_fn: StepFn):
                 logging.warning("The dataset ended after %d of %d steps.", step, num_steps)
             else:
                 logging.info("The dataset iterator is exhausted after %d steps.", step)
+        finally:
+            call.forget_iterator()
         return state
 
     return loop_fn

@@ -87,10 +87,12 @@ def test_direct_call_traces_once_and_follows_a_new_iterator():
         call(iterator, tf.constant(n, tf.int32))
     assert len(traces) == 1
     assert int(total.numpy()) == sum(range(6))  # elements 0..5
-    # A new iterator of the same type: no retrace, and it reads the new iterator.
+    # A new iterator of the same type: the kept graph (no retrace), reading the new iterator.
     other = iter(tf.data.Dataset.range(1000, 1100))
     assert int(call(other, tf.constant(2, tf.int32))) == sum(range(6)) + 1000 + 1001
-    assert len(traces) == 1
+    assert len(traces) == 1 and call.flat
+    call.forget_iterator()
+    assert not call.flat
     # Another argument dtype goes through the tf.function, which traces for it.
     assert int(call(other, tf.constant(1, tf.int64))) == sum(range(6)) + 1000 + 1001 + 1002
     assert len(traces) == 2
