@@ -4,11 +4,11 @@
     .venv/bin/python benchmarks/run.py --smoke      # 1 round, fewest loops, mlp_tiny + mock (CI)
 
 Per round and workload, five processes, in this order (rounds interleave the sides):
+- the raw Keras 3 loop (raw_loop.py);
 - lite_launcher rows (lite_workloads.py): train steps_per_loop=100, steps_per_loop=1, eval,
   one after the other through `ll.run_experiment`;
 - TFM rows (tfm_workloads.py in the TFM venv made by setup_tfm_env.sh), the same rows through
   `train_lib.run_experiment`;
-- the raw Keras 3 loop (raw_loop.py);
 - the driver row for each framework: `lite-train` and TFM's driver (tfm_driver.py) on the same
   experiment, timed from process start to the first `train | step: N | steps/sec` log line
   (N >= 1: the first finished step), and the driver process's peak RSS.
@@ -175,6 +175,11 @@ def run_rounds(args, tfm_python, log=print):
 
     for round_index in range(args.rounds):
         for workload in args.workloads:
+            # Raw first, then lite_launcher whose first row is train100: the two processes of
+            # the lite/raw ratio run seconds apart, under about the same load.
+            if "raw" in args.rows:
+                record(round_index, workload, "raw", "raw",
+                       measure_raw(workload, args.smoke, args.python, args.timeout))
             if framework_rows:
                 for row, result in measure_lite(workload, framework_rows, args.smoke,
                                                 args.python, args.timeout).items():
@@ -183,9 +188,6 @@ def run_rounds(args, tfm_python, log=print):
                     for row, result in measure_tfm(workload, framework_rows, args.smoke,
                                                    tfm_python, args.timeout).items():
                         record(round_index, workload, row, "tfm", result)
-            if "raw" in args.rows:
-                record(round_index, workload, "raw", "raw",
-                       measure_raw(workload, args.smoke, args.python, args.timeout))
             if "driver" in args.rows:
                 record(round_index, workload, "driver", "lite",
                        measure_driver("lite", workload, args.python, args.timeout))
