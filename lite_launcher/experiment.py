@@ -16,6 +16,7 @@ from absl import logging
 
 from lite_launcher import actions
 from lite_launcher import exporter as exporter_lib
+from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
 from lite_launcher.modes import MODES, check_mode, mode_trains  # noqa: F401  (re-exported)
@@ -31,10 +32,6 @@ def create_trainer(params, task, train: bool, evaluate: bool, checkpoint_exporte
     optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
     return trainer_cls(params, task, model=model, optimizer=optimizer, train=train,
                        evaluate=evaluate, checkpoint_exporter=checkpoint_exporter)
-
-
-def _should_checkpoint(strategy) -> bool:
-    return strategy is None or strategy.extended.should_checkpoint
 
 
 class _NonChiefCheckpointManager(tf.train.CheckpointManager):
@@ -133,7 +130,7 @@ class ExperimentRunner:
         options = dict(step_counter=self._trainer.global_step,
                        checkpoint_interval=self._params.trainer.checkpoint_interval,
                        init_fn=self._trainer.initialize)
-        if _should_checkpoint(self.strategy):
+        if strategy_lib.should_write(self.strategy):
             return tf.train.CheckpointManager(
                 self._trainer.checkpoint, directory=self._model_dir,
                 max_to_keep=self._params.trainer.max_to_keep, **options)
@@ -147,7 +144,7 @@ class ExperimentRunner:
 
     def _summary_dirs(self, save_summary: bool):
         # Only the chief writes summaries: other workers' event files would duplicate its curves.
-        if not save_summary or not _should_checkpoint(self.strategy):
+        if not save_summary or not strategy_lib.should_write(self.strategy):
             return None, None
         return (os.path.join(self._model_dir, "train"),
                 os.path.join(self._model_dir, self._params.trainer.validation_summary_subdir))

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
 
 BEST_CHECKPOINT_NAME = "best_ckpt"
@@ -45,13 +46,8 @@ _NESTED_SEPARATORS = ("|", "/")
 
 
 def is_chief(strategy=None) -> bool:
-    """Whether this worker writes checkpoints to the real directory.
-
-    Uses `strategy.extended.should_checkpoint` (True for single-worker strategies and for the
-    chief of a multi-worker cluster). `strategy=None` means the current strategy.
-    """
-    strategy = strategy or tf.distribute.get_strategy()
-    return bool(strategy.extended.should_checkpoint)
+    """Whether this worker writes to the real directory (`strategy=None`: the current one)."""
+    return strategy_lib.should_write(strategy or tf.distribute.get_strategy())
 
 
 @contextlib.contextmanager

@@ -19,8 +19,8 @@ Typical driver flow (what `strategy_from_runtime` does, plus mixed precision):
         ...
 
 Multi-worker saving: every worker must take part in saving (variables sync on read), but two
-workers writing the same directory collide. Chief writes to `model_dir`; the others write to
-`temp_dir_for_non_chief(model_dir, strategy)` and then `remove_temp_dir(...)` it.
+workers writing the same directory collide. `should_write(strategy)` says who writes to
+`model_dir`; the others save into throwaway temporary directories (experiment.py, exporter.py).
 """
 
 from __future__ import annotations
@@ -564,27 +564,3 @@ def should_write(strategy: Optional[tf.distribute.Strategy]) -> bool:
     if strategy is None:
         return True
     return bool(getattr(strategy.extended, "should_checkpoint", True)) and is_chief(strategy)
-
-
-def temp_dir_for_non_chief(model_dir: str, strategy: Optional[tf.distribute.Strategy]) -> str:
-    """Directory this process saves to: `model_dir` on the chief, a per-worker temp dir else.
-
-    Every worker must run the save (variables sync on read) but must not write where the
-    chief writes. Non-chief workers get `<model_dir>/workertemp_<task_type>_<task_id>`;
-    delete it with `remove_temp_dir` after the save.
-    """
-    if should_write(strategy):
-        return model_dir
-    task_type, task_id, _ = _task(strategy)
-    return os.path.join(model_dir, f"workertemp_{task_type}_{task_id}")
-
-
-def remove_temp_dir(directory: str, strategy: Optional[tf.distribute.Strategy]) -> None:
-    """Deletes a directory from `temp_dir_for_non_chief`; a no-op on the chief.
-
-    On the chief the directory is `model_dir` itself, which must never be deleted.
-    """
-    if should_write(strategy):
-        return
-    if tf.io.gfile.exists(directory):
-        tf.io.gfile.rmtree(directory)

@@ -217,8 +217,7 @@ def test_multi_worker_mirrored_with_one_worker_tf_config():
             "type": type(strategy).__name__, "replicas": strategy.num_replicas_in_sync,
             "impl": str(strategy.extended._communication_options.implementation),
             "task": [resolver.task_type, resolver.task_id], "total": float(total),
-            "chief": st.is_chief(strategy), "write": st.should_write(strategy),
-            "write_dir": st.temp_dir_for_non_chief("/tmp/md", strategy)}))
+            "chief": st.is_chief(strategy), "write": st.should_write(strategy)}))
     """, env_extra={"TF_CONFIG": json.dumps(tf_config)})
     assert result["type"] == "CollectiveAllReduceStrategy"  # MultiWorkerMirroredStrategy
     assert result["replicas"] == 1
@@ -226,7 +225,6 @@ def test_multi_worker_mirrored_with_one_worker_tf_config():
     assert result["task"] == ["worker", 0]
     np.testing.assert_allclose(result["total"], 4.0)
     assert result["chief"] is True and result["write"] is True
-    assert result["write_dir"] == "/tmp/md"
 
 
 def test_parameter_server_with_in_process_cluster_trains_steps():
@@ -464,23 +462,3 @@ def test_single_process_strategies_are_chief():
     assert st.is_chief(None) and st.should_write(None)
     strategy = st.get_distribution_strategy("one_device")
     assert st.is_chief(strategy) and st.should_write(strategy)
-
-
-def test_temp_dir_for_non_chief_and_removal(tmp_path):
-    model_dir = str(tmp_path / "model")
-    chief = fake_multi_worker("worker", 0, TWO_WORKERS, should_checkpoint=True)
-    other = fake_multi_worker("worker", 1, TWO_WORKERS, should_checkpoint=False)
-
-    assert st.temp_dir_for_non_chief(model_dir, chief) == model_dir
-    temp_dir = st.temp_dir_for_non_chief(model_dir, other)
-    assert temp_dir == os.path.join(model_dir, "workertemp_worker_1")
-
-    os.makedirs(temp_dir)
-    pathlib.Path(temp_dir, "ckpt-1.index").write_text("x")
-    st.remove_temp_dir(temp_dir, other)
-    assert not os.path.exists(temp_dir)
-    st.remove_temp_dir(temp_dir, other)  # already gone: no error
-
-    pathlib.Path(model_dir, "ckpt-1.index").write_text("x")
-    st.remove_temp_dir(model_dir, chief)  # the chief's dir is the real model_dir: kept
-    assert os.listdir(model_dir) == ["ckpt-1.index"]
