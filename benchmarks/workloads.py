@@ -38,7 +38,7 @@ class Workload:
     momentum: float
     # How many timed outer loops (evaluations for `eval_repeats`) each row runs after the
     # excluded warm-up. Sized so that the timed part takes about a second on 2 cores
-    # (cnn_small: ~2.5 s per 100-step loop, so as few loops as still time steadily).
+    # (cnn_small: ~2.5 s per 100-step loop, so few loops).
     train_loops: int
     train1_loops: int
     eval_repeats: int
@@ -50,7 +50,7 @@ WORKLOADS = {
     "mlp_tiny": Workload("mlp_tiny", (32,), 64, 0.0,
                          train_loops=150, train1_loops=1000, eval_repeats=20),
     "cnn_small": Workload("cnn_small", (32, 32, 3), 128, 0.9,
-                          train_loops=2, train1_loops=20, eval_repeats=3, long_warmup=1),
+                          train_loops=4, train1_loops=40, eval_repeats=5, long_warmup=1),
     "mock": Workload("mock", (2,), 2, 0.0,
                      train_loops=150, train1_loops=1000, eval_repeats=20),
 }
