@@ -2,9 +2,10 @@
 
 One `tf.function` runs `for _ in tf.range(n): step(next(iterator))`, where a step is the same
 work a framework's train step does: forward, loss, gradients, SGD update, and the `accuracy`
-and `loss` metric updates. Model and batch come from lite_launcher's public builders
-(`lite_launcher.experiments.workloads.build_workload_model` / `make_workload_batch`), so the
-raw loop and lite_launcher train the same model on the same numbers. Timed like the framework
+and `loss` metric updates. Model, batch and loss come from lite_launcher's workload
+definitions (`build_workload_model`, `make_workload_batch`, `WorkloadTask.build_losses` of
+`lite_launcher.experiments.workloads`; no trainer, controller or loop of lite_launcher), so
+the raw loop and lite_launcher do the same math on the same numbers. Timed like the framework
 rows: calls of n=100 steps, the warm-up calls excluded.
 
     .venv/bin/python benchmarks/raw_loop.py --workload mlp_tiny
@@ -29,7 +30,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from lite_launcher.experiments.workloads import (  # noqa: E402
-    build_workload_model, make_workload_batch)
+    WorkloadTask, WorkloadTaskConfig, build_workload_model, make_workload_batch)
 
 
 def make_dataset(workload):
@@ -44,6 +45,9 @@ def make_dataset(workload):
 def build_train_loop(workload):
     """Returns (loop, iterator, optimizer): `loop(iterator, n)` trains n steps in one graph."""
     model = build_workload_model(workload.name)
+    # The workload's loss function only (WorkloadTask.build_losses is a pure function of the
+    # labels and outputs).
+    loss_fn = WorkloadTask(WorkloadTaskConfig(workload=workload.name)).build_losses
     optimizer = keras.optimizers.SGD(
         learning_rate=workloads.LEARNING_RATE, momentum=workload.momentum)
     # Built eagerly so that slot variables are not created inside the traced loop.
@@ -56,7 +60,7 @@ def build_train_loop(workload):
         features, labels = batch
         with tf.GradientTape() as tape:
             outputs = model(features, training=True)
-            loss = workloads.compute_loss(workload, labels, outputs)
+            loss = loss_fn(labels=labels, model_outputs=outputs)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         accuracy.update_state(labels, outputs)

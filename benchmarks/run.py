@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/run.py [--rounds 5] [--workloads mlp_tiny mock] [--out bench_out/]
     .venv/bin/python benchmarks/run.py --smoke      # 1 round, fewest loops, mlp_tiny + mock (CI)
 
-Per round and workload, five processes, in this order (rounds interleave the sides):
+Per round and workload, six processes, in this order (rounds interleave the sides):
 - the raw Keras 3 loop (raw_loop.py);
 - lite_launcher rows (lite_workloads.py): train steps_per_loop=100, steps_per_loop=1, eval,
   one after the other through `ll.run_experiment`;
+- the raw loop again (the round's raw figure is the mean of the two, not in smoke runs);
 - TFM rows (tfm_workloads.py in the TFM venv made by setup_tfm_env.sh), the same rows through
   `train_lib.run_experiment`;
 - the driver row for each framework: `lite-train` and TFM's driver (tfm_driver.py) on the same
@@ -175,15 +176,22 @@ def run_rounds(args, tfm_python, log=print):
 
     for round_index in range(args.rounds):
         for workload in args.workloads:
-            # Raw first, then lite_launcher whose first row is train100: the two processes of
-            # the lite/raw ratio run seconds apart, under about the same load.
+            # The raw loop just before and just after lite_launcher's rows (train100 first):
+            # the lite/raw ratio uses their mean, so a load that drifts within the round
+            # weighs on both sides alike.
             if "raw" in args.rows:
                 record(round_index, workload, "raw", "raw",
-                       measure_raw(workload, args.smoke, args.python, args.timeout))
+                       dict(measure_raw(workload, args.smoke, args.python, args.timeout),
+                            raw_pass="before"))
             if framework_rows:
                 for row, result in measure_lite(workload, framework_rows, args.smoke,
                                                 args.python, args.timeout).items():
                     record(round_index, workload, row, "lite", result)
+            if "raw" in args.rows and framework_rows and not args.smoke:
+                record(round_index, workload, "raw", "raw",
+                       dict(measure_raw(workload, args.smoke, args.python, args.timeout),
+                            raw_pass="after"))
+            if framework_rows:
                 if tfm_python:
                     for row, result in measure_tfm(workload, framework_rows, args.smoke,
                                                    tfm_python, args.timeout).items():
@@ -210,12 +218,15 @@ def _stats(values):
 
 def summarize(records, rounds, workload_names):
     """Medians / min / max of every figure and per-round ratio, per workload."""
-    table = {(r["round"], r["workload"], r["row"], r["side"]): r
-             for r in records if "error" not in r}
+    table = {}
+    for r in records:
+        if "error" not in r:
+            table.setdefault((r["round"], r["workload"], r["row"], r["side"]), []).append(r)
 
     def value(i, w, row, side, key="steps_per_sec"):
-        r = table.get((i, w, row, side))
-        return None if r is None else r.get(key)
+        # The mean where a round measured a row twice (the raw loop, before and after).
+        values = [r[key] for r in table.get((i, w, row, side), []) if r.get(key) is not None]
+        return statistics.fmean(values) if values else None
 
     def ratio(a, b):
         return None if a is None or b is None or b == 0 else a / b
@@ -367,7 +378,8 @@ HOW = (
     "work. Eval: `mode='train_and_eval'` with 1-step train loops and an evaluation of "
     f"{workloads.EVAL_STEPS} steps after each, timed from the train action before it to the "
     "eval action after it, the first (tracing) one excluded. Raw: one tf.function over "
-    "`tf.range(100)` with lite_launcher's model and batch, timed the same way. Driver: "
+    "`tf.range(100)` with lite_launcher's model, batch and loss, timed the same way, run "
+    "just before and just after the lite_launcher rows (mean of the two). Driver: "
     f"`lite-train` and TFM's driver (benchmarks/tfm_driver.py), mode train, "
     f"{workloads.DRIVER_STEPS} one-step loops, from process start to the first "
     "`train | step: N` log line (N >= 1), and the process's peak RSS (wait4). Outer loop "

@@ -128,14 +128,20 @@ def build_model(workload, keras):
 
 
 def compute_loss(workload, labels, outputs):
-    """Mean over the global batch: cross-entropy from logits, or the mean output for `mock`."""
+    """Mean over the global batch: cross-entropy from logits, or the mean output for `mock`.
+
+    The TFM side's loss. The same math as lite_launcher's `WorkloadTask.build_losses` (which
+    the raw loop calls): a mean that gives 0 rather than NaN on an empty batch.
+    """
     import tensorflow as tf
 
     if workload.name == "mock":
-        return tf.reduce_mean(outputs)
+        return tf.reduce_mean(tf.cast(outputs, tf.float32))
     per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(labels, tf.int32), logits=outputs)
-    return tf.reduce_mean(per_example)
+    per_example = tf.cast(per_example, tf.float32)
+    return tf.math.divide_no_nan(tf.reduce_sum(per_example),
+                                 tf.cast(tf.size(per_example), tf.float32))
 
 
 def optimizer_config(workload):
