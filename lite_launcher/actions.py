@@ -184,14 +184,17 @@ class RecoveryCondition:
                 f"RecoveryCondition needs 'training_loss' in the train loop output; got keys "
                 f"{sorted(output or {})}.")
         loss = _as_float(output["training_loss"])
-        step = _as_int(self.global_step)
+        # The step is read only when the loss looks bad: one host read less per healthy loop.
         if math.isnan(loss):
-            reason = f"the training loss is NaN at step {step}"
-        elif step >= self.recovery_begin_steps and loss > self.loss_upper_bound:
+            reason = f"the training loss is NaN at step {_as_int(self.global_step)}"
+        elif loss <= self.loss_upper_bound:
+            return False
+        else:
+            step = _as_int(self.global_step)
+            if step < self.recovery_begin_steps:
+                return False
             reason = (f"the training loss {loss} at step {step} exceeds "
                       f"trainer.loss_upper_bound ({self.loss_upper_bound})")
-        else:
-            return False
         self.recover_counter += 1
         if self.recover_counter > self.recovery_max_trials:
             raise TrainingDivergedError(

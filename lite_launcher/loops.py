@@ -207,7 +207,7 @@ def python_loop(step_fn: StepFn):
         num_steps = int(num_steps)
         step = 0
         try:
-            # async_scope lets eager steps run ahead; errors surface at the end of the scope.
+            # Under async_scope, errors of remote/async eager ops surface at the scope's end.
             with tf.experimental.async_scope():
                 while num_steps == -1 or step < num_steps:
                     outputs = call(iterator)
