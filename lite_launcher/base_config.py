@@ -470,8 +470,21 @@ class OneOfConfig(Config):
 
 
 class _YamlLoader(yaml.SafeLoader):  # pylint: disable=too-many-ancestors
-    """`yaml.SafeLoader` that also reads `1e-4` / `3E5` (no dot) as floats, as TFM's loader."""
+    """`yaml.SafeLoader` with two changes for configs.
 
+    - `1e-4` / `3E5` (no dot) are floats, as with TFM's loader.
+    - Only true/false are booleans (YAML 1.2): YAML 1.1 also reads on/off/yes/no as booleans,
+      which turned `runtime.distribution_strategy=off` into False.
+    """
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
 
 _YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",

@@ -548,3 +548,17 @@ def test_from_yaml_reads_a_file_strictly(tmp_path):
     path.write_text("trainer:\n  train_step: 11\n")
     with pytest.raises(ConfigError, match=r"'trainer\.train_step'.*Did you mean 'train_steps'"):
         ExperimentConfig.from_yaml(str(path))
+
+
+def test_yaml_on_off_yes_no_are_strings_only_true_false_are_booleans():
+    from lite_launcher import base_config
+
+    parsed = base_config.parse_params_override(
+        "runtime.distribution_strategy=off,trainer.train_tf_function=false")
+    assert parsed == {"runtime": {"distribution_strategy": "off"},
+                      "trainer": {"train_tf_function": False}}
+    config = ll.ExperimentConfig()
+    config.override(parsed)
+    assert config.runtime.distribution_strategy == "off"
+    assert base_config.load_yaml("a: yes\nb: True\nc: [on, 1e-3]") == {
+        "a": "yes", "b": True, "c": ["on", 0.001]}
