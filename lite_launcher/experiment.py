@@ -58,6 +58,19 @@ class _NonChiefCheckpointManager(tf.train.CheckpointManager):
         return latest
 
 
+def _remove_interrupted_checkpoint_writes(model_dir: str) -> None:
+    """Deletes `ckpt-<N>_temp/` folders left by a checkpoint write that was killed.
+
+    TF writes a checkpoint's shards there before moving them into place; a process killed
+    mid-write leaves the folder behind for good. Only the chief trainer of a model_dir writes
+    checkpoints, so at its start any such folder is stale.
+    """
+    for leftover in tf.io.gfile.glob(os.path.join(model_dir, "ckpt-*_temp")):
+        if tf.io.gfile.isdir(leftover):
+            logging.warning("Removing %s, left by an interrupted checkpoint write.", leftover)
+            tf.io.gfile.rmtree(leftover)
+
+
 class ExperimentRunner:
     """Builds the trainer, checkpoint manager and controller for one run; `run()` executes it.
 
@@ -131,6 +144,8 @@ class ExperimentRunner:
                        checkpoint_interval=self._params.trainer.checkpoint_interval,
                        init_fn=self._trainer.initialize)
         if strategy_lib.should_write(self.strategy):
+            if mode_trains(self._mode):
+                _remove_interrupted_checkpoint_writes(self._model_dir)
             return tf.train.CheckpointManager(
                 self._trainer.checkpoint, directory=self._model_dir,
                 max_to_keep=self._params.trainer.max_to_keep, **options)

@@ -140,3 +140,25 @@ def test_kill_9_at_random_points_always_resumes_from_the_last_complete_checkpoin
     assert sum(t["partial_write"] for t in writes) >= len(writes) - 2, trials
     # Training made progress across the kills: checkpoints were written and resumed from.
     assert sum(t["step"] > 0 for t in trials) >= 5, trials
+
+
+def test_a_trainer_start_removes_leftovers_of_an_interrupted_checkpoint_write(tmp_path):
+    import lite_launcher as ll
+    import tensorflow as tf
+
+    model_dir = tmp_path / "model"
+    leftover = model_dir / "ckpt-5_temp"
+    leftover.mkdir(parents=True)
+    (leftover / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"half written")
+    keep = model_dir / "notes_temp"  # not a checkpoint's: left alone
+    keep.mkdir()
+    params = ll.get_exp_config("mock")
+    params.override({"trainer": {"train_steps": 4, "steps_per_loop": 2, "summary_interval": 2,
+                                 "checkpoint_interval": 2}})
+    strategy = tf.distribute.get_strategy()
+    task = ll.get_task(params.task, logging_dir=str(model_dir))
+    ll.run_experiment(distribution_strategy=strategy, task=task, mode="train", params=params,
+                      model_dir=str(model_dir), save_summary=False)
+    assert not leftover.exists()
+    assert keep.exists()
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-4")
