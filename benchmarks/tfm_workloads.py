@@ -14,11 +14,9 @@ both call their framework's `run_experiment` with the default strategy, the over
 experiments `mlp_tiny`, `cnn_small` and `mock` with TFM (tfm_driver.py uses that).
 """
 
-import argparse
 import dataclasses
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -130,34 +128,11 @@ def measure_row(workload_name, row, loops, model_dir):
         "train_loops_seen": len(clock.train_times),
         "versions": {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__},
     }
-    if row == "eval":
-        result["steps_per_sec"] = measure.eval_rate(
-            clock.train_times, clock.eval_times, workloads.EVAL_STEPS)
-        result["eval_ms"] = measure.eval_ms(clock.train_times, clock.eval_times)
-    else:
-        skip = workloads.warmup_loops(workload, row)
-        result["steps_per_sec"] = measure.steady_rate(clock.train_times, spl, skip)
-        result["loop_ms"] = measure.loop_ms(clock.train_times, skip)
-    return result
+    return workloads.add_rates(result, clock, workload, row, spl)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", required=True, choices=sorted(workloads.WORKLOADS))
-    parser.add_argument("--rows", nargs="+", default=list(workloads.FRAMEWORK_ROWS),
-                        choices=workloads.FRAMEWORK_ROWS,
-                        help="rows to measure, one after the other in this process")
-    parser.add_argument("--loops", type=int, default=None,
-                        help="timed outer loops (default: the workload's, see workloads.py)")
-    parser.add_argument("--smoke", action="store_true", help="fewest loops that still time")
-    parser.add_argument("--model_dir", default=None,
-                        help="parent of each row's model_dir (default: a fresh temporary folder)")
-    args = parser.parse_args(argv)
-    parent = args.model_dir or tempfile.mkdtemp(prefix="tfm_bench_")
-    for row in args.rows:
-        loops = args.loops or workloads.timed_loops(
-            workloads.get(args.workload), row, args.smoke)
-        measure.emit(measure_row(args.workload, row, loops, os.path.join(parent, row)))
+    workloads.rows_main(measure_row, "tfm_bench_", __doc__, argv)
 
 
 if __name__ == "__main__":

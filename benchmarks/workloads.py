@@ -189,3 +189,43 @@ def run_plan(workload, row, loops):
         "checkpoint_interval": NEVER,
     }
     return mode, trainer
+
+
+def add_rates(result, clock, workload, row, spl):
+    """Adds the row's rate (and per-loop / per-eval times) from a run's loop clock."""
+    import measure  # sibling module, standard library only
+
+    if row == "eval":
+        result["steps_per_sec"] = measure.eval_rate(clock.train_times, clock.eval_times,
+                                                    EVAL_STEPS)
+        result["eval_ms"] = measure.eval_ms(clock.train_times, clock.eval_times)
+    else:
+        skip = warmup_loops(workload, row)
+        result["steps_per_sec"] = measure.steady_rate(clock.train_times, spl, skip)
+        result["loop_ms"] = measure.loop_ms(clock.train_times, skip)
+    return result
+
+
+def rows_main(measure_row, temp_prefix, description, argv=None):
+    """The command line shared by each framework's row script: measure rows, print results."""
+    import argparse
+    import os
+    import tempfile
+
+    import measure
+
+    parser = argparse.ArgumentParser(description=description.splitlines()[0])
+    parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    parser.add_argument("--rows", nargs="+", default=list(FRAMEWORK_ROWS),
+                        choices=FRAMEWORK_ROWS,
+                        help="rows to measure, one after the other in this process")
+    parser.add_argument("--loops", type=int, default=None,
+                        help="timed outer loops (default: the workload's, see workloads.py)")
+    parser.add_argument("--smoke", action="store_true", help="fewest loops that still time")
+    parser.add_argument("--model_dir", default=None,
+                        help="parent of each row's model_dir (default: a fresh temporary folder)")
+    args = parser.parse_args(argv)
+    parent = args.model_dir or tempfile.mkdtemp(prefix=temp_prefix)
+    for row in args.rows:
+        loops = args.loops or timed_loops(get(args.workload), row, args.smoke)
+        measure.emit(measure_row(args.workload, row, loops, os.path.join(parent, row)))
