@@ -24,6 +24,7 @@ import measure  # noqa: E402
 import workloads  # noqa: E402
 
 # Imported before anything is timed, so the first-step figure includes it.
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import lite_launcher as ll  # noqa: E402
 
@@ -48,21 +49,10 @@ def measure_row(workload_name, row, loops, model_dir):
         train_actions=[clock.train_action],
         eval_actions=[clock.eval_action],
     )
-    spl = trainer_overrides["steps_per_loop"]
-    import keras
-
-    result = {
-        "side": "lite",
-        "workload": workload_name,
-        "row": row,
-        "loops": loops,
-        "first_loop_s": clock.first_loop_age_s,
-        "first_loop_steps": spl,
-        "train_loops_seen": len(clock.train_times),
-        "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
-                     "lite_launcher": ll.__version__},
-    }
-    return workloads.add_rates(result, clock, workload, row, spl)
+    versions = {"tensorflow": tf.__version__, "keras": keras.__version__,
+                "lite_launcher": ll.__version__}
+    return workloads.row_result("lite", workload, row, loops, clock,
+                                trainer_overrides["steps_per_loop"], versions)
 
 
 def main(argv=None):

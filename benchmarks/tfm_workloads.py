@@ -117,18 +117,9 @@ def measure_row(workload_name, row, loops, model_dir):
         train_actions=[clock.train_action],
         eval_actions=[clock.eval_action],
     )
-    spl = trainer_overrides["steps_per_loop"]
-    result = {
-        "side": "tfm",
-        "workload": workload_name,
-        "row": row,
-        "loops": loops,
-        "first_loop_s": clock.first_loop_age_s,
-        "first_loop_steps": spl,
-        "train_loops_seen": len(clock.train_times),
-        "versions": {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__},
-    }
-    return workloads.add_rates(result, clock, workload, row, spl)
+    versions = {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__}
+    return workloads.row_result("tfm", workload, row, loops, clock,
+                                trainer_overrides["steps_per_loop"], versions)
 
 
 def main(argv=None):

@@ -191,10 +191,20 @@ def run_plan(workload, row, loops):
     return mode, trainer
 
 
-def add_rates(result, clock, workload, row, spl):
-    """Adds the row's rate (and per-loop / per-eval times) from a run's loop clock."""
+def row_result(side, workload, row, loops, clock, spl, versions):
+    """One row's result line: what ran, and its rate (and per-loop / per-eval times)."""
     import measure  # sibling module, standard library only
 
+    result = {
+        "side": side,
+        "workload": workload.name,
+        "row": row,
+        "loops": loops,
+        "first_loop_s": clock.first_loop_age_s,
+        "first_loop_steps": spl,
+        "train_loops_seen": len(clock.train_times),
+        "versions": versions,
+    }
     if row == "eval":
         result["steps_per_sec"] = measure.eval_rate(clock.train_times, clock.eval_times,
                                                     EVAL_STEPS)

@@ -126,14 +126,9 @@ class AdamConfig(BaseOptimizerConfig):
 
 
 @dataclasses.dataclass
-class AdamExperimentalConfig(BaseOptimizerConfig):
+class AdamExperimentalConfig(AdamConfig):
     """TFM's `adam_experimental`, which became Keras 3's `Adam`. `jit_compile` has no effect."""
 
-    name: str = "Adam"
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    epsilon: float = 1e-07
-    amsgrad: bool = False
     jit_compile: bool = False
 
 
