@@ -1,0 +1,1 @@
+"""Image classification on Keras 3 (TFM vision ported)."""

@@ -1,0 +1,725 @@
+"""Image augmentation for classification, with TFM's semantics, on plain TensorFlow ops.
+
+Everything here runs in graph mode (inside `tf.data.Dataset.map`) and needs nothing beyond
+TensorFlow: geometric ops use `tf.raw_ops.ImageProjectiveTransformV3`, colour ops use `tf.image`
+and arithmetic. The public pieces mirror `official.vision.ops.augment` and
+`preprocess_ops.color_jitter`:
+
+* `RandAugment` / `AutoAugment`: `.distort(image)` on a uint8 `[H, W, 3]` image.
+* `RandomErasing`: `.distort(image)` on a float `[H, W, C]` image.
+* `MixupAndCutmix`: called on a float batch `[B, H, W, C]` and int labels `[B]`.
+* `color_jitter`: random brightness, contrast, saturation (in that fixed order, as TFM).
+
+Where TFM has a plain bug this module does the evident intent and says so in the docstring:
+cutmix boxes use the image width for their width and the label weight is the pasted area;
+random erasing keeps its box inside the image and within [min_area, max_area];
+`magnitude_std` is the standard deviation of the magnitude noise.
+"""
+
+import functools
+import math
+
+import tensorflow as tf
+
+# Magnitudes (levels) of the AutoAugment / RandAugment ops run from 0 to this value.
+_MAX_LEVEL = 10.0
+# Grey value the policies paint into pixels a geometric op or cutout leaves empty.
+_POLICY_FILL = 128
+
+
+# --------------------------------------------------------------------------------------------
+# Pixel ops on uint8 [H, W, C] images.
+# --------------------------------------------------------------------------------------------
+
+def blend(image1, image2, factor):
+    """Returns `image1 + factor * (image2 - image1)` clipped to [0, 255], as uint8.
+
+    factor 0 gives image1, 1 gives image2, values in between interpolate and values above 1
+    extrapolate (PIL's ImageEnhance). Fractions are truncated, as TFM's cast does.
+    """
+    image1 = tf.cast(image1, tf.float32)
+    image2 = tf.cast(image2, tf.float32)
+    factor = tf.cast(factor, tf.float32)
+    mixed = image1 + factor * (image2 - image1)
+    return tf.cast(tf.clip_by_value(mixed, 0.0, 255.0), tf.uint8)
+
+
+def grayscale(image):
+    """Returns the luma of an RGB image repeated over three channels (same dtype)."""
+    return tf.image.grayscale_to_rgb(tf.image.rgb_to_grayscale(image))
+
+
+def invert(image):
+    """Returns `255 - image`."""
+    image = tf.convert_to_tensor(image)
+    return 255 - image
+
+
+def solarize(image, threshold=128):
+    """Inverts every pixel at or above `threshold`."""
+    image = tf.convert_to_tensor(image)
+    below = tf.cast(image, tf.int32) < tf.cast(threshold, tf.int32)
+    return tf.where(below, image, 255 - image)
+
+
+def solarize_add(image, addition=0, threshold=128):
+    """Adds `addition` (clipped to [0, 255]) to every pixel below `threshold`."""
+    image = tf.convert_to_tensor(image)
+    pixels = tf.cast(image, tf.int32)
+    added = tf.cast(tf.clip_by_value(pixels + tf.cast(addition, tf.int32), 0, 255), image.dtype)
+    return tf.where(pixels < tf.cast(threshold, tf.int32), added, image)
+
+
+def posterize(image, bits):
+    """Keeps the `bits` most significant bits of every pixel.
+
+    TFM shifts right then left by `8 - bits`; TensorFlow clamps a shift to the bit width, so
+    `bits=0` keeps the top bit rather than blacking the image. The clamp is written out here so
+    that the result does not rest on implementation-defined shifts.
+    """
+    image = tf.convert_to_tensor(image)
+    shift = tf.clip_by_value(8 - tf.cast(bits, tf.int32), 0, 7)
+    mask = 256 - tf.bitwise.left_shift(1, shift)
+    return tf.cast(tf.bitwise.bitwise_and(tf.cast(image, tf.int32), mask), image.dtype)
+
+
+def color(image, factor):
+    """PIL's Color enhancement: blends the image with its greyscale version."""
+    return blend(grayscale(image), image, factor)
+
+
+def contrast(image, factor):
+    """Contrast by `tf.image.adjust_contrast` (per-channel mean), as TFM."""
+    return tf.image.adjust_contrast(image, tf.cast(factor, tf.float32))
+
+
+def brightness(image, factor):
+    """PIL's Brightness enhancement: blends the image with black."""
+    image = tf.convert_to_tensor(image)
+    return blend(tf.zeros_like(image), image, factor)
+
+
+def sharpness(image, factor):
+    """PIL's Sharpness enhancement: blends with PIL's 3x3 SMOOTH filter; borders stay as is."""
+    image = tf.convert_to_tensor(image)
+    channels = image.shape[-1]
+    kernel = tf.constant([[1., 1., 1.], [1., 5., 1.], [1., 1., 1.]]) / 13.0
+    kernel = tf.tile(kernel[:, :, None, None], [1, 1, channels, 1])
+    smoothed = tf.nn.depthwise_conv2d(
+        tf.cast(image, tf.float32)[None], kernel, strides=[1, 1, 1, 1], padding="VALID")[0]
+    smoothed = tf.cast(tf.clip_by_value(smoothed, 0.0, 255.0), image.dtype)
+    # The 1-pixel border has no full 3x3 neighbourhood: PIL keeps the original pixels there.
+    interior = tf.pad(tf.ones_like(smoothed, dtype=tf.bool), [[1, 1], [1, 1], [0, 0]])
+    degenerate = tf.where(interior, tf.pad(smoothed, [[1, 1], [1, 1], [0, 0]]), image)
+    return blend(degenerate, image, factor)
+
+
+def autocontrast(image):
+    """Stretches every channel linearly so that its minimum becomes 0 and its maximum 255.
+
+    A channel with a single value is left unchanged.
+    """
+    image = tf.convert_to_tensor(image)
+    pixels = tf.cast(image, tf.float32)
+    low = tf.reduce_min(pixels, axis=[0, 1], keepdims=True)
+    high = tf.reduce_max(pixels, axis=[0, 1], keepdims=True)
+    spread = high > low
+    scale = 255.0 / tf.where(spread, high - low, 1.0)
+    stretched = tf.clip_by_value(pixels * scale - low * scale, 0.0, 255.0)
+    return tf.where(spread, tf.cast(stretched, image.dtype), image)
+
+
+def _equalize_channel(channel):
+    """PIL's ImageOps.equalize on one uint8 channel of any shape."""
+    pixels = tf.cast(channel, tf.int32)
+    histogram = tf.math.bincount(tf.reshape(pixels, [-1]), minlength=256, maxlength=256)
+    # PIL leaves the brightest populated value out of the step, so that it maps to 255.
+    brightest_count = tf.reduce_sum(tf.cast(tf.equal(pixels, tf.reduce_max(pixels)), tf.int32))
+    step = (tf.size(pixels) - brightest_count) // 255
+    safe_step = tf.maximum(step, 1)
+    lut = (tf.cumsum(histogram) + safe_step // 2) // safe_step
+    lut = tf.clip_by_value(tf.concat([[0], lut[:-1]], axis=0), 0, 255)
+    equalized = tf.where(step > 0, tf.gather(lut, pixels), pixels)
+    return tf.cast(equalized, channel.dtype)
+
+
+def equalize(image):
+    """Histogram equalisation of every channel, as PIL's ImageOps.equalize."""
+    image = tf.convert_to_tensor(image)
+    return tf.stack([_equalize_channel(image[..., c]) for c in range(image.shape[-1])], axis=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Rectangles and geometric ops.
+# --------------------------------------------------------------------------------------------
+
+def _box_mask(height, width, top, bottom, left, right):
+    """Boolean [..., H, W, 1] mask of rows [top, bottom) and columns [left, right).
+
+    The bounds may be scalars or vectors of shape [B] (giving a [B, H, W, 1] mask).
+    """
+    rows = tf.range(height)
+    cols = tf.range(width)
+    top, bottom, left, right = (tf.convert_to_tensor(v)[..., None] for v in (top, bottom, left, right))
+    in_rows = (rows >= top) & (rows < bottom)
+    in_cols = (cols >= left) & (cols < right)
+    return (in_rows[..., :, None] & in_cols[..., None, :])[..., None]
+
+
+def cutout(image, pad_size, replace=0):
+    """Paints a (2*pad_size)-square centred on a uniformly random pixel with `replace`.
+
+    The square is clipped at the image border. `replace` is a scalar or one value per channel.
+    """
+    image = tf.convert_to_tensor(image)
+    height, width = tf.shape(image)[0], tf.shape(image)[1]
+    center_y = tf.random.uniform([], 0, height, dtype=tf.int32)
+    center_x = tf.random.uniform([], 0, width, dtype=tf.int32)
+    pad_size = tf.cast(pad_size, tf.int32)
+    mask = _box_mask(height, width, center_y - pad_size, center_y + pad_size,
+                     center_x - pad_size, center_x + pad_size)
+    fill = tf.cast(tf.broadcast_to(replace, tf.shape(image)), image.dtype)
+    return tf.where(mask, fill, image)
+
+
+def _transform(image, matrix, replace, fill_mode):
+    """Applies a projective transform (8 numbers mapping output to input) with nearest pixels.
+
+    `fill_mode` is 'reflect' (TFM 2.20's default for every geometric op), 'constant' (fills with
+    `replace`, the original AutoAugment behaviour), 'wrap' or 'nearest'.
+    """
+    image = tf.convert_to_tensor(image)
+    matrix = tf.reshape(tf.stack([tf.cast(v, tf.float32) for v in matrix]), [1, 8])
+    output = tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None], transforms=matrix, output_shape=tf.shape(image)[0:2],
+        fill_value=tf.cast(replace, tf.float32), interpolation="NEAREST",
+        fill_mode=fill_mode.upper())[0]
+    output.set_shape(image.shape)
+    return output
+
+
+def rotate(image, degrees, replace=_POLICY_FILL, fill_mode="reflect"):
+    """Rotates the image about its centre by `degrees`.
+
+    With the image's row axis pointing down, positive degrees rotate the content
+    counter-clockwise: on a square image, 90 degrees equals `np.rot90(image)`.
+    """
+    image = tf.convert_to_tensor(image)
+    radians = tf.cast(degrees, tf.float32) * (math.pi / 180.0)
+    height = tf.cast(tf.shape(image)[0], tf.float32)
+    width = tf.cast(tf.shape(image)[1], tf.float32)
+    cos, sin = tf.cos(radians), tf.sin(radians)
+    # Offsets that keep the centre pixel fixed.
+    x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0
+    y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / 2.0
+    return _transform(image, [cos, -sin, x_offset, sin, cos, y_offset, 0., 0.], replace, fill_mode)
+
+
+def translate_x(image, pixels, replace=_POLICY_FILL, fill_mode="reflect"):
+    """Shifts content left by `pixels` (right when negative): out[y, x] = in[y, x + pixels]."""
+    return _transform(image, [1., 0., pixels, 0., 1., 0., 0., 0.], replace, fill_mode)
+
+
+def translate_y(image, pixels, replace=_POLICY_FILL, fill_mode="reflect"):
+    """Shifts content up by `pixels` (down when negative): out[y, x] = in[y + pixels, x]."""
+    return _transform(image, [1., 0., 0., 0., 1., pixels, 0., 0.], replace, fill_mode)
+
+
+def shear_x(image, level, replace=_POLICY_FILL, fill_mode="reflect"):
+    """Shears along x: out[y, x] = in[y, x + level * y]."""
+    return _transform(image, [1., level, 0., 0., 1., 0., 0., 0.], replace, fill_mode)
+
+
+def shear_y(image, level, replace=_POLICY_FILL, fill_mode="reflect"):
+    """Shears along y: out[y, x] = in[y + level * x, x]."""
+    return _transform(image, [1., 0., 0., level, 1., 0., 0., 0.], replace, fill_mode)
+
+
+# --------------------------------------------------------------------------------------------
+# Policy ops: name -> image op at a level in [0, 10].
+# --------------------------------------------------------------------------------------------
+
+def _random_sign(value):
+    """Negates `value` with probability 1/2 (geometric ops go either way)."""
+    return tf.where(tf.random.uniform([]) < 0.5, -value, value)
+
+
+def _scaled_int(level, multiplier):
+    """int(level / 10 * multiplier), for a Python or a tensor level (level >= 0)."""
+    scaled = (level / _MAX_LEVEL) * multiplier
+    if isinstance(scaled, (int, float)):
+        return int(scaled)
+    return tf.cast(scaled, tf.int32)
+
+
+def _enhance_factor(level):
+    return (level / _MAX_LEVEL) * 1.8 + 0.1
+
+
+def _policy_ops(cutout_const, translate_const):
+    """Maps each op name to `fn(image, level)`; random signs are drawn when `fn` runs."""
+    return {
+        "AutoContrast": lambda image, level: autocontrast(image),
+        "Equalize": lambda image, level: equalize(image),
+        "Invert": lambda image, level: invert(image),
+        "Rotate": lambda image, level: rotate(image, _random_sign(level / _MAX_LEVEL * 30.0)),
+        "Posterize": lambda image, level: posterize(image, _scaled_int(level, 4)),
+        "Solarize": lambda image, level: solarize(image, _scaled_int(level, 256)),
+        "SolarizeAdd": lambda image, level: solarize_add(image, _scaled_int(level, 110)),
+        "Color": lambda image, level: color(image, _enhance_factor(level)),
+        "Contrast": lambda image, level: contrast(image, _enhance_factor(level)),
+        "Brightness": lambda image, level: brightness(image, _enhance_factor(level)),
+        "Sharpness": lambda image, level: sharpness(image, _enhance_factor(level)),
+        "ShearX": lambda image, level: shear_x(image, _random_sign(level / _MAX_LEVEL * 0.3)),
+        "ShearY": lambda image, level: shear_y(image, _random_sign(level / _MAX_LEVEL * 0.3)),
+        "TranslateX": lambda image, level: translate_x(
+            image, _random_sign(level / _MAX_LEVEL * float(translate_const))),
+        "TranslateY": lambda image, level: translate_y(
+            image, _random_sign(level / _MAX_LEVEL * float(translate_const))),
+        "Cutout": lambda image, level: cutout(
+            image, _scaled_int(level, float(cutout_const)), _POLICY_FILL),
+    }
+
+
+# RandAugment's op list, in TFM's order.
+RAND_AUGMENT_OPS = (
+    "AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color",
+    "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY",
+    "Cutout", "SolarizeAdd",
+)
+
+
+def _to_uint8(image):
+    """Policies work on uint8 pixels: other dtypes are clipped to [0, 255] and cast."""
+    image = tf.convert_to_tensor(image)
+    if image.dtype == tf.uint8:
+        return image
+    return tf.cast(tf.clip_by_value(image, 0.0, 255.0), tf.uint8)
+
+
+def _keep_shape(fn, image):
+    """Runs `fn(image)` and restores the static shape that some ops lose."""
+    output = fn(image)
+    output.set_shape(image.shape)
+    return output
+
+
+class ImageAugment:
+    """Base of the single-image augmenters: `distort(image)` returns an image of the same shape."""
+
+    def distort(self, image):
+        raise NotImplementedError
+
+
+class RandAugment(ImageAugment):
+    """RandAugment (https://arxiv.org/abs/1909.13719) with TFM's ops and magnitude mapping.
+
+    Each of `num_layers` layers picks one of the available ops, or none, uniformly
+    (`len(ops) + 1` choices, as TFM), and applies it at `magnitude`; with `prob_to_apply`
+    set, a layer's result is kept only with that probability.
+
+    Args:
+      num_layers: ops applied in sequence (N in the paper).
+      magnitude: shared level in [0, 10] (M in the paper).
+      cutout_const: cutout half-size at level 10.
+      translate_const: translation in pixels at level 10.
+      magnitude_std: if > 0, every op's level is drawn from N(magnitude, magnitude_std) clipped
+        to [0, 10] (timm's "mstd"; TFM draws unit-variance noise whatever the value).
+      prob_to_apply: probability of keeping each layer's result; None keeps it always.
+      exclude_ops: op names never to apply.
+    """
+
+    def __init__(self, num_layers=2, magnitude=10., cutout_const=40., translate_const=100.,
+                 magnitude_std=0.0, prob_to_apply=None, exclude_ops=None):
+        self.num_layers = int(num_layers)
+        self.magnitude = float(magnitude)
+        self.cutout_const = float(cutout_const)
+        self.translate_const = float(translate_const)
+        self.magnitude_std = float(magnitude_std)
+        self.prob_to_apply = None if prob_to_apply is None else float(prob_to_apply)
+        if self.num_layers < 0:
+            raise ValueError(f"RandAugment num_layers ({num_layers}) must be >= 0")
+        if not 0.0 <= self.magnitude <= _MAX_LEVEL:
+            raise ValueError(f"RandAugment magnitude ({magnitude}) must be in [0, {_MAX_LEVEL:g}]")
+        if self.prob_to_apply is not None and not 0.0 <= self.prob_to_apply <= 1.0:
+            raise ValueError(f"RandAugment prob_to_apply ({prob_to_apply}) must be in [0, 1]")
+        exclude_ops = list(exclude_ops or [])
+        for name in exclude_ops:
+            if name not in RAND_AUGMENT_OPS:
+                raise ValueError(f"RandAugment exclude_ops: unknown op {name!r}; valid ops are "
+                                 f"{', '.join(RAND_AUGMENT_OPS)}")
+        self.available_ops = [name for name in RAND_AUGMENT_OPS if name not in exclude_ops]
+        if not self.available_ops:
+            raise ValueError("RandAugment exclude_ops excludes every op; keep at least one or "
+                             "turn RandAugment off")
+        self._ops = _policy_ops(self.cutout_const, self.translate_const)
+
+    def _level(self):
+        if self.magnitude_std > 0:
+            noisy = self.magnitude + self.magnitude_std * tf.random.normal([])
+            return tf.clip_by_value(noisy, 0.0, _MAX_LEVEL)
+        return self.magnitude
+
+    def distort(self, image):
+        """Applies the RandAugment layers to one `[H, W, 3]` image; returns the input dtype."""
+        image = tf.convert_to_tensor(image)
+        input_dtype = image.dtype
+        image = _to_uint8(image)
+        for _ in range(self.num_layers):
+            branches = [
+                functools.partial(_keep_shape, lambda x, name=name: self._ops[name](x, self._level()),
+                                  image)
+                for name in self.available_ops
+            ]
+            selected = tf.random.uniform([], maxval=len(branches) + 1, dtype=tf.int32)
+            augmented = tf.switch_case(selected, branches, default=lambda x=image: tf.identity(x))
+            if self.prob_to_apply is not None:
+                keep = tf.random.uniform([]) < self.prob_to_apply
+                augmented = tf.where(keep, augmented, image)
+            image = augmented
+        return tf.cast(image, input_dtype)
+
+
+# AutoAugment sub-policies: (op, probability, level) applied in sequence.
+_POLICIES = {
+    # The ImageNet policy of the AutoAugment paper (TFM's 'v0').
+    "v0": [
+        [("Equalize", .8, 1), ("ShearY", .8, 4)], [("Color", .4, 9), ("Equalize", .6, 3)],
+        [("Color", .4, 1), ("Rotate", .6, 8)], [("Solarize", .8, 3), ("Equalize", .4, 7)],
+        [("Solarize", .4, 2), ("Solarize", .6, 2)], [("Color", .2, 0), ("Equalize", .8, 8)],
+        [("Equalize", .4, 8), ("SolarizeAdd", .8, 3)], [("ShearX", .2, 9), ("Rotate", .6, 8)],
+        [("Color", .6, 1), ("Equalize", 1., 2)], [("Invert", .4, 9), ("Rotate", .6, 0)],
+        [("Equalize", 1., 9), ("ShearY", .6, 3)], [("Color", .4, 7), ("Equalize", .6, 0)],
+        [("Posterize", .4, 6), ("AutoContrast", .4, 7)], [("Solarize", .6, 8), ("Color", .6, 9)],
+        [("Solarize", .2, 4), ("Rotate", .8, 9)], [("Rotate", 1., 7), ("TranslateY", .8, 9)],
+        [("ShearX", 0., 0), ("Solarize", .8, 4)], [("ShearY", .8, 0), ("Color", .6, 4)],
+        [("Color", 1., 0), ("Rotate", .6, 2)], [("Equalize", .8, 4), ("Equalize", 0., 8)],
+        [("Equalize", 1., 4), ("AutoContrast", .6, 2)],
+        [("ShearY", .4, 7), ("SolarizeAdd", .6, 7)],
+        [("Posterize", .8, 2), ("Solarize", .6, 10)], [("Solarize", .6, 8), ("Equalize", .6, 1)],
+        [("Color", .8, 6), ("Rotate", .4, 5)],
+    ],
+    "reduced_cifar10": [
+        [("Invert", .1, 7), ("Contrast", .2, 6)], [("Rotate", .7, 2), ("TranslateX", .3, 9)],
+        [("Sharpness", .8, 1), ("Sharpness", .9, 3)], [("ShearY", .5, 8), ("TranslateY", .7, 9)],
+        [("AutoContrast", .5, 8), ("Equalize", .9, 2)], [("ShearY", .2, 7), ("Posterize", .3, 7)],
+        [("Color", .4, 3), ("Brightness", .6, 7)], [("Sharpness", .3, 9), ("Brightness", .7, 9)],
+        [("Equalize", .6, 5), ("Equalize", .5, 1)], [("Contrast", .6, 7), ("Sharpness", .6, 5)],
+        [("Color", .7, 7), ("TranslateX", .5, 8)], [("Equalize", .3, 7), ("AutoContrast", .4, 8)],
+        [("TranslateY", .4, 3), ("Sharpness", .2, 6)], [("Brightness", .9, 6), ("Color", .2, 8)],
+        [("Solarize", .5, 2), ("Invert", 0., 3)], [("Equalize", .2, 0), ("AutoContrast", .6, 0)],
+        [("Equalize", .2, 8), ("Equalize", .6, 4)], [("Color", .9, 9), ("Equalize", .6, 6)],
+        [("AutoContrast", .8, 4), ("Solarize", .2, 8)], [("Brightness", .1, 3), ("Color", .7, 0)],
+        [("Solarize", .4, 5), ("AutoContrast", .9, 3)],
+        [("TranslateY", .9, 9), ("TranslateY", .7, 9)],
+        [("AutoContrast", .9, 2), ("Solarize", .8, 3)], [("Equalize", .8, 8), ("Invert", .1, 3)],
+        [("TranslateY", .7, 9), ("AutoContrast", .9, 1)],
+    ],
+    "svhn": [
+        [("ShearX", .9, 4), ("Invert", .2, 3)], [("ShearY", .9, 8), ("Invert", .7, 5)],
+        [("Equalize", .6, 5), ("Solarize", .6, 6)], [("Invert", .9, 3), ("Equalize", .6, 3)],
+        [("Equalize", .6, 1), ("Rotate", .9, 3)], [("ShearX", .9, 4), ("AutoContrast", .8, 3)],
+        [("ShearY", .9, 8), ("Invert", .4, 5)], [("ShearY", .9, 5), ("Solarize", .2, 6)],
+        [("Invert", .9, 6), ("AutoContrast", .8, 1)], [("Equalize", .6, 3), ("Rotate", .9, 3)],
+        [("ShearX", .9, 4), ("Solarize", .3, 3)], [("ShearY", .8, 8), ("Invert", .7, 4)],
+        [("Equalize", .9, 5), ("TranslateY", .6, 6)], [("Invert", .9, 4), ("Equalize", .6, 7)],
+        [("Contrast", .3, 3), ("Rotate", .8, 4)], [("Invert", .8, 5), ("TranslateY", 0., 2)],
+        [("ShearY", .7, 6), ("Solarize", .4, 8)], [("Invert", .6, 4), ("Rotate", .8, 4)],
+        [("ShearY", .3, 7), ("TranslateX", .9, 3)], [("ShearX", .1, 6), ("Invert", .6, 5)],
+        [("Solarize", .7, 2), ("TranslateY", .6, 7)], [("ShearY", .8, 4), ("Invert", .8, 8)],
+        [("ShearX", .7, 9), ("TranslateY", .8, 3)], [("ShearY", .8, 5), ("AutoContrast", .7, 3)],
+        [("ShearX", .7, 2), ("Invert", .1, 5)],
+    ],
+    "reduced_imagenet": [
+        [("Posterize", .4, 8), ("Rotate", .6, 9)], [("Solarize", .6, 5), ("AutoContrast", .6, 5)],
+        [("Equalize", .8, 8), ("Equalize", .6, 3)], [("Posterize", .6, 7), ("Posterize", .6, 6)],
+        [("Equalize", .4, 7), ("Solarize", .2, 4)], [("Equalize", .4, 4), ("Rotate", .8, 8)],
+        [("Solarize", .6, 3), ("Equalize", .6, 7)], [("Posterize", .8, 5), ("Equalize", 1., 2)],
+        [("Rotate", .2, 3), ("Solarize", .6, 8)], [("Equalize", .6, 8), ("Posterize", .4, 6)],
+        [("Rotate", .8, 8), ("Color", .4, 0)], [("Rotate", .4, 9), ("Equalize", .6, 2)],
+        [("Equalize", 0., 7), ("Equalize", .8, 8)], [("Invert", .6, 4), ("Equalize", 1., 8)],
+        [("Color", .6, 4), ("Contrast", 1., 8)], [("Rotate", .8, 8), ("Color", 1., 2)],
+        [("Color", .8, 8), ("Solarize", .8, 7)], [("Sharpness", .4, 7), ("Invert", .6, 8)],
+        [("ShearX", .6, 5), ("Equalize", 1., 9)], [("Color", .4, 0), ("Equalize", .6, 3)],
+        [("Equalize", .4, 7), ("Solarize", .2, 4)], [("Solarize", .6, 5), ("AutoContrast", .6, 5)],
+        [("Invert", .6, 4), ("Equalize", 1., 8)], [("Color", .6, 4), ("Contrast", 1., 8)],
+        [("Equalize", .8, 8), ("Equalize", .6, 3)],
+    ],
+    # 'v0' without its geometric ops.
+    "simple": [
+        [("Color", .4, 9), ("Equalize", .6, 3)], [("Solarize", .8, 3), ("Equalize", .4, 7)],
+        [("Solarize", .4, 2), ("Solarize", .6, 2)], [("Color", .2, 0), ("Equalize", .8, 8)],
+        [("Equalize", .4, 8), ("SolarizeAdd", .8, 3)], [("Color", .6, 1), ("Equalize", 1., 2)],
+        [("Color", .4, 7), ("Equalize", .6, 0)], [("Posterize", .4, 6), ("AutoContrast", .4, 7)],
+        [("Solarize", .6, 8), ("Color", .6, 9)], [("Equalize", .8, 4), ("Equalize", 0., 8)],
+        [("Equalize", 1., 4), ("AutoContrast", .6, 2)],
+        [("Posterize", .8, 2), ("Solarize", .6, 10)], [("Solarize", .6, 8), ("Equalize", .6, 1)],
+    ],
+    # One deterministic-probability sub-policy, for debugging.
+    "test": [[("TranslateX", 1., 4), ("Equalize", 1., 10)]],
+}
+
+AUTO_AUGMENT_POLICIES = tuple(_POLICIES)
+
+
+def _check_policies(policies):
+    """Validates custom AutoAugment policies: a list of sub-policies of (op, prob, level)."""
+    policies = [list(sub_policy) for sub_policy in policies]
+    if not policies or not all(policies):
+        raise ValueError("AutoAugment policies must be a non-empty list of non-empty "
+                         "sub-policies of (op, probability, level) triples")
+    for sub_policy in policies:
+        for step in sub_policy:
+            if len(step) != 3:
+                raise ValueError(f"AutoAugment policy step {step!r} must be (op, probability, level)")
+            name, prob, level = step
+            if name not in RAND_AUGMENT_OPS:
+                raise ValueError(f"AutoAugment policy: unknown op {name!r}; valid ops are "
+                                 f"{', '.join(RAND_AUGMENT_OPS)}")
+            if not 0.0 <= prob <= 1.0:
+                raise ValueError(f"AutoAugment policy step {step!r}: probability must be in [0, 1]")
+            if not 0.0 <= level <= _MAX_LEVEL:
+                raise ValueError(f"AutoAugment policy step {step!r}: level must be in "
+                                 f"[0, {_MAX_LEVEL:g}]")
+    return [[(name, float(prob), float(level)) for name, prob, level in sub] for sub in policies]
+
+
+class AutoAugment(ImageAugment):
+    """AutoAugment (https://arxiv.org/abs/1805.09501): one random sub-policy per image.
+
+    Args:
+      augmentation_name: one of `AUTO_AUGMENT_POLICIES` ('v0', 'reduced_cifar10', 'svhn',
+        'reduced_imagenet', 'simple', 'test'); ignored when `policies` is given.
+      cutout_const: cutout half-size at level 10.
+      translate_const: translation in pixels at level 10.
+      policies: custom sub-policies, `[[(op, probability, level), ...], ...]`.
+    """
+
+    def __init__(self, augmentation_name="v0", cutout_const=100, translate_const=250,
+                 policies=None):
+        self.augmentation_name = augmentation_name
+        self.cutout_const = float(cutout_const)
+        self.translate_const = float(translate_const)
+        if policies:
+            self.policies = _check_policies(policies)
+        elif augmentation_name in _POLICIES:
+            self.policies = _POLICIES[augmentation_name]
+        else:
+            raise ValueError(f"AutoAugment augmentation_name {augmentation_name!r} is unknown; "
+                             f"valid names are {', '.join(AUTO_AUGMENT_POLICIES)}")
+        self._ops = _policy_ops(self.cutout_const, self.translate_const)
+
+    def _apply_sub_policy(self, sub_policy, image):
+        for name, prob, level in sub_policy:
+            if prob <= 0.0:
+                continue
+            augmented = _keep_shape(lambda x, name=name, level=level: self._ops[name](x, level),
+                                    image)
+            if prob < 1.0:
+                augmented = tf.where(tf.random.uniform([]) < prob, augmented, image)
+            image = augmented
+        return image
+
+    def distort(self, image):
+        """Applies one uniformly chosen sub-policy to an `[H, W, 3]` image; keeps the dtype."""
+        image = tf.convert_to_tensor(image)
+        input_dtype = image.dtype
+        image = _to_uint8(image)
+        branches = [functools.partial(self._apply_sub_policy, sub_policy, image)
+                    for sub_policy in self.policies]
+        selected = tf.random.uniform([], maxval=len(branches), dtype=tf.int32)
+        image = tf.switch_case(selected, branches)
+        return tf.cast(image, input_dtype)
+
+
+class RandomErasing(ImageAugment):
+    """Random erasing (https://arxiv.org/abs/1708.04896): rectangles filled with N(0, 1) noise.
+
+    With `probability`, erases between `min_count` and `max_count` rectangles. For each, up to
+    `trials` candidates are drawn: area uniform in [min_area, max_area] of the image, log aspect
+    (height / width) uniform in [log(min_aspect), log(max_aspect)]; the first candidate that fits
+    strictly inside the image with a pixel area in [min_area, max_area] is erased at a uniformly
+    random position. Meant for normalised float images (as TFM, after normalisation).
+    """
+
+    def __init__(self, probability=0.25, min_area=0.02, max_area=1 / 3, min_aspect=0.3,
+                 max_aspect=None, min_count=1, max_count=1, trials=10):
+        max_aspect = max_aspect or 1.0 / min_aspect
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"RandomErasing probability ({probability}) must be in [0, 1]")
+        if not 0.0 < min_area <= max_area <= 1.0:
+            raise ValueError(f"RandomErasing needs 0 < min_area ({min_area}) <= max_area "
+                             f"({max_area}) <= 1")
+        if not 0.0 < min_aspect <= max_aspect:
+            raise ValueError(f"RandomErasing needs 0 < min_aspect ({min_aspect}) <= max_aspect "
+                             f"({max_aspect})")
+        if not 1 <= min_count <= max_count:
+            raise ValueError(f"RandomErasing needs 1 <= min_count ({min_count}) <= max_count "
+                             f"({max_count})")
+        self._probability = float(probability)
+        self._min_area = float(min_area)
+        self._max_area = float(max_area)
+        self._min_log_aspect = math.log(min_aspect)
+        self._max_log_aspect = math.log(max_aspect)
+        self._min_count = int(min_count)
+        self._max_count = int(max_count)
+        self._trials = int(trials)
+
+    def distort(self, image):
+        """Erases rectangles of one `[H, W, C]` float image with probability `probability`."""
+        image = tf.convert_to_tensor(image)
+        erase = tf.random.uniform([]) < self._probability
+        return tf.cond(erase, lambda: self._erase(image), lambda: image)
+
+    def _erase(self, image):
+        height, width = tf.shape(image)[0], tf.shape(image)[1]
+        area = tf.cast(height * width, tf.float32)
+        count = tf.random.uniform([], self._min_count, self._max_count + 1, dtype=tf.int32)
+        for index in range(self._max_count):
+            erased = tf.constant(index) >= count  # rectangles beyond `count` are skipped
+            for _ in range(self._trials):
+                target = tf.random.uniform([], self._min_area * area, self._max_area * area)
+                aspect = tf.exp(tf.random.uniform([], self._min_log_aspect, self._max_log_aspect))
+                box_h = tf.cast(tf.round(tf.sqrt(target * aspect)), tf.int32)
+                box_w = tf.cast(tf.round(tf.sqrt(target / aspect)), tf.int32)
+                box_area = tf.cast(box_h * box_w, tf.float32)
+                accept = (~erased & (box_h > 0) & (box_w > 0) & (box_h < height)
+                          & (box_w < width) & (box_area >= self._min_area * area)
+                          & (box_area <= self._max_area * area))
+                image = tf.cond(accept,
+                                functools.partial(self._fill, image, box_h, box_w),
+                                lambda x=image: x)
+                erased = erased | accept
+        return image
+
+    @staticmethod
+    def _fill(image, box_h, box_w):
+        height, width = tf.shape(image)[0], tf.shape(image)[1]
+        top = tf.random.uniform([], 0, height - box_h + 1, dtype=tf.int32)
+        left = tf.random.uniform([], 0, width - box_w + 1, dtype=tf.int32)
+        mask = _box_mask(height, width, top, top + box_h, left, left + box_w)
+        return tf.where(mask, tf.random.normal(tf.shape(image), dtype=image.dtype), image)
+
+
+def _sample_beta(alpha, shape):
+    """Beta(alpha, alpha) samples, from two gamma draws."""
+    first = tf.random.gamma(shape, alpha)
+    second = tf.random.gamma(shape, alpha)
+    return first / (first + second)
+
+
+class MixupAndCutmix:
+    """Mixup (https://arxiv.org/abs/1710.09412) or Cutmix (https://arxiv.org/abs/1905.04899).
+
+    Called on a float batch `[B, H, W, C]` and int labels `[B]`; returns the mixed images and
+    label-smoothed one-hot labels `[B, num_classes]`. With probability `prob` the batch is
+    mixed, else only the labels are smoothed. A mixed batch uses cutmix with probability
+    `switch_prob`, else mixup. Image i is mixed with image B-1-i (the flipped batch) with its
+    own weight lam_i ~ Beta(alpha, alpha), and its label is
+    `lam_i * smooth(label_i) + (1 - lam_i) * smooth(label_{B-1-i})`.
+    Cutmix pastes a box of side sqrt(1 - lam) times the image's (centre uniform, clipped at the
+    border) and sets lam_i to the fraction of image i that stays its own.
+
+    Args:
+      mixup_alpha: Beta parameter of mixup; 0 turns mixup off.
+      cutmix_alpha: Beta parameter of cutmix; 0 turns cutmix off.
+      prob: probability of mixing a batch.
+      switch_prob: probability of cutmix rather than mixup when both are on.
+      label_smoothing: mass spread uniformly over all classes.
+      num_classes: number of classes of the one-hot labels.
+    """
+
+    def __init__(self, mixup_alpha=.8, cutmix_alpha=1., prob=1.0, switch_prob=0.5,
+                 label_smoothing=0.1, num_classes=1001):
+        if mixup_alpha < 0 or cutmix_alpha < 0:
+            raise ValueError(f"MixupAndCutmix alphas must be >= 0 (mixup_alpha={mixup_alpha}, "
+                             f"cutmix_alpha={cutmix_alpha})")
+        if not mixup_alpha and not cutmix_alpha:
+            raise ValueError("MixupAndCutmix needs mixup_alpha or cutmix_alpha > 0; to mix "
+                             "nothing, leave MixupAndCutmix out")
+        if int(num_classes) < 1:
+            raise ValueError(f"MixupAndCutmix num_classes ({num_classes}) must be >= 1")
+        self.mixup_alpha = float(mixup_alpha)
+        self.cutmix_alpha = float(cutmix_alpha)
+        self.mix_prob = float(prob)
+        self.switch_prob = float(switch_prob)
+        self.label_smoothing = float(label_smoothing)
+        self.num_classes = int(num_classes)
+        if not self.cutmix_alpha:
+            self.switch_prob = 0.0
+        elif not self.mixup_alpha:
+            self.switch_prob = 1.0
+
+    def __call__(self, images, labels):
+        return self.distort(images, labels)
+
+    def distort(self, images, labels):
+        """Returns `(mixed images, mixed smoothed one-hot labels)` for one batch."""
+        images = tf.convert_to_tensor(images)
+        if not images.dtype.is_floating:
+            raise TypeError(f"MixupAndCutmix needs float images, got {images.dtype.name}; cast "
+                            "(and normalise) the batch first")
+        if images.shape.rank != 4:
+            raise ValueError(f"MixupAndCutmix needs a [B, H, W, C] batch, got shape {images.shape}")
+        one_hot = self._smooth_labels(tf.reshape(labels, [-1]))
+
+        def mix():
+            use_cutmix = tf.random.uniform([]) < self.switch_prob
+            mixed, lam = tf.cond(use_cutmix, lambda: self._cutmix(images),
+                                 lambda: self._mixup(images))
+            lam = lam[:, None]
+            return mixed, lam * one_hot + (1.0 - lam) * tf.reverse(one_hot, [0])
+
+        return tf.cond(tf.random.uniform([]) < self.mix_prob, mix, lambda: (images, one_hot))
+
+    def _smooth_labels(self, labels):
+        off_value = self.label_smoothing / self.num_classes
+        on_value = 1.0 - self.label_smoothing + off_value
+        return tf.one_hot(labels, self.num_classes, on_value=on_value, off_value=off_value)
+
+    def _mixup(self, images):
+        lam = _sample_beta(self.mixup_alpha, tf.shape(images)[:1])
+        weight = tf.cast(lam[:, None, None, None], images.dtype)
+        mixed = weight * images + (1.0 - weight) * tf.reverse(images, [0])
+        return mixed, lam
+
+    def _cutmix(self, images):
+        batch = tf.shape(images)[0]
+        height, width = tf.shape(images)[1], tf.shape(images)[2]
+        lam = _sample_beta(self.cutmix_alpha, [batch])
+        ratio = tf.sqrt(1.0 - lam)
+        half_h = tf.cast(ratio * tf.cast(height, tf.float32), tf.int32) // 2
+        half_w = tf.cast(ratio * tf.cast(width, tf.float32), tf.int32) // 2
+        center_y = tf.random.uniform([batch], 0, height, dtype=tf.int32)
+        center_x = tf.random.uniform([batch], 0, width, dtype=tf.int32)
+        top, bottom = tf.maximum(center_y - half_h, 0), tf.minimum(center_y + half_h, height)
+        left, right = tf.maximum(center_x - half_w, 0), tf.minimum(center_x + half_w, width)
+        mask = _box_mask(height, width, top, bottom, left, right)
+        mixed = tf.where(mask, tf.reverse(images, [0]), images)
+        # The label weight is the share of pixels that stay the image's own (box clipped).
+        pasted = tf.cast((bottom - top) * (right - left), tf.float32)
+        lam = 1.0 - pasted / tf.cast(height * width, tf.float32)
+        return mixed, lam
+
+
+# color_jitter's adjustments, in TFM's fixed order; saturation is PIL's Color.
+_JITTER_OPS = (("brightness", brightness), ("contrast", contrast), ("saturation", color))
+
+
+def color_jitter(image, brightness=0., contrast=0., saturation=0., seed=None):
+    """Random brightness, then contrast, then saturation, like torchvision's ColorJitter.
+
+    Each factor is drawn uniformly from [max(0, 1 - m), 1 + m] for its magnitude m; a zero
+    magnitude leaves that property unchanged. The image is cast to uint8 first; returns uint8.
+    """
+    magnitudes = {"brightness": brightness, "contrast": contrast, "saturation": saturation}
+    for name, magnitude in magnitudes.items():
+        if magnitude < 0:
+            raise ValueError(f"color_jitter {name} ({magnitude}) must be >= 0")
+    image = tf.cast(image, tf.uint8)
+    for name, adjust in _JITTER_OPS:
+        magnitude = float(magnitudes[name])
+        if magnitude:
+            factor = tf.random.uniform([], max(0.0, 1.0 - magnitude), 1.0 + magnitude, seed=seed)
+            image = adjust(image, factor)
+    return image
