@@ -343,6 +343,8 @@ class RandAugment(ImageAugment):
             raise ValueError(f"RandAugment magnitude ({magnitude}) must be in [0, {_MAX_LEVEL:g}]")
         if self.prob_to_apply is not None and not 0.0 <= self.prob_to_apply <= 1.0:
             raise ValueError(f"RandAugment prob_to_apply ({prob_to_apply}) must be in [0, 1]")
+        if isinstance(exclude_ops, str):
+            exclude_ops = [exclude_ops]
         exclude_ops = list(exclude_ops or [])
         for name in exclude_ops:
             if name not in RAND_AUGMENT_OPS:
@@ -513,11 +515,9 @@ class AutoAugment(ImageAugment):
         for name, prob, level in sub_policy:
             if prob <= 0.0:
                 continue
-            augmented = _keep_shape(lambda x, name=name, level=level: self._ops[name](x, level),
-                                    image)
-            if prob < 1.0:
-                augmented = tf.where(tf.random.uniform([]) < prob, augmented, image)
-            image = augmented
+            augmented = functools.partial(
+                _keep_shape, lambda x, name=name, level=level: self._ops[name](x, level), image)
+            image = tf.cond(tf.random.uniform([]) < prob, augmented, lambda x=image: x)
         return image
 
     def distort(self, image):
@@ -568,6 +568,9 @@ class RandomErasing(ImageAugment):
     def distort(self, image):
         """Erases rectangles of one `[H, W, C]` float image with probability `probability`."""
         image = tf.convert_to_tensor(image)
+        if not image.dtype.is_floating:
+            raise TypeError(f"RandomErasing needs a float image, got {image.dtype.name}; apply it "
+                            "after normalisation, as TFM does")
         erase = tf.random.uniform([]) < self._probability
         return tf.cond(erase, lambda: self._erase(image), lambda: image)
 
