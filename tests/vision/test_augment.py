@@ -273,10 +273,24 @@ def test_rand_augment_exclude_ops_leaves_only_the_kept_op():
     outputs = _distinct_outputs(only_invert, IMAGE)
     assert all(np.array_equal(out, 255 - IMAGE) or np.array_equal(out, IMAGE) for out in outputs)
     assert any(np.array_equal(out, 255 - IMAGE) for out in outputs)
+    # TFM draws among len(ops) + 1 choices: the extra one applies nothing.
+    assert any(np.array_equal(out, IMAGE) for out in outputs)
     # Without the exclusion, other ops show up: the assertion above would fail.
     every_op = augment.RandAugment(num_layers=1, magnitude=10)
     assert not all(np.array_equal(out, 255 - IMAGE) or np.array_equal(out, IMAGE)
                    for out in _distinct_outputs(every_op, IMAGE))
+
+
+def test_rand_augment_geometric_ops_go_both_ways():
+    only_translate = augment.RandAugment(
+        num_layers=1, magnitude=10, translate_const=3,
+        exclude_ops=[name for name in augment.RAND_AUGMENT_OPS if name != "TranslateX"])
+    left, right = _np(augment.translate_x(IMAGE, 3)), _np(augment.translate_x(IMAGE, -3))
+    outputs = _distinct_outputs(only_translate, IMAGE, draws=30)
+    assert all(any(np.array_equal(out, candidate) for candidate in (left, right, IMAGE))
+               for out in outputs)
+    assert any(np.array_equal(out, left) for out in outputs)
+    assert any(np.array_equal(out, right) for out in outputs)
 
 
 def test_rand_augment_excluded_op_never_runs():
@@ -492,15 +506,21 @@ def test_random_erasing_with_probability_zero_is_identity():
         np.testing.assert_array_equal(_np(eraser.distort(image)), image)
 
 
-def test_random_erasing_erases_one_rectangle_within_the_area_bounds():
-    image = np.zeros((30, 24, 3), np.float32)
-    eraser = augment.RandomErasing(probability=1.0, min_area=0.05, max_area=0.25)
-    for _ in range(10):
+@pytest.mark.parametrize("shape,min_area,max_area,draws", [
+    ((30, 24, 3), 0.05, 0.25, 10),
+    # On a tiny image, rounding the box to whole pixels often leaves the area bounds.
+    ((10, 10, 1), 0.1, 0.2, 30),
+])
+def test_random_erasing_erases_one_rectangle_within_the_area_bounds(shape, min_area, max_area,
+                                                                     draws):
+    image = np.zeros(shape, np.float32)
+    eraser = augment.RandomErasing(probability=1.0, min_area=min_area, max_area=max_area)
+    for _ in range(draws):
         out = _np(eraser.distort(image))
         changed = (out != 0).any(axis=-1)
         top, bottom, left, right = _rectangle(changed)
-        assert 0.05 <= changed.mean() <= 0.25
-        assert (bottom - top) < 30 and (right - left) < 24
+        assert min_area <= changed.mean() <= max_area
+        assert (bottom - top) < shape[0] and (right - left) < shape[1]
         assert 0.3 < np.std(out[changed]) < 3.0  # filled with N(0, 1) noise
 
 
