@@ -153,16 +153,20 @@ def equalize(image):
 # Rectangles and geometric ops.
 # --------------------------------------------------------------------------------------------
 
+def _in_range(size, start, stop):
+    """Which of 0..size-1 lie in [start, stop); bounds of shape [B] give a [B, size] result."""
+    index = tf.range(size)
+    return (index >= tf.convert_to_tensor(start)[..., None]) & (
+        index < tf.convert_to_tensor(stop)[..., None])
+
+
 def _box_mask(height, width, top, bottom, left, right):
     """Boolean [..., H, W, 1] mask of rows [top, bottom) and columns [left, right).
 
     The bounds may be scalars or vectors of shape [B] (giving a [B, H, W, 1] mask).
     """
-    rows = tf.range(height)
-    cols = tf.range(width)
-    top, bottom, left, right = (tf.convert_to_tensor(v)[..., None] for v in (top, bottom, left, right))
-    in_rows = (rows >= top) & (rows < bottom)
-    in_cols = (cols >= left) & (cols < right)
+    in_rows = _in_range(height, top, bottom)
+    in_cols = _in_range(width, left, right)
     return (in_rows[..., :, None] & in_cols[..., None, :])[..., None]
 
 
@@ -362,17 +366,17 @@ class RandAugment(ImageAugment):
             return tf.clip_by_value(noisy, 0.0, _MAX_LEVEL)
         return self.magnitude
 
+    def _apply(self, name, image):
+        return self._ops[name](image, self._level())
+
     def distort(self, image):
         """Applies the RandAugment layers to one `[H, W, 3]` image; returns the input dtype."""
         image = tf.convert_to_tensor(image)
         input_dtype = image.dtype
         image = _to_uint8(image)
         for _ in range(self.num_layers):
-            branches = [
-                functools.partial(_keep_shape, lambda x, name=name: self._ops[name](x, self._level()),
-                                  image)
-                for name in self.available_ops
-            ]
+            branches = [functools.partial(_keep_shape, functools.partial(self._apply, name), image)
+                        for name in self.available_ops]
             selected = tf.random.uniform([], maxval=len(branches) + 1, dtype=tf.int32)
             augmented = tf.switch_case(selected, branches, default=lambda x=image: tf.identity(x))
             if self.prob_to_apply is not None:
@@ -473,7 +477,8 @@ def _check_policies(policies):
     for sub_policy in policies:
         for step in sub_policy:
             if len(step) != 3:
-                raise ValueError(f"AutoAugment policy step {step!r} must be (op, probability, level)")
+                raise ValueError(f"AutoAugment policy step {step!r} must be "
+                                 "(op, probability, level)")
             name, prob, level = step
             if name not in RAND_AUGMENT_OPS:
                 raise ValueError(f"AutoAugment policy: unknown op {name!r}; valid ops are "

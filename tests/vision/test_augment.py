@@ -297,7 +297,8 @@ def test_rand_augment_excluded_op_never_runs():
     no_invert = augment.RandAugment(num_layers=1, magnitude=10, exclude_ops=["Invert"])
     assert "Invert" not in no_invert.available_ops
     assert len(no_invert.available_ops) == len(augment.RAND_AUGMENT_OPS) - 1
-    assert not any(np.array_equal(out, 255 - IMAGE) for out in _distinct_outputs(no_invert, IMAGE, 40))
+    outputs = _distinct_outputs(no_invert, IMAGE, 40)
+    assert not any(np.array_equal(out, 255 - IMAGE) for out in outputs)
 
 
 def test_rand_augment_unknown_excluded_op_is_an_error_naming_it():
