@@ -10,10 +10,14 @@ and arithmetic. The public pieces mirror `official.vision.ops.augment` and
 * `MixupAndCutmix`: called on a float batch `[B, H, W, C]` and int labels `[B]`.
 * `color_jitter`: random brightness, contrast, saturation (in that fixed order, as TFM).
 
+Geometric ops fill uncovered pixels by reflection, as TFM 2.20 does (its grey `replace` value
+never shows); `fill_mode='constant'` on the op functions gives the original grey fill.
+
 Where TFM has a plain bug this module does the evident intent and says so in the docstring:
 cutmix boxes use the image width for their width and the label weight is the pasted area;
 random erasing keeps its box inside the image and within [min_area, max_area];
-`magnitude_std` is the standard deviation of the magnitude noise.
+`magnitude_std` is the standard deviation of the magnitude noise; the DeiT III blur draws its
+sigma per image rather than once per trace.
 """
 
 import functools
@@ -112,6 +116,22 @@ def sharpness(image, factor):
     interior = tf.pad(tf.ones_like(smoothed, dtype=tf.bool), [[1, 1], [1, 1], [0, 0]])
     degenerate = tf.where(interior, tf.pad(smoothed, [[1, 1], [1, 1], [0, 0]]), image)
     return blend(degenerate, image, factor)
+
+
+def gaussian_blur(image, sigma):
+    """3x3 Gaussian blur with standard deviation `sigma` (a scalar, may be a tensor).
+
+    Edges are padded by reflection, as TFM's `gaussian_filter2d`; integer results truncate.
+    """
+    image = tf.convert_to_tensor(image)
+    sigma = tf.maximum(tf.cast(sigma, tf.float32), 1e-3)  # sigma 0 would divide by zero
+    weights = tf.nn.softmax(-tf.constant([1.0, 0.0, 1.0]) / (2.0 * sigma ** 2))
+    kernel = weights[:, None] * weights[None, :]
+    kernel = tf.tile(kernel[:, :, None, None], [1, 1, image.shape[-1], 1])
+    padded = tf.pad(tf.cast(image, tf.float32)[None], [[0, 0], [1, 1], [1, 1], [0, 0]],
+                    mode="REFLECT")
+    blurred = tf.nn.depthwise_conv2d(padded, kernel, strides=[1, 1, 1, 1], padding="VALID")[0]
+    return tf.cast(blurred, image.dtype)
 
 
 def autocontrast(image):
@@ -282,6 +302,11 @@ def _policy_ops(cutout_const, translate_const):
             image, _random_sign(level / _MAX_LEVEL * float(translate_const))),
         "Cutout": lambda image, level: cutout(
             image, _scaled_int(level, float(cutout_const)), _POLICY_FILL),
+        # AutoAugment only (DeiT III's three augmentations).
+        "Grayscale": lambda image, level: grayscale(image),
+        # TFM's name for a blur: sigma uniform in [level / 10, translate_const * level / 10].
+        "Gaussian_Noise": lambda image, level: gaussian_blur(image, tf.random.uniform(
+            [], level / _MAX_LEVEL, float(translate_const) * level / _MAX_LEVEL)),
     }
 
 
@@ -291,6 +316,8 @@ RAND_AUGMENT_OPS = (
     "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY",
     "Cutout", "SolarizeAdd",
 )
+# Ops an AutoAugment policy may name.
+AUTO_AUGMENT_OPS = RAND_AUGMENT_OPS + ("Grayscale", "Gaussian_Noise")
 
 
 def _to_uint8(image):
@@ -324,7 +351,7 @@ class RandAugment(ImageAugment):
 
     Args:
       num_layers: ops applied in sequence (N in the paper).
-      magnitude: shared level in [0, 10] (M in the paper).
+      magnitude: shared level, usually in [0, 10] (M in the paper).
       cutout_const: cutout half-size at level 10.
       translate_const: translation in pixels at level 10.
       magnitude_std: if > 0, every op's level is drawn from N(magnitude, magnitude_std) clipped
@@ -343,8 +370,9 @@ class RandAugment(ImageAugment):
         self.prob_to_apply = None if prob_to_apply is None else float(prob_to_apply)
         if self.num_layers < 0:
             raise ValueError(f"RandAugment num_layers ({num_layers}) must be >= 0")
-        if not 0.0 <= self.magnitude <= _MAX_LEVEL:
-            raise ValueError(f"RandAugment magnitude ({magnitude}) must be in [0, {_MAX_LEVEL:g}]")
+        # Above 10 is allowed, as in TFM: the ops extrapolate (timm's "increasing" severity).
+        if self.magnitude < 0:
+            raise ValueError(f"RandAugment magnitude ({magnitude}) must be >= 0")
         if self.prob_to_apply is not None and not 0.0 <= self.prob_to_apply <= 1.0:
             raise ValueError(f"RandAugment prob_to_apply ({prob_to_apply}) must be in [0, 1]")
         if isinstance(exclude_ops, str):
@@ -463,6 +491,30 @@ _POLICIES = {
     ],
     # One deterministic-probability sub-policy, for debugging.
     "test": [[("TranslateX", 1., 4), ("Equalize", 1., 10)]],
+    "panoptic_deeplab_policy": [
+        [("Sharpness", .4, 1.4), ("Brightness", .2, 2.)],
+        [("Equalize", 0., 1.8), ("Contrast", .2, 2.)],
+        [("Sharpness", .2, 1.8), ("Color", .2, 1.8)],
+        [("Solarize", .2, 1.4), ("Equalize", .6, 1.8)],
+        [("Sharpness", .2, .2), ("Equalize", .2, 1.4)],
+    ],
+    # A generic ViT policy: each sub-policy ends with a likely cutout.
+    "vit": [
+        [("Sharpness", .4, 1.4), ("Brightness", .2, 2.), ("Cutout", .8, 8)],
+        [("Equalize", 0., 1.8), ("Contrast", .2, 2.), ("Cutout", .8, 8)],
+        [("Sharpness", .2, 1.8), ("Color", .2, 1.8), ("Cutout", .8, 8)],
+        [("Solarize", .2, 1.4), ("Equalize", .6, 1.8), ("Cutout", .8, 8)],
+        [("Sharpness", .2, .2), ("Equalize", .2, 1.4), ("Cutout", .8, 8)],
+        [("Sharpness", .4, 7), ("Invert", .6, 8), ("Cutout", .8, 8)],
+        [("Invert", .6, 4), ("Equalize", 1., 8), ("Cutout", .8, 8)],
+        [("Posterize", .6, 7), ("Posterize", .6, 6), ("Cutout", .8, 8)],
+        [("Solarize", .6, 5), ("AutoContrast", .6, 5), ("Cutout", .8, 8)],
+    ],
+    # DeiT III (https://arxiv.org/abs/2204.07118): greyscale, solarize at 128 or a blur. TFM's
+    # classification input uses it with translate_const=20 (blur sigma in [0.1, 2]).
+    "deit3_three_augment": [
+        [("Grayscale", 1., 0)], [("Solarize", 1., 5)], [("Gaussian_Noise", 1., 1)],
+    ],
 }
 
 AUTO_AUGMENT_POLICIES = tuple(_POLICIES)
@@ -480,9 +532,9 @@ def _check_policies(policies):
                 raise ValueError(f"AutoAugment policy step {step!r} must be "
                                  "(op, probability, level)")
             name, prob, level = step
-            if name not in RAND_AUGMENT_OPS:
+            if name not in AUTO_AUGMENT_OPS:
                 raise ValueError(f"AutoAugment policy: unknown op {name!r}; valid ops are "
-                                 f"{', '.join(RAND_AUGMENT_OPS)}")
+                                 f"{', '.join(AUTO_AUGMENT_OPS)}")
             if not 0.0 <= prob <= 1.0:
                 raise ValueError(f"AutoAugment policy step {step!r}: probability must be in [0, 1]")
             if not 0.0 <= level <= _MAX_LEVEL:
@@ -496,7 +548,9 @@ class AutoAugment(ImageAugment):
 
     Args:
       augmentation_name: one of `AUTO_AUGMENT_POLICIES` ('v0', 'reduced_cifar10', 'svhn',
-        'reduced_imagenet', 'simple', 'test'); ignored when `policies` is given.
+        'reduced_imagenet', 'simple', 'test', 'panoptic_deeplab_policy', 'vit',
+        'deit3_three_augment'); ignored when `policies` is given. TFM's box-aware
+        'detection_v0' is not here (classification only).
       cutout_const: cutout half-size at level 10.
       translate_const: translation in pixels at level 10.
       policies: custom sub-policies, `[[(op, probability, level), ...], ...]`.

@@ -166,6 +166,19 @@ def test_sharpness_blends_with_pil_smooth_filter():
     np.testing.assert_allclose(_np(augment.sharpness(IMAGE, 2.0)), sharpened, atol=2)
 
 
+@pytest.mark.parametrize("sigma", [0.5, 2.0])
+def test_gaussian_blur_matches_a_numpy_3x3_gaussian_with_reflected_edges(sigma):
+    weights = np.exp(-np.array([1.0, 0.0, 1.0]) / (2 * sigma ** 2))
+    weights /= weights.sum()
+    kernel = np.outer(weights, weights)
+    padded = np.pad(IMAGE.astype(np.float64), [(1, 1), (1, 1), (0, 0)], mode="reflect")
+    expected = sum(kernel[dy, dx] * padded[dy:dy + 12, dx:dx + 12]
+                   for dy in range(3) for dx in range(3))
+    out = _np(augment.gaussian_blur(IMAGE, sigma)).astype(np.float64)
+    np.testing.assert_allclose(out, np.floor(expected), atol=1)
+    assert np.std(out) < np.std(IMAGE.astype(np.float64))  # smoother
+
+
 # ------------------------------------------------------------------------- geometric ops
 
 def test_cutout_paints_a_square_of_side_twice_pad_size():
@@ -361,6 +374,19 @@ def test_auto_augment_picks_one_sub_policy_per_image():
     assert any(np.array_equal(out, IMAGE & 0b11000000) for out in outputs)
 
 
+def test_deit3_three_augment_is_greyscale_solarize_or_blur():
+    three = augment.AutoAugment("deit3_three_augment", translate_const=20)
+    gray = _np(augment.grayscale(IMAGE))
+    solarized = np.where(IMAGE < 128, IMAGE, 255 - IMAGE)
+    outputs = _distinct_outputs(three, IMAGE, draws=15)
+    kinds = ["gray" if np.array_equal(out, gray) else
+             "solarize" if np.array_equal(out, solarized) else "blur" for out in outputs]
+    assert set(kinds) == {"gray", "solarize", "blur"}
+    for out, kind in zip(outputs, kinds):
+        if kind == "blur":  # sigma in [0.1, 2]: at most a 3x3 average of the neighbourhood
+            assert np.std(out.astype(np.float64)) <= np.std(IMAGE.astype(np.float64)) + 1
+
+
 def test_auto_augment_bad_names_and_policies_are_errors():
     with pytest.raises(ValueError, match=r"'v9'.*valid names are v0, .*reduced_imagenet"):
         augment.AutoAugment("v9")
@@ -372,13 +398,17 @@ def test_auto_augment_bad_names_and_policies_are_errors():
         augment.AutoAugment(policies=[[("Invert", 0.5, 11)]])
 
 
-@pytest.mark.parametrize("name", ["v0", "test", "simple", "reduced_cifar10", "svhn",
-                                  "reduced_imagenet"])
+POLICY_SIZES = {"v0": 25, "test": 1, "simple": 13, "reduced_cifar10": 25, "svhn": 25,
+                "reduced_imagenet": 25, "panoptic_deeplab_policy": 5, "vit": 9,
+                "deit3_three_augment": 3}
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_SIZES))
 def test_auto_augment_named_policies_are_valid_and_run(name):
     policy = augment.AutoAugment(name, translate_const=6, cutout_const=3)
     # Rebuilding it as a custom policy validates every op name, probability and level.
     assert augment.AutoAugment(policies=policy.policies).policies == policy.policies
-    assert len(policy.policies) == {"test": 1, "simple": 13}.get(name, 25)
+    assert len(policy.policies) == POLICY_SIZES[name]
     for _ in range(4):  # eager: one random sub-policy per call
         out = policy.distort(IMAGE)
         assert out.shape == IMAGE.shape and out.dtype == tf.uint8
