@@ -339,6 +339,7 @@ class ImageAugment:
     """Base of the single-image augmenters: `distort(image)` returns an image of the same shape."""
 
     def distort(self, image):
+        """Returns the augmented version of `image` (values in [0, 255])."""
         raise NotImplementedError
 
 

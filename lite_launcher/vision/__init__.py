@@ -1,1 +1,0 @@
-"""Image classification on Keras 3 (TFM vision ported)."""
