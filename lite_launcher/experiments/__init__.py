@@ -2,7 +2,9 @@
 
 - `digits_mlp`, `digits_cnn`: handwritten digits, offline, seconds on a CPU (`digits`).
 - `mlp_tiny`, `cnn_small`, `mock`: the benchmark workloads of bench/WORKLOADS.md (`workloads`).
+- `image_classification`, `resnet_imagenet`, `mobilenet_imagenet`: TFM's vision family (`lite_launcher.vision`).
 """
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)
 from lite_launcher.experiments import workloads  # noqa: F401  (registers mlp_tiny, cnn_small, mock)
+from lite_launcher import vision  # noqa: F401  (registers image_classification, resnet_imagenet, mobilenet_imagenet)
