@@ -106,6 +106,9 @@ class SqueezeExcitation(keras.layers.Layer):
         self._reduce.build(pooled)
         self._expand.build(self._reduce.compute_output_shape(pooled))
 
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
     def call(self, inputs):
         x = keras.ops.mean(inputs, axis=(1, 2), keepdims=True)
         x = self._activation(self._reduce(x))
@@ -121,7 +124,11 @@ def _make_divisible(value, divisor, min_value=None):
 
 
 class _Block(keras.layers.Layer):
-    """Shared parts of the residual and bottleneck blocks (shortcut, SE, stochastic depth)."""
+    """Shared parts of the residual and bottleneck blocks (shortcut, SE, stochastic depth).
+
+    Sublayers are plain attributes, never lists: tf.train.Checkpoint does not see layers that
+    Keras 3 tracks only inside a list, so their weights would be missing from checkpoints.
+    """
 
     expansion = 1
 
@@ -130,21 +137,38 @@ class _Block(keras.layers.Layer):
                  stochastic_depth_drop_rate: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         out_filters = filters * self.expansion
-        self._shortcut = []
+        shortcut = []
         if use_projection:
             if resnetd_shortcut and self.expansion > 1:
                 # ResNet-D: average-pool, then a stride-1 projection (TFM: bottlenecks only).
-                self._shortcut = [keras.layers.AveragePooling2D(2, strides, padding="same"),
-                                  settings.conv(out_filters, 1, name="shortcut_conv")]
+                shortcut = [keras.layers.AveragePooling2D(2, strides, padding="same"),
+                            settings.conv(out_filters, 1, name="shortcut_conv")]
             else:
-                self._shortcut = [settings.conv(out_filters, 1, strides, name="shortcut_conv")]
-            self._shortcut.append(settings.norm(name="shortcut_norm"))
-        self._branch = self._make_branch(filters, strides, settings)
+                shortcut = [settings.conv(out_filters, 1, strides, name="shortcut_conv")]
+            shortcut.append(settings.norm(name="shortcut_norm"))
+        branch = self._make_branch(filters, strides, settings)
         if se_ratio and 0 < se_ratio <= 1:
-            self._branch.append(SqueezeExcitation(out_filters, se_ratio, settings, name="se"))
+            branch.append(SqueezeExcitation(out_filters, se_ratio, settings, name="se"))
+        self._shortcut_names = self._attach("shortcut", shortcut)
+        self._branch_names = self._attach("branch", branch)
         self._drop = (StochasticDepth(stochastic_depth_drop_rate)
                       if stochastic_depth_drop_rate else None)
         self._out_act = keras.activations.get(settings.activation)
+
+    def _attach(self, prefix, layers):
+        names = []
+        for i, layer in enumerate(layers):
+            names.append(f"{prefix}_{i}")
+            setattr(self, names[-1], layer)
+        return tuple(names)
+
+    @property
+    def _shortcut(self):
+        return [getattr(self, n) for n in self._shortcut_names]
+
+    @property
+    def _branch(self):
+        return [getattr(self, n) for n in self._branch_names]
 
     def _make_branch(self, filters, strides, settings):
         raise NotImplementedError
