@@ -261,3 +261,94 @@ def test_task_inputs_read_through_input_reader(tmp_path):
     assert [b[0].shape[0] for b in batches] == [3, 3, 2]
     assert batches[0][0].dtype == tf.float16
     assert sorted(np.concatenate([b[1].numpy() for b in batches]).tolist()) == [0] * 4 + [1] * 4
+
+
+# ----- augmentation wiring (augment.py's interface, faked here) ------------------------------
+
+
+class _Recorder:
+    calls = []
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        _Recorder.calls.append((type(self).__name__, kwargs))
+
+
+class _FakeRandAugment(_Recorder):
+    def distort(self, image):
+        assert image.dtype == tf.uint8  # the augmenters get pixels
+        return 255 - image
+
+
+class _FakeRandomErasing(_Recorder):
+    def distort(self, image):
+        assert image.dtype == tf.float32  # after normalisation
+        return tf.zeros_like(image)
+
+
+class _FakeMixup(_Recorder):
+    def __call__(self, images, labels):
+        return images, tf.one_hot(labels, self.kwargs["num_classes"])
+
+
+def _fake_augment_module(monkeypatch):
+    import types  # pylint: disable=import-outside-toplevel
+    from lite_launcher import vision  # pylint: disable=import-outside-toplevel
+    module = types.ModuleType("lite_launcher.vision.augment")
+    module.RandAugment = type("RandAugment", (_FakeRandAugment,), {})
+    module.AutoAugment = type("AutoAugment", (_FakeRandAugment,), {})
+    module.RandomErasing = type("RandomErasing", (_FakeRandomErasing,), {})
+    module.MixupAndCutmix = type("MixupAndCutmix", (_FakeMixup,), {})
+    module.color_jitter = lambda image, b, c, s, seed=None: (
+        _Recorder.calls.append(("color_jitter", (b, c, s))) or image)
+    monkeypatch.setitem(sys.modules, "lite_launcher.vision.augment", module)
+    monkeypatch.setattr(vision, "augment", module, raising=False)
+    _Recorder.calls = []
+
+
+def test_parser_calls_the_augmentations_with_the_config_values(monkeypatch):
+    _fake_augment_module(monkeypatch)
+    config = ll.get_exp_config("image_classification").task.train_data
+    config.override({"aug_type": {"type": "randaug", "randaug": {"magnitude": 7,
+                                                                 "exclude_ops": ["Cutout"]}},
+                     "color_jitter": 0.4})
+    parser = ci.Parser(output_size=[4, 4], num_classes=3, aug_crop=False, aug_rand_hflip=False,
+                       decode_jpeg_only=False, aug_type=config.aug_type,
+                       color_jitter=config.color_jitter)
+    pixels = np.full((4, 4, 3), 10, np.uint8)
+    image, _ = parse(parser, tf.io.encode_png(pixels).numpy())
+    # RandAugment's output (255 - 10) is what gets normalised.
+    np.testing.assert_allclose(image.numpy(), (245 - MEAN) / STD * np.ones((4, 4, 1)), rtol=1e-5)
+    assert _Recorder.calls[0] == ("RandAugment", dict(
+        num_layers=2, magnitude=7.0, cutout_const=40.0, translate_const=10.0,
+        magnitude_std=0.0, prob_to_apply=None, exclude_ops=["Cutout"]))
+    assert ("color_jitter", (0.4, 0.4, 0.4)) in _Recorder.calls
+    erasing = ci.Parser(output_size=[4, 4], num_classes=3, aug_crop=False,
+                        decode_jpeg_only=False,
+                        random_erasing=ll.get_exp_config("image_classification").task.train_data
+                        .override({"random_erasing": {"probability": 0.5}}).random_erasing)
+    assert float(tf.reduce_max(tf.abs(parse(erasing, tf.io.encode_png(pixels).numpy())[0]))) == 0
+    assert _Recorder.calls[-1][1]["probability"] == 0.5
+    # Evaluation never augments.
+    assert float(parse(erasing, tf.io.encode_png(pixels).numpy(), training=False)[0][0, 0, 0]) \
+        == pytest.approx((10 - MEAN[0]) / STD[0], rel=1e-5)
+
+
+def test_mixup_and_cutmix_applies_to_training_batches_only(monkeypatch, tmp_path):
+    _fake_augment_module(monkeypatch)
+    image_dir = str(tmp_path / "images")
+    _make_folder(image_dir, ["a", "b"], per_class=2)
+    make_tfrecords.main(["--image_dir", image_dir, "--output_prefix", str(tmp_path / "t")])
+    config = ll.get_exp_config("image_classification")
+    mixup = {"mixup_and_cutmix": {"mixup_alpha": 0.3}, "input_path": str(tmp_path / "t-*"),
+             "global_batch_size": 2}
+    config.override({"task": {"model": {"num_classes": 2, "input_size": [8, 8, 3]},
+                              "train_data": mixup, "validation_data": mixup}})
+    task = ll.get_task(config.task)
+    _, labels = next(iter(task.build_inputs(config.task.train_data)))
+    assert labels.shape == (2, 2)  # one-hot from MixupAndCutmix
+    assert _Recorder.calls[-1] == ("MixupAndCutmix", dict(
+        mixup_alpha=0.3, cutmix_alpha=1.0, prob=1.0, switch_prob=0.5, label_smoothing=0.1,
+        num_classes=2))
+    _, labels = next(iter(task.build_inputs(config.task.validation_data)))
+    assert labels.shape == (2,)

@@ -61,6 +61,7 @@ def test_resnet18_learns_digits_from_jpeg_tfrecords(digits_records, tmp_path):
                "--model_dir", model_dir, "--params_override", override_file)
     validation_scalars = read_scalars(str(model_dir / "validation"))
     assert sorted(validation_scalars["accuracy"]) == [200]
+    print("DIGITS_ACCURACY", validation_scalars["accuracy"][200])
     assert validation_scalars["accuracy"][200] > 0.9
     assert validation_scalars["top_5_accuracy"][200] >= validation_scalars["accuracy"][200]
     losses = read_scalars(str(model_dir / "train"))["training_loss"]
