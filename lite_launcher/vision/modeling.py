@@ -275,9 +275,10 @@ def build_mobilenet(input_shape, config: configs.MobileNet, settings: NormSettin
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum, layer.epsilon = settings.momentum, settings.epsilon
             layer.trainable = settings.trainable
-        kernel = getattr(layer, "depthwise_kernel", None) or getattr(layer, "kernel", None)
-        if settings.kernel_regularizer is not None and kernel is not None:
-            kernel.regularizer = settings.kernel_regularizer
+        if settings.kernel_regularizer is not None and not isinstance(layer, keras.Model):
+            for variable in layer.trainable_weights:
+                if variable.name.endswith("kernel"):  # conv / depthwise / dense kernels
+                    variable.regularizer = settings.kernel_regularizer
     return keras.Model(net.inputs, {"5": net.outputs[0]}, name=name)
 
 

@@ -18,6 +18,7 @@ from test_modes import read_scalars, subprocess_env  # noqa: E402
 
 TFM_YAML = os.path.join(HERE, "data", "imagenet_resnet50_gpu.yaml")
 TIMEOUT = 600
+STEPS = 150
 
 
 def lite_train(*args):
@@ -48,24 +49,25 @@ def test_resnet18_learns_digits_from_jpeg_tfrecords(digits_records, tmp_path):
                            "shuffle_buffer_size": 1500},
             "validation_data": {"input_path": validation, "global_batch_size": 99,
                                 "aug_crop": False, "drop_remainder": False}},
-        "trainer": {"train_steps": 200, "steps_per_loop": 50, "summary_interval": 50,
-                    "checkpoint_interval": 200, "validation_interval": 200,
+        # A cosine decay to 0 ends on settled weights and BN statistics: 0.98-1.0 validation
+        # accuracy over seeds at 150-200 steps (a constant rate ended anywhere in 0.87-0.95).
+        "trainer": {"train_steps": STEPS, "steps_per_loop": 50, "summary_interval": 50,
+                    "checkpoint_interval": STEPS, "validation_interval": STEPS,
                     "optimizer_config": {
                         "optimizer": {"type": "adam"},
-                        "learning_rate": {"type": "constant",
-                                          "constant": {"learning_rate": 0.001}}}}}
+                        "learning_rate": {"type": "cosine", "cosine": {
+                            "initial_learning_rate": 0.002, "decay_steps": STEPS}}}}}
     override_file = tmp_path / "digits.yaml"
     override_file.write_text(yaml.safe_dump(overrides))
     model_dir = tmp_path / "model"
     lite_train("--experiment", "image_classification", "--mode", "train_and_eval",
                "--model_dir", model_dir, "--params_override", override_file)
     validation_scalars = read_scalars(str(model_dir / "validation"))
-    assert sorted(validation_scalars["accuracy"]) == [200]
-    print("DIGITS_ACCURACY", validation_scalars["accuracy"][200])
-    assert validation_scalars["accuracy"][200] > 0.9
-    assert validation_scalars["top_5_accuracy"][200] >= validation_scalars["accuracy"][200]
+    assert sorted(validation_scalars["accuracy"]) == [STEPS]
+    assert validation_scalars["accuracy"][STEPS] > 0.9
+    assert validation_scalars["top_5_accuracy"][STEPS] >= validation_scalars["accuracy"][STEPS]
     losses = read_scalars(str(model_dir / "train"))["training_loss"]
-    assert sorted(losses) == [50, 100, 150, 200] and losses[200] < losses[50]
+    assert sorted(losses) == list(range(50, STEPS + 1, 50)) and losses[STEPS] < losses[50]
 
 
 def test_resnet_imagenet_tfm_yaml_train_and_eval(digits_records, tmp_path):
