@@ -108,6 +108,24 @@ def test_mixed_precision_forward_and_float32_loss():
         assert logits.dtype == tf.float16
         loss = task.build_losses(tf.one_hot([1, 2], 10), logits, model.losses)
         assert loss.dtype == tf.float32 and np.isfinite(float(loss))
+        # One training step with the dynamic loss scale lite_launcher uses for float16.
+        config.override({"runtime": {"mixed_precision_dtype": "float16"},
+                         "trainer": {"optimizer_config": {
+                             "optimizer": {"type": "sgd"},
+                             "learning_rate": {"type": "constant"}}}})
+        optimizer = task.create_optimizer(config.trainer.optimizer_config, config.runtime)
+        assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        kernel = model.get_layer("logits").kernel
+        before = kernel.numpy().copy()
+        inputs = (tf.random.uniform([2, 32, 32, 3], dtype=tf.float16), tf.constant([1, 2]))
+        # Steps that overflow in float16 are skipped while the scale comes down (from 2**15).
+        for _ in range(20):
+            logs = task.train_step(inputs, model, optimizer, metrics=task.build_metrics())
+            assert np.isfinite(float(logs["loss"])) and kernel.dtype == tf.float32
+            if not np.array_equal(before, kernel.numpy()):
+                break
+        assert not np.array_equal(before, kernel.numpy())
+        assert all(np.isfinite(v.numpy()).all() for v in model.trainable_variables)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
