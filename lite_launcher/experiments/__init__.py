@@ -7,4 +7,5 @@
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)
 from lite_launcher.experiments import workloads  # noqa: F401  (registers mlp_tiny, cnn_small, mock)
-from lite_launcher import vision  # noqa: F401  (registers image_classification, resnet_imagenet, mobilenet_imagenet)
+# Registers image_classification, resnet_imagenet, mobilenet_imagenet and their task.
+from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501

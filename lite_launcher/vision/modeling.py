@@ -261,7 +261,10 @@ def build_mobilenet(input_shape, config: configs.MobileNet, settings: NormSettin
     """MobileNet V2 / V3 (Large, Small) from keras.applications, without top and weights.
 
     Its BatchNormalization layers take `settings`' momentum and epsilon, and its convolution
-    kernels the L2 regularizer. Outputs {'5': last feature map} (a single level).
+    kernels the L2 regularizer. V3 ends, as TFM's, with global pooling and a 1x1 convolution
+    with bias (1280 / 1024 filters) and hard-swish, which keras.applications counts as its top;
+    so parameter counts equal TFM's (V2 2,257,984; V3Large 4,226,432; V3Small 1,529,968).
+    Outputs {'5': last feature map} (a single level).
     """
     config.validate()
     common = dict(input_shape=tuple(input_shape), alpha=config.filter_size_scale,
@@ -271,6 +274,14 @@ def build_mobilenet(input_shape, config: configs.MobileNet, settings: NormSettin
     else:
         builder = getattr(keras.applications, config.model_id)
         net = builder(include_preprocessing=False, **common)
+    features = net.outputs[0]
+    if config.model_id != "MobileNetV2":
+        last = 1280 if config.model_id == "MobileNetV3Large" else 1024
+        if config.filter_size_scale > 1.0:  # TFM keeps the last width unless it grows
+            last = _make_divisible(last * config.filter_size_scale, 8)
+        x = keras.layers.GlobalAveragePooling2D(keepdims=True)(features)
+        x = settings.conv(last, 1, use_bias=True, name="last_conv")(x)
+        features = keras.layers.Activation("hard_swish")(x)
     for layer in net.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum, layer.epsilon = settings.momentum, settings.epsilon
@@ -279,7 +290,7 @@ def build_mobilenet(input_shape, config: configs.MobileNet, settings: NormSettin
             for variable in layer.trainable_weights:
                 if variable.name.endswith("kernel"):  # conv / depthwise / dense kernels
                     variable.regularizer = settings.kernel_regularizer
-    return keras.Model(net.inputs, {"5": net.outputs[0]}, name=name)
+    return keras.Model(net.inputs, {"5": features}, name=name)
 
 
 class ClassificationModel(keras.Model):

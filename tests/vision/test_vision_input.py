@@ -229,17 +229,16 @@ def test_make_tfrecords_bad_input_is_one_line_and_exit_2(tmp_path, capsys, setup
     assert not list(tmp_path.glob("out-*-of-*"))
 
 
-def test_make_tfrecords_module_cli(tmp_path):
-    image_dir = str(tmp_path / "images")
-    _make_folder(image_dir, ["a", "b"], per_class=2)
-    cmd = [sys.executable, "-m", "lite_launcher.vision.make_tfrecords", "--image_dir"]
-    ok = subprocess.run(cmd + [image_dir, "--output_prefix", str(tmp_path / "t")], cwd=ROOT,
-                        capture_output=True, text=True, timeout=120)
-    assert ok.returncode == 0 and os.path.exists(tmp_path / "t-00000-of-00001")
-    bad = subprocess.run(cmd + [str(tmp_path / "nope"), "--output_prefix", str(tmp_path / "u")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_make_tfrecords_module_cli_exit_code(tmp_path):
+    # `python -m` runs main() (the writing itself is tested in-process above); the bad path is
+    # caught before TensorFlow is imported, so this subprocess is quick.
+    bad = subprocess.run([sys.executable, "-m", "lite_launcher.vision.make_tfrecords",
+                          "--image_dir", str(tmp_path / "nope"), "--output_prefix",
+                          str(tmp_path / "u")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines()[-1].startswith("make_tfrecords: error: --image_dir")
+    assert bad.stderr.strip().splitlines() == [
+        f"make_tfrecords: error: --image_dir {str(tmp_path / 'nope')!r} is not a directory."]
 
 
 def test_task_inputs_read_through_input_reader(tmp_path):

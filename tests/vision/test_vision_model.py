@@ -80,8 +80,19 @@ def test_head_options_and_l2_weight_decay():
     np.testing.assert_allclose(float(tf.add_n(model.losses)), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("model_id, scale, expected", [
+    ("MobileNetV2", 1.0, 2_257_984), ("MobileNetV2", 0.75, 1_382_064),
+    ("MobileNetV3Large", 1.0, 4_226_432), ("MobileNetV3Large", 0.75, 2_731_616),
+    ("MobileNetV3Small", 1.0, 1_529_968)])
+def test_mobilenet_backbone_parameter_counts_equal_tfms(model_id, scale, expected):
+    # TFM's own figures (official/vision/modeling/backbones/mobilenet_test.py).
+    config = configs.MobileNet(model_id=model_id, filter_size_scale=scale)
+    backbone = modeling.build_mobilenet([64, 64, 3], config, modeling.NormSettings())
+    assert backbone.count_params() == expected
+
+
 def test_mobilenets_build_with_the_norm_settings():
-    for model_id, channels in (("MobileNetV2", 1280), ("MobileNetV3Small", 576)):
+    for model_id, channels in (("MobileNetV2", 1280), ("MobileNetV3Small", 1024)):
         config = small_config()
         config.task.model.backbone.override({"type": "mobilenet",
                                              "mobilenet": {"model_id": model_id}})
