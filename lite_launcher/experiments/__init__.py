@@ -2,7 +2,10 @@
 
 - `digits_mlp`, `digits_cnn`: handwritten digits, offline, seconds on a CPU (`digits`).
 - `mlp_tiny`, `cnn_small`, `mock`: the benchmark workloads of bench/WORKLOADS.md (`workloads`).
+- `image_classification`, `resnet_imagenet`, `mobilenet_imagenet`: TFM's vision family (`lite_launcher.vision`).
 """
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)
 from lite_launcher.experiments import workloads  # noqa: F401  (registers mlp_tiny, cnn_small, mock)
+# Registers image_classification, resnet_imagenet, mobilenet_imagenet and their task.
+from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501

@@ -1,0 +1,264 @@
+"""The vision benchmark row: `resnet_imagenet` (ResNet-50 / ResNet-18) on synthetic JPEG
+TFRecords in TFM's format, lite_launcher vs a raw Keras 3 loop on the same model and input, and
+TFM itself (its own `resnet_imagenet`, tf_keras) in TFM's venv.
+
+Both sides train the model `lite_launcher.vision` builds from the experiment's config, on the
+dataset its input pipeline builds (decode_and_crop of JPEG, flip, resize, normalise, batch),
+with the loss (cross-entropy + L2) and optimizer of the config. lite_launcher runs it through
+`ll.run_experiment` (mode train); the raw side runs `for _ in tf.range(n): step(next(it))` in
+one `tf.function` with the same metric updates. The TFM side (`--side tfm`, run with
+`--tfm_python`, default /work/tfm_venv/bin/python or $TFM_PYTHON) applies the same overrides
+(TFM's field names) to TFM's `resnet_imagenet` and runs `train_lib.run_experiment`. Steps/sec (input pipeline included) over outer
+loops of `steps_per_loop` steps after the warm-up loops; images/sec = steps/sec x batch.
+
+    .venv/bin/python benchmarks/vision_rows.py --model resnet18 --side lite
+    .venv/bin/python benchmarks/vision_rows.py --smoke            # lite and raw, tiny and quick
+    .venv/bin/python benchmarks/vision_rows.py --side all --with_tfm   # lite, raw and TFM
+
+prints one `BENCH_RESULT {json}` line per (model, side) (see measure.py). With `--side all`
+each side runs in its own process, one after the other.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+sys.path.insert(1, os.path.dirname(_HERE))
+
+import measure  # noqa: E402
+
+MODELS = {"resnet50": 50, "resnet18": 18}
+SIDES = ("lite", "raw", "tfm")
+DEFAULT_TFM_PYTHON = os.environ.get("TFM_PYTHON", "/work/tfm_venv/bin/python")
+IMAGE_SIZE = 64
+BATCH = 16
+NUM_CLASSES = 1001
+# The source images are larger than the input, so that the random crop has room.
+SOURCE_SIZE = 80
+NUM_IMAGES = 512
+NUM_SHARDS = 4
+WARMUP_LOOPS = 2
+NEVER = 100 * 10**7
+
+
+def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES, num_shards=NUM_SHARDS):
+    """Random-noise JPEGs with random labels, in TFM's format; returns the file glob.
+
+    Written once per data_dir (seeded), so every side reads the same files.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    pattern = os.path.join(data_dir, "train-*-of-*")
+    if tf.io.gfile.glob(pattern):
+        return pattern
+    os.makedirs(data_dir, exist_ok=True)
+    rng = np.random.default_rng(0)
+    writers = [tf.io.TFRecordWriter(os.path.join(data_dir, f"train-{k:05d}-of-{num_shards:05d}"))
+               for k in range(num_shards)]
+    for i in range(num_images):
+        pixels = rng.integers(0, 256, (SOURCE_SIZE, SOURCE_SIZE, 3), dtype=np.uint8)
+        feature = {
+            "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[tf.io.encode_jpeg(pixels, quality=90).numpy()])),
+            "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
+                value=[int(rng.integers(0, NUM_CLASSES))])),
+        }
+        example = tf.train.Example(features=tf.train.Features(feature=feature))
+        writers[i % num_shards].write(example.SerializeToString())
+    for writer in writers:
+        writer.close()
+    return pattern
+
+
+def overrides(model, input_glob, steps_per_loop, loops, xla):
+    """`resnet_imagenet` at 64x64, batch 16, on the synthetic files, train-only intervals.
+
+    TFM's field names, so the same dict overrides lite_launcher's and TFM's experiment.
+    """
+    return {
+        "runtime": {"distribution_strategy": "off", "enable_xla": xla},
+        "task": {"model": {"input_size": [IMAGE_SIZE, IMAGE_SIZE, 3],
+                           "backbone": {"resnet": {"model_id": MODELS[model]}}},
+                 "train_data": {"input_path": input_glob, "global_batch_size": BATCH,
+                                "shuffle_buffer_size": 256}},
+        "trainer": {"steps_per_loop": steps_per_loop,
+                    "train_steps": steps_per_loop * (WARMUP_LOOPS + loops),
+                    "summary_interval": NEVER, "checkpoint_interval": NEVER,
+                    "validation_interval": NEVER},
+    }
+
+
+def make_config(model, input_glob, steps_per_loop, loops, xla):
+    """lite_launcher's `resnet_imagenet` with `overrides`."""
+    import lite_launcher as ll
+
+    params = ll.get_exp_config("resnet_imagenet")
+    params.override(overrides(model, input_glob, steps_per_loop, loops, xla))
+    params.validate()
+    return params
+
+
+def _versions(side):
+    import tensorflow as tf
+
+    if side == "tfm":
+        import tf_keras
+        return {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__}
+    import keras
+
+    import lite_launcher as ll
+    return {"tensorflow": tf.__version__, "keras": keras.__version__,
+            "lite_launcher": ll.__version__}
+
+
+def _result(side, model, steps_per_loop, loops, times, first_loop_s):
+    rate = measure.steady_rate(times, steps_per_loop, WARMUP_LOOPS)
+    return {"side": side, "workload": f"resnet_imagenet_{model}", "row": f"train{steps_per_loop}",
+            "loops": loops, "steps_per_sec": rate, "images_per_sec": rate * BATCH,
+            "loop_ms": measure.loop_ms(times, WARMUP_LOOPS), "first_loop_s": first_loop_s,
+            "batch": BATCH, "image_size": IMAGE_SIZE, "versions": _versions(side)}
+
+
+def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir):
+    """lite_launcher's public path: get_exp_config -> get_task -> run_experiment."""
+    import lite_launcher as ll
+
+    params = make_config(model, input_glob, steps_per_loop, loops, xla)
+    task = ll.get_task(params.task, logging_dir=model_dir)
+    clock = measure.LoopClock()
+    ll.run_experiment(distribution_strategy=ll.get_distribution_strategy("off"), task=task,
+                      mode="train", params=params, model_dir=model_dir,
+                      train_actions=[clock.train_action])
+    return _result("lite", model, steps_per_loop, loops, clock.train_times,
+                   clock.first_loop_age_s)
+
+
+def measure_raw(model, input_glob, steps_per_loop, loops, xla):
+    """The same model, dataset, loss and optimizer in a bare `tf.range` loop."""
+    import keras
+    import tensorflow as tf
+
+    import lite_launcher as ll
+
+    params = make_config(model, input_glob, steps_per_loop, loops, xla)
+    task = ll.get_task(params.task)
+    network = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    optimizer.build(network.trainable_variables)
+    # What lite_launcher's Trainer updates each step: the task's metrics and the mean loss.
+    metrics = task.build_metrics(training=True)
+    mean_loss = keras.metrics.Mean(name="training_loss")
+    iterator = iter(task.build_inputs(params.task.train_data))
+
+    def step(batch):
+        images, labels = batch
+        labels = tf.one_hot(labels, NUM_CLASSES)  # the config's one_hot loss
+        with tf.GradientTape() as tape:
+            outputs = network(images, training=True)
+            loss = task.build_losses(labels, outputs, network.losses)
+        grads = tape.gradient(loss, network.trainable_variables)
+        optimizer.apply_gradients(zip(grads, network.trainable_variables))
+        for metric in metrics:
+            metric.update_state(labels, outputs)
+        mean_loss.update_state(loss)
+        return loss
+
+    @tf.function(jit_compile=xla)
+    def one_step(batch):
+        return step(batch)
+
+    @tf.function
+    def loop(n):
+        for _ in tf.range(n):
+            one_step(next(iterator))
+
+    n = tf.constant(steps_per_loop, tf.int32)
+    times = []
+    first = None
+    for _ in range(WARMUP_LOOPS + loops):
+        loop(n)
+        times.append(time.perf_counter())
+        if first is None:
+            first = measure.process_age_s()
+    return _result("raw", model, steps_per_loop, loops, times, first)
+
+
+def measure_tfm(model, input_glob, steps_per_loop, loops, xla, model_dir):
+    """TFM's own `resnet_imagenet` through `train_lib.run_experiment` (TFM's venv only)."""
+    from official.common import distribute_utils
+    from official.core import exp_factory, task_factory, train_lib
+    import official.vision.registry_imports  # noqa: F401  (registers resnet_imagenet)
+
+    params = exp_factory.get_exp_config("resnet_imagenet")
+    params.override(overrides(model, input_glob, steps_per_loop, loops, xla), is_strict=True)
+    params.validate()
+    params.lock()
+    task = task_factory.get_task(params.task, logging_dir=model_dir)
+    clock = measure.LoopClock()
+    train_lib.run_experiment(
+        distribution_strategy=distribute_utils.get_distribution_strategy("off"), task=task,
+        mode="train", params=params, model_dir=model_dir, train_actions=[clock.train_action])
+    return _result("tfm", model, steps_per_loop, loops, clock.train_times,
+                   clock.first_loop_age_s)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", nargs="+", default=list(MODELS), choices=sorted(MODELS))
+    parser.add_argument("--side", default="all", choices=SIDES + ("all",))
+    parser.add_argument("--steps_per_loop", type=int, default=20)
+    parser.add_argument("--loops", type=int, default=5, help="timed outer loops")
+    parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
+    parser.add_argument("--data_dir", default=None,
+                        help="where the synthetic TFRecords are (written if missing)")
+    parser.add_argument("--with_tfm", action="store_true",
+                        help="with --side all: also the TFM side, in --tfm_python")
+    parser.add_argument("--tfm_python", default=DEFAULT_TFM_PYTHON,
+                        help="the Python of TFM's venv (benchmarks/setup_tfm_env.sh)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="ResNet-18, 2 x 2-step timed loops, 64 images: checks it runs")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.model, args.steps_per_loop, args.loops = ["resnet18"], 2, 2
+    data_dir = args.data_dir or os.path.join(
+        tempfile.gettempdir(), "lite_vision_bench_smoke" if args.smoke else "lite_vision_bench")
+    num_images = 64 if args.smoke else NUM_IMAGES
+    if args.side == "all":
+        # Written here once, so every side (and TFM's venv) reads the same files.
+        write_synthetic_tfrecords(data_dir, num_images=num_images)
+        sides = SIDES if args.with_tfm else ("lite", "raw")
+        # Each side in a fresh process, so that none inherits another's threads or caches.
+        for model in args.model:
+            for side in sides:
+                python = args.tfm_python if side == "tfm" else sys.executable
+                command = [python, os.path.abspath(__file__), "--model", model,
+                           "--side", side, "--steps_per_loop", str(args.steps_per_loop),
+                           "--loops", str(args.loops), "--data_dir", data_dir]
+                if args.xla:
+                    command.append("--xla")
+                if args.smoke:
+                    command.append("--smoke")
+                subprocess.run(command, check=True)
+        return
+    input_glob = write_synthetic_tfrecords(data_dir, num_images=num_images)
+    for model in args.model:
+        if args.side == "tfm":
+            result = measure_tfm(model, input_glob, args.steps_per_loop, args.loops, args.xla,
+                                 tempfile.mkdtemp(prefix="tfm_vision_bench_"))
+        elif args.side == "lite":
+            model_dir = tempfile.mkdtemp(prefix="lite_vision_bench_")
+            result = measure_lite(model, input_glob, args.steps_per_loop, args.loops, args.xla,
+                                  model_dir)
+        else:
+            result = measure_raw(model, input_glob, args.steps_per_loop, args.loops, args.xla)
+        measure.emit(result)
+
+
+if __name__ == "__main__":
+    main()

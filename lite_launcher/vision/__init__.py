@@ -1,0 +1,8 @@
+"""TFM's image classification family on Keras 3: configs, TFRecord input, ResNet / MobileNet
+backbones, the task, and the experiments `image_classification`, `resnet_imagenet` and
+`mobilenet_imagenet`.
+
+The experiments and the task are registered with the built-ins (`lite_launcher.experiments`
+imports `configs` and `image_classification`). This package imports nothing itself, so that
+`python -m lite_launcher.vision.make_tfrecords` starts without TensorFlow until it is needed.
+"""

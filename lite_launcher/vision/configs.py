@@ -1,0 +1,438 @@
+"""Image classification configs with TFM's field names and defaults.
+
+Mirrors official/vision/configs/{image_classification,backbones,common}.py of
+tf-models-official 2.20, so that a TFM YAML for `image_classification`, `resnet_imagenet` or
+`mobilenet_imagenet` loads unchanged. A TFM field that lite_launcher does not implement is kept
+(so a YAML naming it with its default still loads) but any other value is rejected by
+`validate()` with a `ConfigError` naming the field, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import List, Optional, Sequence, Tuple, Union
+
+from lite_launcher.base_config import Config, ConfigError, OneOfConfig
+from lite_launcher.config import DataConfig as BaseDataConfig
+from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
+from lite_launcher.registry import register_config_factory
+
+IMAGENET_TRAIN_EXAMPLES = 1281167
+IMAGENET_VAL_EXAMPLES = 50000
+IMAGENET_INPUT_PATH_BASE = "imagenet-2012-tfrecord"
+
+RESNET_MODEL_IDS = (10, 18, 26, 34, 50, 101, 152, 200, 270, 350, 420)
+MOBILENET_MODEL_IDS = ("MobileNetV2", "MobileNetV3Large", "MobileNetV3Small")
+
+
+def _reject_unimplemented(config: Config, path: str, names: Sequence[str]) -> None:
+    """Raises ConfigError if a field in `names` differs from its (TFM) default."""
+    defaults = type(config)()
+    for name in names:
+        value, default = getattr(config, name), getattr(defaults, name)
+        if value != default and not (not value and not default):
+            raise ConfigError(
+                f"{path}.{name} = {value!r} is not implemented by lite_launcher; remove it "
+                f"or set it back to {default!r}.")
+
+
+# ---------------------------------------------------------------------------
+# common.py
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class NormActivation(Config):
+    """Normalisation and activation of backbone and head (TFM's common.NormActivation)."""
+
+    activation: str = "relu"
+    use_sync_bn: bool = True
+    norm_momentum: float = 0.99
+    norm_epsilon: float = 0.001
+
+
+@dataclasses.dataclass
+class RandAugment(Config):
+    """RandAugment options (TFM's common.RandAugment)."""
+
+    num_layers: int = 2
+    magnitude: float = 10
+    cutout_const: float = 40
+    translate_const: float = 10
+    magnitude_std: float = 0.0
+    prob_to_apply: Optional[float] = None
+    exclude_ops: List[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class AutoAugment(Config):
+    """AutoAugment options (TFM's common.AutoAugment)."""
+
+    augmentation_name: str = "v0"
+    cutout_const: float = 100
+    translate_const: float = 250
+
+
+@dataclasses.dataclass
+class Augmentation(OneOfConfig):
+    """`type`: None (no policy), 'randaug' or 'autoaug' (TFM's common.Augmentation)."""
+
+    type: Optional[str] = None
+    randaug: RandAugment = dataclasses.field(default_factory=RandAugment)
+    autoaug: AutoAugment = dataclasses.field(default_factory=AutoAugment)
+
+
+@dataclasses.dataclass
+class RandomErasing(Config):
+    """Random erasing after normalisation (TFM's common.RandomErasing).
+
+    TFM leaves max_aspect .. trials unannotated (class constants); here they are fields with
+    the same defaults.
+    """
+
+    probability: float = 0.25
+    min_area: float = 0.02
+    max_area: float = 1 / 3
+    min_aspect: float = 0.3
+    max_aspect: Optional[float] = None
+    min_count: int = 1
+    max_count: int = 1
+    trials: int = 10
+
+
+@dataclasses.dataclass
+class MixupAndCutmix(Config):
+    """MixUp and CutMix on training batches (TFM's common.MixupAndCutmix)."""
+
+    mixup_alpha: float = .8
+    cutmix_alpha: float = 1.
+    prob: float = 1.0
+    switch_prob: float = 0.5
+    label_smoothing: float = 0.1
+
+
+@dataclasses.dataclass
+class TfExampleDecoder(Config):
+    """TFM's common.TfExampleDecoder (detection fields; unused by classification)."""
+
+    regenerate_source_id: bool = False
+    mask_binarize_threshold: Optional[float] = None
+    attribute_names: List[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class DataDecoder(OneOfConfig):
+    """TFM's common.DataDecoder; classification reads only the simple decoder."""
+
+    type: Optional[str] = "simple_decoder"
+    simple_decoder: TfExampleDecoder = dataclasses.field(default_factory=TfExampleDecoder)
+
+
+# ---------------------------------------------------------------------------
+# backbones.py
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ResNet(Config):
+    """TFM's ResNet / ResNet-RS backbone (backbones.ResNet)."""
+
+    model_id: int = 50
+    depth_multiplier: float = 1.0
+    stem_type: str = "v0"
+    se_ratio: float = 0.0
+    stochastic_depth_drop_rate: float = 0.0
+    scale_stem: bool = True
+    resnetd_shortcut: bool = False
+    replace_stem_max_pool: bool = False
+    bn_trainable: bool = True
+
+    def _validate(self):
+        if self.model_id not in RESNET_MODEL_IDS:
+            raise ConfigError(
+                f"task.model.backbone.resnet.model_id {self.model_id} is not one of "
+                f"{', '.join(map(str, RESNET_MODEL_IDS))}.")
+        if self.stem_type not in ("v0", "v1"):
+            raise ConfigError(
+                f"task.model.backbone.resnet.stem_type {self.stem_type!r} must be 'v0' or 'v1'.")
+        if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
+            raise ConfigError(
+                f"task.model.backbone.resnet.stochastic_depth_drop_rate "
+                f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
+
+
+@dataclasses.dataclass
+class MobileNet(Config):
+    """TFM's MobileNet backbone (backbones.MobileNet), built from keras.applications."""
+
+    model_id: str = "MobileNetV2"
+    filter_size_scale: float = 1.0
+    stochastic_depth_drop_rate: float = 0.0
+    flat_stochastic_depth_drop_rate: bool = True
+    output_stride: Optional[int] = None
+    output_intermediate_endpoints: bool = False
+
+    def _validate(self):
+        if self.model_id not in MOBILENET_MODEL_IDS:
+            raise ConfigError(
+                f"task.model.backbone.mobilenet.model_id {self.model_id!r} is not implemented; "
+                f"use one of {', '.join(MOBILENET_MODEL_IDS)}.")
+        _reject_unimplemented(self, "task.model.backbone.mobilenet", (
+            "stochastic_depth_drop_rate", "output_stride", "output_intermediate_endpoints"))
+
+
+@dataclasses.dataclass
+class Backbone(OneOfConfig):
+    """`type`: 'resnet' or 'mobilenet' (TFM's other backbones are not implemented)."""
+
+    type: Optional[str] = None
+    resnet: ResNet = dataclasses.field(default_factory=ResNet)
+    mobilenet: MobileNet = dataclasses.field(default_factory=MobileNet)
+
+
+# ---------------------------------------------------------------------------
+# image_classification.py
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class DataConfig(BaseDataConfig):
+    """Image classification input (TFM's image_classification.DataConfig)."""
+
+    input_path: Union[Sequence[str], str] = ""
+    weights: Optional[Config] = None
+    global_batch_size: int = 0
+    is_training: bool = True
+    dtype: str = "float32"
+    shuffle_buffer_size: int = 10000
+    cycle_length: int = 10
+    is_multilabel: bool = False
+    aug_rand_hflip: bool = True
+    aug_crop: Optional[bool] = True
+    crop_area_range: Optional[Tuple[float, float]] = (0.08, 1.0)
+    aug_type: Optional[Augmentation] = None
+    three_augment: bool = False
+    color_jitter: float = 0.
+    random_erasing: Optional[RandomErasing] = None
+    file_type: str = "tfrecord"
+    image_field_key: str = "image/encoded"
+    label_field_key: str = "image/class/label"
+    decode_jpeg_only: bool = True
+    mixup_and_cutmix: Optional[MixupAndCutmix] = None
+    decoder: Optional[DataDecoder] = dataclasses.field(default_factory=DataDecoder)
+    aug_policy: Optional[str] = None
+    randaug_magnitude: Optional[int] = 10
+    center_crop_fraction: Optional[float] = 0.875
+    tf_resize_method: str = "bilinear"
+    repeated_augment: Optional[int] = None
+
+    # TFM fields that lite_launcher does not implement (their defaults are accepted).
+    UNIMPLEMENTED = ("weights", "three_augment", "aug_policy", "repeated_augment")
+
+    def _validate(self):
+        super()._validate()
+        if self.dtype not in ("float32", "float16", "bfloat16"):
+            raise ConfigError(
+                f"data dtype {self.dtype!r} must be 'float32', 'float16' or 'bfloat16'.")
+        if self.crop_area_range is not None:
+            low, high = self.crop_area_range
+            if not 0.0 < low <= high <= 1.0:
+                raise ConfigError(
+                    f"data crop_area_range {list(self.crop_area_range)} must satisfy "
+                    f"0 < min <= max <= 1.")
+        if self.center_crop_fraction is not None and not 0.0 < self.center_crop_fraction <= 1.0:
+            raise ConfigError(
+                f"data center_crop_fraction ({self.center_crop_fraction}) must be in (0, 1].")
+        if self.aug_type is not None and self.aug_type.type not in (None, "randaug", "autoaug"):
+            raise ConfigError(
+                f"data aug_type.type {self.aug_type.type!r} must be 'randaug' or 'autoaug'.")
+        if self.color_jitter < 0:
+            raise ConfigError(f"data color_jitter ({self.color_jitter}) must be >= 0.")
+        if self.decoder is not None and self.decoder.type not in (None, "simple_decoder"):
+            raise ConfigError(
+                f"data decoder.type {self.decoder.type!r} is not implemented; use "
+                f"'simple_decoder'.")
+
+
+@dataclasses.dataclass
+class ImageClassificationModel(Config):
+    """The classifier: a backbone and TFM's head (pool, optional BN, dropout, dense)."""
+
+    num_classes: int = 0
+    input_size: List[int] = dataclasses.field(default_factory=list)
+    backbone: Backbone = dataclasses.field(
+        default_factory=lambda: Backbone(type="resnet", resnet=ResNet()))
+    dropout_rate: float = 0.0
+    norm_activation: NormActivation = dataclasses.field(
+        default_factory=lambda: NormActivation(use_sync_bn=False))
+    add_head_batch_norm: bool = False
+    kernel_initializer: str = "random_uniform"
+    output_softmax: bool = False
+
+
+@dataclasses.dataclass
+class Losses(Config):
+    """Loss options (TFM's image_classification.Losses)."""
+
+    loss_weight: float = 1.0
+    one_hot: bool = True
+    label_smoothing: float = 0.0
+    l2_weight_decay: float = 0.0
+    soft_labels: bool = False
+    use_binary_cross_entropy: bool = False
+
+
+@dataclasses.dataclass
+class Evaluation(Config):
+    """Evaluation metrics options (TFM's image_classification.Evaluation)."""
+
+    top_k: int = 5
+    precision_and_recall_thresholds: Optional[List[float]] = None
+    report_per_class_precision_and_recall: bool = False
+
+
+@dataclasses.dataclass
+class ImageClassificationTask(TaskConfig):
+    """The task config (TFM's image_classification.ImageClassificationTask)."""
+
+    model: ImageClassificationModel = dataclasses.field(default_factory=ImageClassificationModel)
+    train_data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(is_training=True))
+    validation_data: DataConfig = dataclasses.field(
+        default_factory=lambda: DataConfig(is_training=False))
+    losses: Losses = dataclasses.field(default_factory=Losses)
+    evaluation: Evaluation = dataclasses.field(default_factory=Evaluation)
+    train_input_partition_dims: Optional[List[int]] = dataclasses.field(default_factory=list)
+    eval_input_partition_dims: Optional[List[int]] = dataclasses.field(default_factory=list)
+    init_checkpoint: Optional[str] = None
+    init_checkpoint_modules: str = "all"
+    model_output_keys: Optional[List[int]] = dataclasses.field(default_factory=list)
+    freeze_backbone: bool = False
+
+    def _validate(self):
+        _reject_unimplemented(self, "task", (
+            "train_input_partition_dims", "eval_input_partition_dims", "model_output_keys"))
+        for name in ("train_data", "validation_data"):
+            _reject_unimplemented(getattr(self, name), f"task.{name}", DataConfig.UNIMPLEMENTED)
+        if self.init_checkpoint_modules not in ("all", "backbone"):
+            raise ConfigError(
+                f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all' "
+                f"or 'backbone'.")
+        if self.model.backbone.type not in Backbone().choices():
+            raise ConfigError(
+                f"task.model.backbone.type {self.model.backbone.type!r} must be one of "
+                f"{', '.join(Backbone().choices())}.")
+        losses = self.losses
+        if not 0.0 <= losses.label_smoothing < 1.0:
+            raise ConfigError(
+                f"task.losses.label_smoothing ({losses.label_smoothing}) must be in [0, 1).")
+        if losses.l2_weight_decay < 0:
+            raise ConfigError(
+                f"task.losses.l2_weight_decay ({losses.l2_weight_decay}) must be >= 0.")
+        if self.evaluation.top_k < 1:
+            raise ConfigError(f"task.evaluation.top_k ({self.evaluation.top_k}) must be >= 1.")
+
+
+def check_buildable(task_config: ImageClassificationTask) -> None:
+    """Checks what a model needs (TFM's defaults leave num_classes and input_size empty)."""
+    model = task_config.model
+    if model.num_classes < 1:
+        raise ConfigError(
+            f"task.model.num_classes ({model.num_classes}) must be set to the number of "
+            f"classes (e.g. --params_override task.model.num_classes=10).")
+    if len(model.input_size) != 3 or model.input_size[2] != 3 or min(model.input_size) < 1:
+        raise ConfigError(
+            f"task.model.input_size {model.input_size} must be [height, width, 3] "
+            f"(e.g. task.model.input_size=[224,224,3]).")
+
+
+# ---------------------------------------------------------------------------
+# Experiments
+# ---------------------------------------------------------------------------
+
+
+@register_config_factory("image_classification")
+def image_classification() -> ExperimentConfig:
+    """Image classification, general: set num_classes, input_size, data and trainer."""
+    return ExperimentConfig(task=ImageClassificationTask(), trainer=TrainerConfig())
+
+
+def _imagenet_data(batch_size: int) -> Tuple[DataConfig, DataConfig]:
+    return (DataConfig(input_path=os.path.join(IMAGENET_INPUT_PATH_BASE, "train*"),
+                       is_training=True, global_batch_size=batch_size),
+            DataConfig(input_path=os.path.join(IMAGENET_INPUT_PATH_BASE, "valid*"),
+                       is_training=False, global_batch_size=batch_size))
+
+
+def _imagenet_trainer(steps_per_epoch: int, epochs: int, eval_batch_size: int,
+                      optimizer_config: dict) -> TrainerConfig:
+    trainer = TrainerConfig(
+        steps_per_loop=steps_per_epoch,
+        summary_interval=steps_per_epoch,
+        checkpoint_interval=steps_per_epoch,
+        train_steps=epochs * steps_per_epoch,
+        validation_steps=IMAGENET_VAL_EXAMPLES // eval_batch_size,
+        validation_interval=steps_per_epoch)
+    trainer.optimizer_config.override(optimizer_config)
+    return trainer
+
+
+@register_config_factory("resnet_imagenet")
+def resnet_imagenet() -> ExperimentConfig:
+    """ResNet-50 on ImageNet: batch 4096, SGD + momentum, stepwise lr, 90 epochs (TFM's)."""
+    batch = 4096
+    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
+    train_data, validation_data = _imagenet_data(batch)
+    return ExperimentConfig(
+        runtime=RuntimeConfig(enable_xla=True),
+        task=ImageClassificationTask(
+            model=ImageClassificationModel(
+                num_classes=1001,
+                input_size=[224, 224, 3],
+                backbone=Backbone(type="resnet", resnet=ResNet(model_id=50)),
+                norm_activation=NormActivation(
+                    norm_momentum=0.9, norm_epsilon=1e-5, use_sync_bn=False)),
+            losses=Losses(l2_weight_decay=1e-4),
+            train_data=train_data,
+            validation_data=validation_data),
+        trainer=_imagenet_trainer(steps_per_epoch, 90, batch, {
+            "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+            "learning_rate": {"type": "stepwise", "stepwise": {
+                "boundaries": [30 * steps_per_epoch, 60 * steps_per_epoch, 80 * steps_per_epoch],
+                "values": [0.1 * batch / 256, 0.01 * batch / 256, 0.001 * batch / 256,
+                           0.0001 * batch / 256]}},
+            "warmup": {"type": "linear", "linear": {
+                "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
+        }))
+
+
+@register_config_factory("mobilenet_imagenet")
+def mobilenet_imagenet() -> ExperimentConfig:
+    """MobileNetV2 on ImageNet: batch 4096, RMSProp, exponential lr, 500 epochs (TFM's)."""
+    batch = 4096
+    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
+    train_data, validation_data = _imagenet_data(batch)
+    return ExperimentConfig(
+        task=ImageClassificationTask(
+            model=ImageClassificationModel(
+                num_classes=1001,
+                dropout_rate=0.2,
+                input_size=[224, 224, 3],
+                backbone=Backbone(type="mobilenet", mobilenet=MobileNet(
+                    model_id="MobileNetV2", filter_size_scale=1.0)),
+                norm_activation=NormActivation(
+                    norm_momentum=0.997, norm_epsilon=1e-3, use_sync_bn=False)),
+            losses=Losses(l2_weight_decay=1e-5, label_smoothing=0.1),
+            train_data=train_data,
+            validation_data=validation_data),
+        trainer=_imagenet_trainer(steps_per_epoch, 500, batch, {
+            "optimizer": {"type": "rmsprop", "rmsprop": {
+                "rho": 0.9, "momentum": 0.9, "epsilon": 0.002}},
+            "learning_rate": {"type": "exponential", "exponential": {
+                "initial_learning_rate": 0.008 * (batch // 128),
+                "decay_steps": int(2.5 * steps_per_epoch),
+                "decay_rate": 0.98,
+                "staircase": True}},
+            "warmup": {"type": "linear", "linear": {
+                "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
+        }))
