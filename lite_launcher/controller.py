@@ -381,6 +381,8 @@ class Controller:
         timer = StepTimer(self.global_step, current)
         first_loop_end = None  # (step, time) after the first loop, which includes tracing.
         write_summaries = self.summary_manager.write_summaries
+        # Our manager takes the step the loop already read (Orbit's interface has no `step`).
+        pass_step = isinstance(self.summary_manager, SummaryManager)
         while current < steps:
             num_steps = min(self._loop_size(current), steps - current)
             output, current = self._train_loop(num_steps, current)
@@ -396,7 +398,10 @@ class Controller:
                          current, steps_per_second, _Lazy(_format_eta, eta),
                          _Lazy(_format_values, dict(output)))  # Snapshot: formatted later.
             output["steps_per_second"] = steps_per_second
-            write_summaries(output)
+            if pass_step:
+                write_summaries(output, step=current)
+            else:
+                write_summaries(output)
             if self._checkpoint_due(current):
                 self._save(current, check_interval=True)
         return output, current

@@ -483,7 +483,9 @@ def test_compiled_summaries_read_back_like_eager_ones(tmp_path):
     assert tensorboard_scalars(str(tmp_path / "compiled"))["count"][1][1] == -3.0
 
 
-def test_train_summaries_are_flushed_at_checkpoints_and_at_the_end_not_every_loop(tmp_path):
+def test_train_summaries_are_queued_and_written_at_checkpoints_and_at_the_end(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(summaries, "FLUSH_SECONDS", 1e9)  # no timed write in this test
     global_step, model = make_step(), make_model()
     manager = make_manager(str(tmp_path / "ckpt"), global_step, model, interval=4)
     on_disk = []  # Steps of `kernel_mean` on disk when each loop's action runs.
@@ -504,10 +506,11 @@ def test_train_summaries_are_flushed_at_checkpoints_and_at_the_end_not_every_loo
 
     controller.summary_manager.flush = recording_flush
     controller.train(7)
-    # Checkpoints at 1 (first loop), 5 and 7 (the end): a flush after each, one on the way out.
+    # Not every loop: after the checkpoints at 1 (first loop), 5 and 7 (the end), and once on
+    # the way out.
     assert saved_steps(str(tmp_path / "ckpt")) == [1, 5, 7]
     assert flushed_at == [1, 5, 7, 7]
-    assert on_disk[1][:1] == [1] and on_disk[5][:5] == [1, 2, 3, 4, 5]
+    assert on_disk == [[], [1], [1], [1], [1], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5]]
     assert [s for s, _ in read_scalars(str(tmp_path / "train"))["kernel_mean"]] == [
         1, 2, 3, 4, 5, 6, 7]
 
@@ -523,6 +526,28 @@ def test_train_summaries_are_flushed_at_checkpoints_and_at_the_end_not_every_loo
     with pytest.raises(RuntimeError, match="boom"):
         failing.train(12)
     assert [s for s, _ in read_scalars(str(tmp_path / "train2"))["kernel_mean"]] == [8, 9]
+
+
+@pytest.mark.parametrize("flush_seconds, max_pending, batches", [
+    (0.0, 1000, [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4]]),  # timer due at every write
+    (1e9, 2, [[], [1, 2], [1, 2], [1, 2, 3, 4]]),  # a batch every 2 rows
+])
+def test_queued_summaries_are_written_on_the_timer_and_in_bounded_batches(
+        tmp_path, monkeypatch, flush_seconds, max_pending, batches):
+    monkeypatch.setattr(summaries, "FLUSH_SECONDS", flush_seconds)
+    monkeypatch.setattr(summaries, "MAX_PENDING", max_pending)
+    manager = SummaryManager(str(tmp_path), global_step=make_step())
+    on_disk = []
+    for step in (1, 2, 3, 4):
+        manager.write_summaries({"x": float(step)}, step=step)
+        on_disk.append([s for s, _ in read_scalars(str(tmp_path)).get("x", [])])
+    assert on_disk == batches
+    # A write that cannot be queued (a custom summary_fn's eager path keeps call order).
+    manager.write_summaries({"x": 5.0}, step=5)
+    manager._summary_fn = lambda name, value, step: summaries.scalar(name, value, step=step)
+    manager.write_summaries({"x": 6.0}, step=6)
+    manager.flush()
+    assert read_scalars(str(tmp_path))["x"] == [(s, float(s)) for s in range(1, 7)]
 
 
 def test_nested_outputs_are_written_to_subdirectories(tmp_path):
