@@ -701,6 +701,18 @@ class Controller:
                 self.summary_manager.flush()  # Summaries on disk up to the saved step.
         return path
 
+    # Orbit's internal names: Controller subclasses ported from Orbit call them.
+    def _maybe_save_checkpoint(self, check_interval: bool = True) -> bool:
+        """Orbit's rule: saves only with a manager with an interval (and, if asked, when due)."""
+        current = self._read_step()
+        if check_interval and not self._checkpoint_due(current):
+            return False
+        return self._maybe_save(current) is not None
+
+    def _sync_on_async_checkpointing(self) -> None:
+        """Waits for asynchronous checkpoint saves (Orbit's name)."""
+        self._sync_checkpoints()
+
     def _sync_checkpoints(self) -> None:
         if self.checkpoint_manager is not None and self._checkpoint_options is not None:
             self.checkpoint_manager.sync()
