@@ -442,9 +442,10 @@ def tensorboard_scalars(directory):
     return result
 
 
-def test_compiled_summaries_read_back_like_eager_ones(tmp_path):
-    # The default manager writes a dict in one graph call; a manager with a wrapped summary_fn
-    # writes each value eagerly with `scalar`, as before. TensorBoard must see the same data.
+def test_queued_summaries_read_back_like_eager_ones(tmp_path):
+    # The default manager queues dicts of scalars and writes them in one graph call; a manager
+    # with a wrapped summary_fn writes each value eagerly with `scalar`, as before (and as
+    # Orbit does). TensorBoard must read the same tags, steps, values and plugin back.
     global_step = make_step()
     compiled = SummaryManager(str(tmp_path / "compiled"), global_step=global_step)
     eager = SummaryManager(str(tmp_path / "eager"),
