@@ -370,8 +370,10 @@ class Controller:
             output, current = self._train_to(steps, current)
             if checkpoint_at_completion:
                 self._maybe_save(current)
-        finally:
-            self.summary_manager.flush()
+        except BaseException:
+            self._flush_train_summaries_quietly()
+            raise
+        self.summary_manager.flush()
         self._sync_checkpoints()
         return output
 
@@ -471,10 +473,8 @@ class Controller:
             self.train(min(train_steps, current + interval), checkpoint_at_completion=False)
             output = self.evaluate(eval_steps)
             current = self._read_step()
-        try:
-            self._maybe_save(current)
-        finally:
-            self.summary_manager.flush()
+        self._maybe_save(current)
+        self.summary_manager.flush()
         self._sync_checkpoints()
         return output
 
@@ -700,6 +700,15 @@ class Controller:
             if self.trainer is not None:
                 self.summary_manager.flush()  # Summaries on disk up to the saved step.
         return path
+
+    def _flush_train_summaries_quietly(self) -> None:
+        """Flushes on the way out of a failed loop; a flush error must not hide the first one
+        (e.g. a full disk: the CheckpointWriteError says which directory)."""
+        try:
+            self.summary_manager.flush()
+        except Exception as error:  # pylint: disable=broad-except
+            logging.warning("Could not write the last training summaries: %s: %s",
+                            type(error).__name__, error)
 
     # Orbit's internal names: Controller subclasses ported from Orbit call them.
     def _maybe_save_checkpoint(self, check_interval: bool = True) -> bool:

@@ -529,6 +529,32 @@ def test_train_summaries_are_queued_and_written_at_checkpoints_and_at_the_end(
     assert [s for s, _ in read_scalars(str(tmp_path / "train2"))["kernel_mean"]] == [8, 9]
 
 
+def test_a_failing_summary_flush_does_not_hide_the_error_of_the_loop(tmp_path, absl_info):
+    global_step = make_step()
+
+    class Failing(FakeTrainer):
+        def train(self, num_steps):
+            if int(self.global_step.numpy()) >= 2:
+                raise RuntimeError("the loop failed")
+            return super().train(num_steps)
+
+    class BrokenDisk(SummaryManager):
+        def flush(self):
+            raise tf.errors.ResourceExhaustedError(None, None, "disk full")
+
+    controller = Controller(global_step=global_step, trainer=Failing(global_step),
+                            steps_per_loop=1,
+                            summary_manager=BrokenDisk(str(tmp_path), global_step=global_step))
+    with pytest.raises(RuntimeError, match="the loop failed"):
+        controller.train(5)
+    assert any("disk full" in m for m in messages(absl_info))
+    # Without an error in the loop, the flush error is the error.
+    global_step.assign(0)
+    controller.trainer = FakeTrainer(global_step)
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        controller.train(2)
+
+
 @pytest.mark.parametrize("flush_seconds, max_pending, batches", [
     (0.0, 1000, [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4]]),  # timer due at every write
     (1e9, 2, [[], [1, 2], [1, 2], [1, 2, 3, 4]]),  # a batch every 2 rows
