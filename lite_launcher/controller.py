@@ -11,10 +11,14 @@ The Controller knows two duck-typed interfaces and nothing else:
 traces once. Returned dicts map names to scalars (Python numbers, NumPy values, tensors) or to
 nested dicts (written as summary sub-directories).
 
-Between inner loops the Controller calls the actions, logs one line, writes summaries when
-`summary_interval` is due and saves a checkpoint when the checkpoint manager's
-`checkpoint_interval` is due. Per-loop host work is kept to a few integer comparisons: the
-global step is read once per loop and nothing is created or formatted unless it is used.
+Between inner loops the Controller calls the actions, logs one line, writes the loop's
+output (and `steps_per_second`) to the training summaries and saves a checkpoint when the
+checkpoint manager's `checkpoint_interval` is due, as Orbit does: a manager without a (truthy)
+interval saves nothing. `summary_interval` only governs the summaries a trainer writes inside
+its steps. Per-loop host work is kept small: the global step is read once per loop, the
+summaries are one compiled graph call (see `summaries`), writers are flushed at checkpoints,
+evaluations and the end of a call rather than every loop, and nothing is formatted unless
+it is logged.
 """
 
 from __future__ import annotations
@@ -226,15 +230,16 @@ class Controller:
       eval_actions: Callables called with each evaluation's raw output.
       steps_per_loop: Steps per inner training loop: an int, or a callable taking the global
         step (int) and returning one. Required with a trainer.
-      checkpoint_manager: A `tf.train.CheckpointManager`. Periodic checkpoints need its
-        `checkpoint_interval` (and `step_counter`); without an interval only the checkpoint at
-        the end of `train` is written.
+      checkpoint_manager: A `tf.train.CheckpointManager`. Checkpoints are written every
+        `checkpoint_interval` steps (its `step_counter` is the global step) and at the end of
+        `train` / `train_and_evaluate`; without an interval, or with 0, no checkpoint is written
+        by the outer loops (as in Orbit), though `save_checkpoint()` still saves on request.
       enable_async_checkpointing: Save checkpoints in a background thread; `train` and
         `train_and_evaluate` wait for pending saves before returning.
-      summary_interval: Write training summaries every this many steps (a multiple of an int
-        `steps_per_loop`): controller summaries after a loop that reaches or crosses a
-        multiple, and summaries written inside `trainer.train` only at steps that are
-        multiples. None: controller summaries after every loop and none inside the trainer.
+      summary_interval: Summaries written inside `trainer.train` are recorded only at steps
+        that are multiples of this (a multiple of an int `steps_per_loop`); None: none are
+        recorded. The Controller's own summaries (each loop's output and `steps_per_second`)
+        are written after every inner loop whenever there is a summary directory.
       summary_dir: Directory of training summaries (None: no training summaries).
       eval_summary_dir: Directory of evaluation summaries (default: `summary_dir`).
       summary_manager: Writes training summaries instead of one made from `summary_dir`.
@@ -346,10 +351,12 @@ class Controller:
         """Trains until the global step reaches `steps` (an absolute step, as in Orbit).
 
         Runs inner loops of `min(steps_per_loop, steps - global_step)` steps. After each loop:
-        train actions, one log line, summaries when due, a checkpoint when due. Saves a
-        checkpoint at the end when `checkpoint_at_completion`, and waits for asynchronous
-        saves before returning. A loop that advances the global step by a different number
-        of steps logs a warning; one that does not advance it at all raises RuntimeError.
+        train actions, one log line, the output written to the training summaries, a checkpoint
+        when `checkpoint_interval` is due. Saves a checkpoint at the end when
+        `checkpoint_at_completion` and the manager has an interval, flushes the summaries and
+        waits for asynchronous saves before returning (also when a loop raises). A loop that
+        advances the global step by a different number of steps logs a warning; one that does
+        not advance it at all raises RuntimeError.
 
         Returns:
           The last inner loop's output as NumPy values plus `steps_per_second`, or None when
@@ -359,12 +366,27 @@ class Controller:
         steps = int(steps)
         current = self._read_step()
         logging.info("train | step: %6d | training until step %d...", current, steps)
+        try:
+            output, current = self._train_to(steps, current)
+            if checkpoint_at_completion:
+                self._maybe_save(current)
+        except BaseException:
+            self._flush_train_summaries_quietly()
+            raise
+        self.summary_manager.flush()
+        self._sync_checkpoints()
+        return output
+
+    def _train_to(self, steps: int, current: int):
+        """The loops of `train`: returns (last output or None, global step)."""
         output = None
         timer = StepTimer(self.global_step, current)
         first_loop_end = None  # (step, time) after the first loop, which includes tracing.
+        write_summaries = self.summary_manager.write_summaries
+        # Our manager takes the step the loop already read (Orbit's interface has no `step`).
+        pass_step = isinstance(self.summary_manager, SummaryManager)
         while current < steps:
             num_steps = min(self._loop_size(current), steps - current)
-            previous = current
             output, current = self._train_loop(num_steps, current)
             steps_per_second = timer.steps_per_second(current)
             if first_loop_end is None:
@@ -378,15 +400,13 @@ class Controller:
                          current, steps_per_second, _Lazy(_format_eta, eta),
                          _Lazy(_format_values, dict(output)))  # Snapshot: formatted later.
             output["steps_per_second"] = steps_per_second
-            if self._summary_due(previous, current):
-                self.summary_manager.write_summaries(output)
-                self.summary_manager.flush()
+            if pass_step:
+                write_summaries(output, step=current)
+            else:
+                write_summaries(output)
             if self._checkpoint_due(current):
                 self._save(current, check_interval=True)
-        if checkpoint_at_completion:
-            self._save(current, check_interval=False)
-        self._sync_checkpoints()
-        return output
+        return output, current
 
     def evaluate(self, steps: int = -1) -> Output:
         """Runs one evaluation of `steps` steps (-1: until the evaluation data ends).
@@ -423,37 +443,38 @@ class Controller:
                      _Lazy(_format_values, dict(output)))
         self.eval_summary_manager.write_summaries(output)
         self.eval_summary_manager.flush()
+        if self.trainer is not None and self.summary_manager is not self.eval_summary_manager:
+            self.summary_manager.flush()  # Training curves up to date at each evaluation.
         return output
 
     def train_and_evaluate(self, train_steps: int, eval_steps: int = -1,
                            eval_interval: Optional[int] = None) -> Optional[Output]:
-        """Trains to `train_steps`, evaluating at each multiple of `eval_interval` and at the end.
+        """Trains to `train_steps`, evaluating every `eval_interval` steps and at the end.
 
-        A training loop is cut short so that evaluation happens exactly at the multiples.
-        Without `eval_interval`, evaluates once after training. When the global step is
-        already at `train_steps`, runs just the final evaluation.
+        As in Orbit, evaluations come every `eval_interval` steps counted from the global step
+        at the call (a run resumed at step 7 with an interval of 6 evaluates at 13, 19, ...),
+        a training loop being cut short where needed, and once more at `train_steps`. Without
+        an interval (None or 0) it evaluates once, after training. When the global step is
+        already at `train_steps` it does nothing. Then, as `train` does, it saves a checkpoint
+        (when the manager has an interval) and waits for asynchronous saves.
 
         Returns:
-          The last evaluation's output.
+          The last evaluation's output, or None when nothing was trained.
         """
         self._require("trainer", "train_and_evaluate")
         self._require("evaluator", "train_and_evaluate")
-        if eval_interval is not None:
+        if eval_interval is not None and eval_interval != 0:
             _check_positive_int("eval_interval", eval_interval)
         train_steps = int(train_steps)
         current = self._read_step()
+        interval = int(eval_interval or max(train_steps - current, 1))
         output = None
         while current < train_steps:
-            if eval_interval:
-                target = min(train_steps, (current // eval_interval + 1) * eval_interval)
-            else:
-                target = train_steps
-            self.train(target, checkpoint_at_completion=False)
+            self.train(min(train_steps, current + interval), checkpoint_at_completion=False)
             output = self.evaluate(eval_steps)
             current = self._read_step()
-        if output is None:
-            output = self.evaluate(eval_steps)
-        self._save(current, check_interval=False)
+        self._maybe_save(current)
+        self.summary_manager.flush()
         self._sync_checkpoints()
         return output
 
@@ -640,21 +661,24 @@ class Controller:
             step = self._read_step()
         return _to_values(raw_output), step
 
-    def _summary_due(self, previous: int, current: int) -> bool:
-        interval = self.summary_interval
-        return interval is None or current // interval > previous // interval
-
     def _checkpoint_due(self, current: int) -> bool:
         manager = self.checkpoint_manager
         if manager is None:
             return False
         interval = manager.checkpoint_interval
-        if interval is None:
+        if not interval:  # None or 0: Orbit's outer loop saves nothing.
             return False
         # The manager's own rule (saves when no checkpoint was saved or restored yet), read
         # here so that `save` is called only when it will write.
         last = getattr(manager, "_last_checkpoint_step", None)
         return last is None or (current != last and current >= last + interval)
+
+    def _maybe_save(self, current: int) -> Optional[str]:
+        """The checkpoint at the end of an outer loop: only with a manager with an interval."""
+        manager = self.checkpoint_manager
+        if manager is None or not manager.checkpoint_interval:
+            return None
+        return self._save(current, check_interval=False)
 
     def _save(self, current: int, check_interval: bool) -> Optional[str]:
         manager = self.checkpoint_manager
@@ -673,7 +697,30 @@ class Controller:
         if path is not None:
             self._last_saved_step = current
             logging.info("Saved checkpoint %s.", path)
+            if self.trainer is not None:
+                self.summary_manager.flush()  # Summaries on disk up to the saved step.
         return path
+
+    def _flush_train_summaries_quietly(self) -> None:
+        """Flushes on the way out of a failed loop; a flush error must not hide the first one
+        (e.g. a full disk: the CheckpointWriteError says which directory)."""
+        try:
+            self.summary_manager.flush()
+        except Exception as error:  # pylint: disable=broad-except
+            logging.warning("Could not write the last training summaries: %s: %s",
+                            type(error).__name__, error)
+
+    # Orbit's internal names: Controller subclasses ported from Orbit call them.
+    def _maybe_save_checkpoint(self, check_interval: bool = True) -> bool:
+        """Orbit's rule: saves only with a manager with an interval (and, if asked, when due)."""
+        current = self._read_step()
+        if check_interval and not self._checkpoint_due(current):
+            return False
+        return self._maybe_save(current) is not None
+
+    def _sync_on_async_checkpointing(self) -> None:
+        """Waits for asynchronous checkpoint saves (Orbit's name)."""
+        self._sync_checkpoints()
 
     def _sync_checkpoints(self) -> None:
         if self.checkpoint_manager is not None and self._checkpoint_options is not None:

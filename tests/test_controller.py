@@ -314,13 +314,24 @@ def test_no_completion_checkpoint_when_not_asked_and_no_duplicate_save(tmp_path)
     assert saved_steps(str(tmp_path)) == [10, 20, 25]
 
 
-def test_without_checkpoint_interval_only_the_completion_checkpoint_is_saved(tmp_path):
+@pytest.mark.parametrize("interval", [None, 0])
+def test_without_a_checkpoint_interval_the_outer_loops_save_nothing(tmp_path, interval):
+    # Orbit saves only when the manager's checkpoint_interval is truthy: not every loop, not at
+    # the end of train or train_and_evaluate.
     global_step, model = make_step(), make_model()
-    manager = make_manager(str(tmp_path), global_step, model)
+    checkpoint = tf.train.Checkpoint(model=model, global_step=global_step)
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path), max_to_keep=None,
+                                         step_counter=global_step, checkpoint_interval=interval)
     controller = Controller(global_step=global_step, trainer=ModelTrainer(global_step, model),
-                            steps_per_loop=3, checkpoint_manager=manager)
+                            evaluator=FakeEvaluator(global_step), steps_per_loop=3,
+                            checkpoint_manager=manager)
     controller.train(9)
-    assert saved_steps(str(tmp_path)) == [9]
+    controller.train_and_evaluate(15, eval_interval=3)
+    assert int(global_step.numpy()) == 15
+    assert saved_steps(str(tmp_path)) == []
+    # An explicit request still saves.
+    assert controller.save_checkpoint().endswith("ckpt-15")
+    assert saved_steps(str(tmp_path)) == [15]
 
 
 def test_async_checkpointing_is_synced_before_train_returns(tmp_path):
@@ -395,10 +406,10 @@ def test_train_summaries_follow_summary_interval_inside_and_outside_the_trainer(
     scalars = read_scalars(str(tmp_path / "train"))
     # Inside a tf.range loop the tag gets the loop's name scope ("while/"), as tf.summary does.
     inner = scalars["while/inner_step" if graph else "inner_step"]
-    # Inner summaries only at multiples of 4; controller summaries after loops that reach them.
+    # Inner summaries only at multiples of 4; the controller's after every loop (Orbit).
     assert inner == [(4, 4.0), (8, 8.0)]
-    assert scalars["loss"] == [(4, pytest.approx(0.4)), (8, pytest.approx(0.8))]
-    assert [s for s, _ in scalars["steps_per_second"]] == [4, 8]
+    assert scalars["loss"] == [(s, pytest.approx(s / 10)) for s in (2, 4, 6, 8, 10)]
+    assert [s for s, _ in scalars["steps_per_second"]] == [2, 4, 6, 8, 10]
     assert all(v > 0 for _, v in scalars["steps_per_second"])
     if graph:  # One trace for loops of 2 steps, none more: num_steps is an int32 tensor.
         assert trainer._loop.experimental_get_tracing_count() == 1
@@ -414,6 +425,156 @@ def test_without_summary_interval_controller_summaries_every_loop_and_none_insid
     assert "inner_step" not in scalars
     assert [s for s, _ in scalars["loss"]] == [2, 4, 6]
     np.testing.assert_allclose([v for _, v in scalars["loss"]], [0.2, 0.4, 0.6], rtol=1e-6)
+
+
+def tensorboard_scalars(directory):
+    """{tag: [(step, float32 value, plugin name), ...]} read with TensorBoard's own loader."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    accumulator = event_accumulator.EventAccumulator(
+        directory, size_guidance={event_accumulator.TENSORS: 0})
+    accumulator.Reload()
+    result = {}
+    for tag in accumulator.Tags()["tensors"]:
+        plugin = accumulator.SummaryMetadata(tag).plugin_data.plugin_name
+        result[tag] = [(event.step, tf.make_ndarray(event.tensor_proto), plugin)
+                       for event in accumulator.Tensors(tag)]
+    return result
+
+
+def test_queued_summaries_read_back_like_eager_ones(tmp_path):
+    # The default manager queues dicts of scalars and writes them in one graph call; a manager
+    # with a wrapped summary_fn writes each value eagerly with `scalar`, as before (and as
+    # Orbit does). TensorBoard must read the same tags, steps, values and plugin back.
+    global_step = make_step()
+    compiled = SummaryManager(str(tmp_path / "compiled"), global_step=global_step)
+    eager = SummaryManager(str(tmp_path / "eager"),
+                           lambda name, value, step: summaries.scalar(name, value, step=step),
+                           global_step=global_step)
+    rows = [
+        {"loss": np.float32(0.25), "accuracy": np.float64(1 / 3), "count": np.int64(7),
+         "steps_per_second": 1234.5678, "flag": True, "learning_rate": tf.constant(1e-3),
+         "val": {"accuracy": np.float32(0.75)}},
+        {"loss": np.float32(np.nan), "accuracy": np.float64(2 / 3), "count": np.int64(-3),
+         "steps_per_second": 1e30, "flag": False, "learning_rate": tf.constant(5e-4),
+         "val": {"accuracy": np.float32(0.5)}},
+    ]
+    for step, row in zip((3, 7), rows):
+        global_step.assign(step)
+        compiled.write_summaries(row)
+        eager.write_summaries(row)
+        with tf.name_scope("outer"):  # Tags follow the caller's name scope, as eager ones do.
+            compiled.write_summaries({"scoped": 2.0 * step})
+            eager.write_summaries({"scoped": 2.0 * step})
+    assert compiled._compiled and not eager._compiled  # the two paths were really taken
+    compiled.flush()
+    eager.flush()
+    for sub in ("", "val"):
+        got = tensorboard_scalars(str(tmp_path / "compiled" / sub))
+        want = tensorboard_scalars(str(tmp_path / "eager" / sub))
+        assert sorted(got) == sorted(want)
+        assert set(want) == ({"loss", "accuracy", "count", "steps_per_second", "flag",
+                              "learning_rate", "outer/scoped"} if not sub else {"accuracy"})
+        for tag in want:
+            assert [(s, p) for s, _, p in got[tag]] == [(s, p) for s, _, p in want[tag]], tag
+            assert [s for s, _, _ in want[tag]] == [3, 7]
+            for (_, value, _), (_, expected, plugin) in zip(got[tag], want[tag]):
+                assert plugin == "scalars" and value.dtype == expected.dtype == np.float32
+                np.testing.assert_array_equal(value, expected, err_msg=tag)
+    assert tensorboard_scalars(str(tmp_path / "compiled"))["count"][1][1] == -3.0
+
+
+def test_train_summaries_are_queued_and_written_at_checkpoints_and_at_the_end(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(summaries, "FLUSH_SECONDS", 1e9)  # no timed write in this test
+    global_step, model = make_step(), make_model()
+    manager = make_manager(str(tmp_path / "ckpt"), global_step, model, interval=4)
+    on_disk = []  # Steps of `kernel_mean` on disk when each loop's action runs.
+
+    def look(_):
+        on_disk.append([s for s, _ in read_scalars(str(tmp_path / "train")).get(
+            "kernel_mean", [])])
+
+    controller = Controller(global_step=global_step, trainer=ModelTrainer(global_step, model),
+                            steps_per_loop=1, checkpoint_manager=manager, train_actions=[look],
+                            summary_dir=str(tmp_path / "train"))
+    flushed_at = []
+    original_flush = controller.summary_manager.flush
+
+    def recording_flush():
+        flushed_at.append(int(global_step.numpy()))
+        original_flush()
+
+    controller.summary_manager.flush = recording_flush
+    controller.train(7)
+    # Not every loop: after the checkpoints at 1 (first loop), 5 and 7 (the end), and once on
+    # the way out.
+    assert saved_steps(str(tmp_path / "ckpt")) == [1, 5, 7]
+    assert flushed_at == [1, 5, 7, 7]
+    assert on_disk == [[], [1], [1], [1], [1], [1, 2, 3, 4, 5], [1, 2, 3, 4, 5]]
+    assert [s for s, _ in read_scalars(str(tmp_path / "train"))["kernel_mean"]] == [
+        1, 2, 3, 4, 5, 6, 7]
+
+    # A loop that raises: what was written before it is on disk all the same.
+    class Failing(ModelTrainer):
+        def train(self, num_steps):
+            if int(self.global_step.numpy()) >= 9:
+                raise RuntimeError("boom")
+            return super().train(num_steps)
+
+    failing = Controller(global_step=global_step, trainer=Failing(global_step, model),
+                         steps_per_loop=1, summary_dir=str(tmp_path / "train2"))
+    with pytest.raises(RuntimeError, match="boom"):
+        failing.train(12)
+    assert [s for s, _ in read_scalars(str(tmp_path / "train2"))["kernel_mean"]] == [8, 9]
+
+
+def test_a_failing_summary_flush_does_not_hide_the_error_of_the_loop(tmp_path, absl_info):
+    global_step = make_step()
+
+    class Failing(FakeTrainer):
+        def train(self, num_steps):
+            if int(self.global_step.numpy()) >= 2:
+                raise RuntimeError("the loop failed")
+            return super().train(num_steps)
+
+    class BrokenDisk(SummaryManager):
+        def flush(self):
+            raise tf.errors.ResourceExhaustedError(None, None, "disk full")
+
+    controller = Controller(global_step=global_step, trainer=Failing(global_step),
+                            steps_per_loop=1,
+                            summary_manager=BrokenDisk(str(tmp_path), global_step=global_step))
+    with pytest.raises(RuntimeError, match="the loop failed"):
+        controller.train(5)
+    assert any("disk full" in m for m in messages(absl_info))
+    # Without an error in the loop, the flush error is the error.
+    global_step.assign(0)
+    controller.trainer = FakeTrainer(global_step)
+    with pytest.raises(tf.errors.ResourceExhaustedError):
+        controller.train(2)
+
+
+@pytest.mark.parametrize("flush_seconds, max_pending, batches", [
+    (0.0, 1000, [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4]]),  # timer due at every write
+    (1e9, 2, [[], [1, 2], [1, 2], [1, 2, 3, 4]]),  # a batch every 2 rows
+])
+def test_queued_summaries_are_written_on_the_timer_and_in_bounded_batches(
+        tmp_path, monkeypatch, flush_seconds, max_pending, batches):
+    monkeypatch.setattr(summaries, "FLUSH_SECONDS", flush_seconds)
+    monkeypatch.setattr(summaries, "MAX_PENDING", max_pending)
+    manager = SummaryManager(str(tmp_path), global_step=make_step())
+    on_disk = []
+    for step in (1, 2, 3, 4):
+        manager.write_summaries({"x": float(step)}, step=step)
+        on_disk.append([s for s, _ in read_scalars(str(tmp_path)).get("x", [])])
+    assert on_disk == batches
+    # A write that cannot be queued (a custom summary_fn's eager path keeps call order).
+    manager.write_summaries({"x": 5.0}, step=5)
+    manager._summary_fn = lambda name, value, step: summaries.scalar(name, value, step=step)
+    manager.write_summaries({"x": 6.0}, step=6)
+    manager.flush()
+    assert read_scalars(str(tmp_path))["x"] == [(s, float(s)) for s in range(1, 7)]
 
 
 def test_nested_outputs_are_written_to_subdirectories(tmp_path):
@@ -502,17 +663,19 @@ def test_train_and_evaluate_evaluates_at_exact_multiples_and_at_the_end():
     assert evaluator.calls == [3, 3, 3]
     assert output["seen_step"] == 15.0
 
-    # Resumed off a multiple: the next evaluation is still at a multiple of eval_interval.
+    # Resumed at 7: every eval_interval steps counted from the restart, as in Orbit.
     global_step.assign(7)
     trainer.calls.clear()
     evaluator.steps_seen.clear()
     controller.train_and_evaluate(20, eval_interval=6)
-    assert evaluator.steps_seen == [12, 18, 20]
-    assert trainer.calls == [4, 1, 4, 2, 2]
+    assert evaluator.steps_seen == [13, 19, 20]
+    assert trainer.calls == [4, 2, 4, 2, 1]
 
-    # Already trained: only the final evaluation.
-    assert controller.train_and_evaluate(20)["seen_step"] == 20.0
-    assert evaluator.steps_seen == [12, 18, 20, 20]
+    # Already trained: nothing at all, no evaluation.
+    assert controller.train_and_evaluate(20) is None
+    assert controller.train_and_evaluate(20, eval_interval=6) is None
+    assert evaluator.steps_seen == [13, 19, 20]
+    assert trainer.calls == [4, 2, 4, 2, 1]
 
 
 def test_train_and_evaluate_without_interval_evaluates_once():

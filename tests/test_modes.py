@@ -214,7 +214,9 @@ def test_train_writes_params_and_gin_config_and_training_summaries(mock_runs):
     scalars = read_scalars(os.path.join(model_dir, "train"))
     assert {"training_loss", "learning_rate", "steps_per_second", "accuracy"} <= set(scalars)
     for tag in ("training_loss", "learning_rate", "steps_per_second"):
-        assert sorted(scalars[tag]) == [10, 20], tag  # summary_interval=10
+        # After every loop of 5 steps, as Orbit writes them (summary_interval=10 only governs
+        # summaries written inside the steps).
+        assert sorted(scalars[tag]) == [5, 10, 15, 20], tag
     np.testing.assert_allclose(scalars["learning_rate"][20], LEARNING_RATE, rtol=1e-6)
     # Loop 15..20 averages the losses before steps 16..20, i.e. at weights after 15..19 steps.
     slope = mock_loss_slope()
@@ -230,11 +232,11 @@ def test_train_resumes_from_the_last_checkpoint(mock_runs):
     assert saved_steps(log) == [30, 40]
     assert kept_checkpoints(mock_runs["dir"]) == [30, 40]
     assert checkpoint_files(mock_runs["dir"]) == [30, 40]
-    # The resumed run's summaries continue at 30, 40 in a new event file.
+    # The resumed run's summaries continue at 25..40 in a new event file.
     files = read_event_files(os.path.join(mock_runs["dir"], "train"))
     assert len(files) == 2
-    assert sorted({step for step, _, _ in files[0][1]}) == [10, 20]
-    assert sorted({step for step, _, _ in files[1][1]}) == [30, 40]
+    assert sorted({step for step, _, _ in files[0][1]}) == [5, 10, 15, 20]
+    assert sorted({step for step, _, _ in files[1][1]}) == [25, 30, 35, 40]
     scalars = read_scalars(os.path.join(mock_runs["dir"], "train"))
     diffs = np.diff([scalars["training_loss"][s] for s in (10, 20, 30, 40)])
     np.testing.assert_allclose(diffs, [10 * mock_loss_slope()] * 3, rtol=1e-4)
@@ -285,7 +287,7 @@ def test_train_and_eval_evaluates_at_each_interval(mock_train_and_eval):
         scalars["validation_loss"][20] - scalars["validation_loss"][10],
         10 * mock_loss_slope(), rtol=1e-4)
     train_scalars = read_scalars(os.path.join(model_dir, "train"))
-    assert sorted(train_scalars["training_loss"]) == [10, 20]
+    assert sorted(train_scalars["training_loss"]) == [5, 10, 15, 20]
     assert "validation_loss" not in train_scalars
 
 
@@ -307,7 +309,7 @@ def test_train_and_post_eval_evaluates_once_at_the_end(mock_train_and_post_eval)
     scalars = read_scalars(os.path.join(model_dir, "validation"))
     assert sorted(scalars["validation_loss"]) == [10]
     assert sorted(scalars["accuracy"]) == [10]
-    assert sorted(read_scalars(os.path.join(model_dir, "train"))["training_loss"]) == [10]
+    assert sorted(read_scalars(os.path.join(model_dir, "train"))["training_loss"]) == [5, 10]
 
 
 def test_eval_evaluates_the_latest_checkpoint_and_writes_no_config(mock_runs, tmp_path):
@@ -331,8 +333,15 @@ def test_eval_evaluates_the_latest_checkpoint_and_writes_no_config(mock_runs, tm
 # mock: continuous_eval beside a training process.
 
 SLOW_MOCK_REGISTRY = '''
-"""Registers `slow_mock`: the mock experiment with a sleep in each training step."""
+"""Registers `slow_mock`: the mock experiment with a sleep in each training step.
+
+With `wait_for_eval_dir`, training step `wait_at_step` waits until an evaluation result (a
+`validation_loss` event) is in that directory, so that an evaluator beside the trainer has
+evaluated an early checkpoint before the later ones exist.
+"""
 import dataclasses
+import glob
+import os
 import time
 
 import tensorflow as tf
@@ -344,6 +353,16 @@ from lite_launcher.experiments import workloads
 @dataclasses.dataclass
 class SlowMockConfig(workloads.WorkloadTaskConfig):
     step_seconds: float = 0.2
+    wait_for_eval_dir: str = ""
+    wait_at_step: int = 0
+
+
+def has_evaluation(directory):
+    for path in glob.glob(os.path.join(directory, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            if any(value.tag == "validation_loss" for value in event.summary.value):
+                return True
+    return False
 
 
 @ll.register_task_cls(SlowMockConfig)
@@ -352,9 +371,18 @@ class SlowMockTask(workloads.WorkloadTask):
     # deadlocks the interpreter's exit (its prefetch thread waits for the GIL while the
     # garbage collector, holding it, waits for that thread).
     def train_step(self, inputs, model, optimizer, metrics=None):
-        seconds = self.task_config.step_seconds
+        config = self.task_config
+        seconds = config.step_seconds
+        steps = [0]
 
         def sleep():
+            steps[0] += 1
+            if config.wait_for_eval_dir and steps[0] == config.wait_at_step:
+                deadline = time.monotonic() + 300
+                while not has_evaluation(config.wait_for_eval_dir):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("no evaluation result after 300 s")
+                    time.sleep(0.2)
             time.sleep(seconds)
             return 0.0
 
@@ -377,9 +405,13 @@ def slow_mock():
 def test_continuous_eval_beside_a_trainer(tmp_path):
     (tmp_path / "slow_mock_registry.py").write_text(textwrap.dedent(SLOW_MOCK_REGISTRY))
     model_dir = str(tmp_path / "model")
+    eval_dir = os.path.join(model_dir, "validation")
+    # Step 6 waits for the evaluator's first result: ckpt-5 is then the only checkpoint, so the
+    # order of events does not depend on how fast either process runs.
     config = overrides(train_steps=30, steps_per_loop=5, summary_interval=5,
                        checkpoint_interval=5, max_to_keep=10, validation_steps=2,
                        continuous_eval_timeout=600)
+    config += f",task.step_seconds=0.1,task.wait_for_eval_dir={eval_dir},task.wait_at_step=6"
     common = ["--experiment=slow_mock", "--registry_imports=slow_mock_registry",
               f"--model_dir={model_dir}", "--params_override=" + config]
     evaluator = start_lite_train("--mode=continuous_eval", *common,
@@ -387,26 +419,21 @@ def test_continuous_eval_beside_a_trainer(tmp_path):
     trainer = start_lite_train("--mode=train", *common, extra_pythonpath=str(tmp_path))
     try:
         _, trainer_log = trainer.communicate(timeout=SUBPROCESS_TIMEOUT)
-        trainer_done = time.monotonic()
         assert trainer.returncode == 0, trainer_log[-4000:]
-        # It must stop by itself after the last checkpoint, long before the 600 s timeout.
-        _, evaluator_log = evaluator.communicate(timeout=60)
-        evaluator_done = time.monotonic()
+        # It must stop by itself after the last checkpoint, not after the 600 s timeout.
+        _, evaluator_log = evaluator.communicate(timeout=SUBPROCESS_TIMEOUT)
     finally:
         for process in (trainer, evaluator):
             if process.poll() is None:
                 process.kill()
                 process.wait()
     assert evaluator.returncode == 0, evaluator_log[-4000:]
-    assert evaluator_done - trainer_done < 30
     assert saved_steps(trainer_log) == [5, 10, 15, 20, 25, 30]
 
-    eval_dir = os.path.join(model_dir, "validation")
     scalars = read_scalars(eval_dir)
     evaluated = sorted(scalars["validation_loss"])
-    # The newest checkpoint at each look: several of them while training ran, and the last.
-    assert evaluated[-1] == 30
-    assert len(evaluated) >= 2, evaluator_log[-3000:]
+    # The newest checkpoint at each look: the first, maybe some while training ran, the last.
+    assert evaluated[0] == 5 and evaluated[-1] == 30, evaluator_log[-3000:]
     assert set(evaluated) <= {5, 10, 15, 20, 25, 30}
     restored = [int(n) for n in re.findall(r"restoring model from \S*ckpt-(\d+)", evaluator_log)]
     assert restored == evaluated
@@ -577,6 +604,38 @@ def test_eval_logs_hold_post_eval_metrics_only_with_a_post_evaluation(tmp_path):
     initial = float(np.mean(workloads.build_workload_model("mock")(x)))
     np.testing.assert_allclose(float(logs["tpe"]["validation_loss"]), initial + 10 * slope,
                                rtol=1e-4)
+
+
+def test_checkpoint_interval_zero_saves_nothing_and_an_interval_saves_as_tfm(tmp_path):
+    # TFM hands trainer.checkpoint_interval to the CheckpointManager; Orbit's outer loop saves
+    # only with a truthy interval: with 0, no checkpoint at all, not even at the end.
+    run_mock("train_and_eval", tmp_path / "zero", mock_params(train_steps=10,
+                                                              checkpoint_interval=0))
+    assert tf.train.latest_checkpoint(str(tmp_path / "zero")) is None
+    assert checkpoint_files(str(tmp_path / "zero")) == []
+    assert sorted(read_scalars(str(tmp_path / "zero" / "train"))["training_loss"]) == [5, 10]
+    # TFM's default interval (1000): the first loop's end (nothing saved yet) and the end.
+    run_mock("train", tmp_path / "default", mock_params(train_steps=10,
+                                                        checkpoint_interval=1000))
+    assert checkpoint_files(str(tmp_path / "default")) == [5, 10]
+
+
+def test_resumed_train_and_eval_counts_eval_interval_from_the_restart(tmp_path):
+    run_mock("train", tmp_path, mock_params(train_steps=5))
+    run_mock("train_and_eval", tmp_path, mock_params(train_steps=25, validation_interval=10))
+    # As Orbit: every validation_interval steps from step 5, then at train_steps.
+    files = read_event_files(str(tmp_path / "validation"))
+    assert [sorted({s for s, tag, _ in events if tag == "validation_loss"})
+            for _, events in files] == [[15, 25]]
+    checkpoints = checkpoint_files(str(tmp_path))
+    modified = os.path.getmtime(tmp_path / "ckpt-25.index")
+    # Already trained: train_and_eval does nothing (no evaluation, no new checkpoint).
+    _, logs = run_mock("train_and_eval", tmp_path,
+                       mock_params(train_steps=25, validation_interval=10))
+    assert logs == {}
+    assert len(read_event_files(str(tmp_path / "validation"))) == 1
+    assert checkpoint_files(str(tmp_path)) == checkpoints
+    assert os.path.getmtime(tmp_path / "ckpt-25.index") == modified
 
 
 @pytest.mark.parametrize("comp, expected_step", [("higher", 5), ("lower", 20)])
