@@ -112,8 +112,12 @@ def load_registrations(registry_imports) -> None:
     registry.import_registry_modules(registry_imports)
 
 
-def parse_configuration(flags_obj):
-    """The experiment config from the flags: default -> config files -> params_override."""
+def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool = True):
+    """The experiment config from the flags: default -> config files -> params_override.
+
+    As TFM's: validated, then locked with `lock_return` (a locked config refuses changes;
+    `params.replace(...)` gives a changed copy), and logged with `print_return`.
+    """
     from lite_launcher import config as config_lib
     from lite_launcher import registry
 
@@ -128,6 +132,10 @@ def parse_configuration(flags_obj):
         params.override(config_lib.parse_params_override(flags_obj.params_override),
                         is_strict=True)
     params.validate()
+    if lock_return:
+        params.lock()
+    if print_return:
+        logging.info("Final experiment parameters:\n%s", params.to_yaml())
     return params
 
 

@@ -3,6 +3,7 @@
 import ast
 import dataclasses
 import json
+import logging
 import os
 import types
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -562,3 +563,133 @@ def test_yaml_on_off_yes_no_are_strings_only_true_false_are_booleans():
     assert config.runtime.distribution_strategy == "off"
     assert base_config.load_yaml("a: yes\nb: True\nc: [on, 1e-3]") == {
         "a": "yes", "b": True, "c": ["on", 0.001]}
+
+
+# ----- TFM's construction idioms, lock, exception types (issue 10, items 2 and 7) ----------
+
+
+def _tfm_style_optimization_dict():
+    return {"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+            "learning_rate": {"type": "stepwise",
+                              "stepwise": {"boundaries": [10], "values": [0.1, 0.01]}}}
+
+
+def test_a_dict_passed_positionally_builds_the_typed_sub_configs():
+    config = ll.OptimizationConfig(_tfm_style_optimization_dict())
+    assert isinstance(config.optimizer, ll.OptimizationConfig().optimizer.__class__)
+    assert config.optimizer.type == "sgd" and config.optimizer.sgd.momentum == 0.9
+    assert config.learning_rate.get().values == [0.1, 0.01]
+    assert config.learning_rate.stepwise.boundaries == [10]
+    # The same strict checks as `override`.
+    with pytest.raises(KeyError, match=r"optimizer\.sgd\.momentun.*Did you mean 'momentum'"):
+        ll.OptimizationConfig({"optimizer": {"type": "sgd", "sgd": {"momentun": 0.9}}})
+    with pytest.raises(ConfigError, match=r"learning_rate\.constant\.learning_rate.*float"):
+        ll.OptimizationConfig({"learning_rate": {"constant": {"learning_rate": "fast"}}})
+
+
+def test_keyword_dicts_build_typed_sub_configs():
+    config = ExperimentConfig(trainer={"train_steps": 7,
+                                       "optimizer_config": _tfm_style_optimization_dict()},
+                              task={"train_data": {"global_batch_size": 4}})
+    assert isinstance(config.trainer, TrainerConfig) and config.trainer.train_steps == 7
+    assert config.trainer.steps_per_loop == 1000  # the rest keeps TrainerConfig's defaults
+    assert config.trainer.optimizer_config.optimizer.sgd.momentum == 0.9
+    assert isinstance(config.task.train_data, DataConfig)
+    assert config.task.train_data.global_batch_size == 4
+    config.validate()
+    with pytest.raises(KeyError, match=r"'trainer\.train_step'.*Did you mean 'train_steps'"):
+        ExperimentConfig(trainer={"train_step": 7})
+    with pytest.raises(ConfigError, match=r"'trainer'.*mapping for TrainerConfig"):
+        ExperimentConfig(trainer="fast")
+
+
+def test_experiment_config_rebuilt_from_its_own_as_dict():
+    config = ExperimentConfig(trainer={"train_steps": 7,
+                                       "optimizer_config": _tfm_style_optimization_dict()},
+                              runtime={"loss_scale": 128})
+    rebuilt = ExperimentConfig(**config.as_dict())
+    assert rebuilt == config
+    assert isinstance(rebuilt.trainer.optimizer_config.learning_rate.stepwise, type(
+        config.trainer.optimizer_config.learning_rate.stepwise))
+    # A task of its own class cannot come back from a plain dict: one error naming the key.
+    own = ExperimentConfig(task=NetTaskConfig())
+    with pytest.raises(KeyError, match=r"task.*pass an instance of it") as info:
+        ExperimentConfig(**own.as_dict())
+    assert "\n" not in str(info.value)
+
+
+def test_assigning_a_dict_overrides_the_sub_config_in_place():
+    config = ExperimentConfig()
+    trainer = config.trainer
+    config.trainer = {"train_steps": 11, "optimizer_config": {"optimizer": {"type": "adam"}}}
+    assert config.trainer is trainer and trainer.train_steps == 11
+    assert config.trainer.optimizer_config.optimizer.type == "adam"
+    config.task.train_data = {"global_batch_size": 32, "is_training": True}
+    assert isinstance(config.task.train_data, DataConfig)
+    assert config.task.train_data.global_batch_size == 32
+    assert config.task.train_data.drop_remainder is True
+    config.trainer.optimizer_config.ema = {"average_decay": 0.5}  # an Optional sub-config
+    assert config.trainer.optimizer_config.ema.average_decay == 0.5
+    with pytest.raises(KeyError, match=r"'train_data\.global_batch'"):
+        config.task.train_data = {"global_batch": 1}
+    with pytest.raises(ConfigError, match=r"'train_steps' expects int"):
+        config.trainer.train_steps = "many"
+    other = TrainerConfig(train_steps=3)
+    config.trainer = other  # a config of the declared type is stored as a copy, as TFM
+    assert config.trainer == other and config.trainer is not other
+
+
+def test_assigning_an_unknown_attribute_is_a_key_error_naming_the_fix():
+    config = ExperimentConfig()
+    with pytest.raises(KeyError, match=r"TrainerConfig has no config key 'train_step'\. Did "
+                                       r"you mean 'train_steps'\?.*is_strict=False"):
+        config.trainer.train_step = 3
+    config.trainer.override({"my_key": 1}, is_strict=False)
+    config.trainer.my_key = 2  # keys added by a non-strict override can be set
+    assert config.trainer.as_dict()["my_key"] == 2
+
+
+def test_lock_refuses_changes_with_tfm_semantics():
+    config = ExperimentConfig(trainer={"train_steps": 5})
+    assert config.lock() is config and config._locked  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match=r"ExperimentConfig is locked, so 'trainer' cannot"):
+        config.trainer = {"train_steps": 6}
+    with pytest.raises(ValueError, match="locked"):
+        config.override({"runtime": {"num_gpus": 1}})
+    with pytest.raises(ValueError, match="locked"):
+        del config.runtime
+    assert config.trainer.train_steps == 5 and config.runtime.num_gpus == 0
+    changed = config.replace(trainer={"train_steps": 9})  # an unlocked, changed copy
+    assert changed.trainer.train_steps == 9 and not changed._locked  # pylint: disable=protected-access
+    changed.runtime = {"num_gpus": 2}
+    assert config.trainer.train_steps == 5
+    # As TFM's lock (one object's flag): a sub-config keeps its own state.
+    config.trainer.lock()
+    with pytest.raises(ValueError, match="TrainerConfig is locked"):
+        config.trainer.train_steps = 1
+
+
+def test_parse_configuration_locks_unless_lock_return_is_false(net_experiment):
+    params = ll.parse_configuration(_args(experiment=net_experiment))
+    with pytest.raises(ValueError, match="locked"):
+        params.trainer = {"train_steps": 1}
+    unlocked = ll.parse_configuration(_args(experiment=net_experiment), lock_return=False,
+                                      print_return=False)
+    unlocked.trainer = {"train_steps": 1}
+    assert unlocked.trainer.train_steps == 1
+
+
+def test_unknown_key_is_a_key_error_and_a_config_error_with_a_clean_message(capsys):
+    with pytest.raises(KeyError) as info:
+        ExperimentConfig().override({"trainer": {"bogus": 1}})
+    assert isinstance(info.value, ConfigError)
+    assert str(info.value).startswith("Unknown config key 'trainer.bogus'.")
+    from lite_launcher import main as main_lib
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main_lib._user_error(info.value)  # pylint: disable=protected-access
+    finally:
+        logging.disable(logging.NOTSET)  # _user_error silences logging for the exit
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith(
+        "lite-train: error: Unknown config key 'trainer.bogus'.")
