@@ -17,8 +17,8 @@ and `OptimizerFactory` turns it into Keras 3 objects:
 
 Where TFM and Keras 3 differ, this module does what a TFM user expects and says so:
 
-- `learning_rate.type: null` (TFM raises) uses the chosen Keras optimizer's default learning
-  rate as a constant (0.01 for SGD, 0.001 for the others).
+- `learning_rate.type: null` is a `ConfigError` (a `ValueError`, as TFM's), raised when the
+  factory is built: there is no silent fallback to a Keras default rate.
 - Schedules hold their step-0 value before `offset` (TFM evaluates them at a negative step
   there, which for exponential or polynomial decay exceeds the initial rate).
 - `sgd.decay` (the legacy optimizers' `lr / (1 + decay * step)`) is applied by wrapping the
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import re
 import types
 from typing import Any, List, Optional, Sequence, Tuple
@@ -330,7 +329,7 @@ class OptimizerConfig(OneOfConfig):
 
 @dataclasses.dataclass
 class LrConfig(OneOfConfig):
-    """`type` picks the schedule; None means the optimizer's default constant rate."""
+    """`type` picks the schedule; it must be set before building an optimizer (as TFM)."""
 
     type: Optional[str] = None
     constant: ConstantLrConfig = dataclasses.field(default_factory=ConstantLrConfig)
@@ -855,8 +854,8 @@ class OptimizerFactory:
         lr = factory.build_learning_rate()      # a float or a LearningRateSchedule
         optimizer = factory.build_optimizer(lr)
 
-    Raises `ConfigError` (naming the key and the valid choices) when `optimizer.type` is not set
-    or a chosen branch is incomplete.
+    Raises `ConfigError` (a `ValueError`, naming the key and the valid choices) when
+    `optimizer.type` or `learning_rate.type` is not set or a chosen branch is incomplete.
     """
 
     def __init__(self, config: OptimizationConfig):
@@ -866,6 +865,12 @@ class OptimizerFactory:
                 f"optimizer.type is not set; set it to one of: "
                 f"{', '.join(_choices(config.optimizer))} (e.g. "
                 f"trainer.optimizer_config.optimizer.type=sgd).")
+        if config.learning_rate.type is None:
+            raise ConfigError(
+                f"learning_rate.type is not set; set it to one of: "
+                f"{', '.join(_choices(config.learning_rate))} (e.g. "
+                f"trainer.optimizer_config.learning_rate.type=constant with "
+                f"trainer.optimizer_config.learning_rate.constant.learning_rate=0.1).")
         config.validate()
         self._optimizer_type = config.optimizer.type
         self._optimizer_config = config.optimizer.get()
@@ -879,11 +884,6 @@ class OptimizerFactory:
     def config(self) -> OptimizationConfig:
         return self._config
 
-    def default_learning_rate(self) -> float:
-        """The Keras optimizer's own default rate, used when `learning_rate.type` is None."""
-        cls, _, _ = _optimizer_class_and_kwargs(self._config.optimizer)
-        return float(inspect.signature(cls.__init__).parameters["learning_rate"].default)
-
     def build_learning_rate(self):
         """Returns the learning rate: a float, or a serialisable `LearningRateSchedule`.
 
@@ -892,9 +892,7 @@ class OptimizerFactory:
         """
         k = _keras_objects()
         kind, cfg = self._lr_type, self._lr_config
-        if kind is None:
-            lr = self.default_learning_rate()
-        elif kind == "constant":
+        if kind == "constant":
             lr = float(cfg.learning_rate)
         elif kind == "stepwise":
             lr = k.PiecewiseConstantDecayWithOffset(cfg.boundaries, cfg.values, offset=cfg.offset,

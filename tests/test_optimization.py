@@ -216,14 +216,17 @@ def test_two_clipping_options_are_a_config_error():
 
 
 def test_adamw_gradient_clip_norm_composes_with_global_clipnorm():
+    constant = {"type": "constant"}
     optimizer, _ = build({"optimizer": {"type": "adamw", "adamw": {
-        "gradient_clip_norm": 2.0, "global_clipnorm": 0.5}}})
+        "gradient_clip_norm": 2.0, "global_clipnorm": 0.5}}, "learning_rate": constant})
     assert optimizer.global_clipnorm == 0.5
     optimizer, _ = build({"optimizer": {"type": "adamw", "adamw": {"gradient_clip_norm": 0.0,
-                                                                   "clipnorm": 3.0}}})
+                                                                   "clipnorm": 3.0}},
+                          "learning_rate": constant})
     assert optimizer.clipnorm == 3.0 and optimizer.global_clipnorm is None
     with pytest.raises(ConfigError, match=r"optimizer\.adamw\.gradient_clip_norm"):
-        build({"optimizer": {"type": "adamw", "adamw": {"clipvalue": 1.0}}})
+        build({"optimizer": {"type": "adamw", "adamw": {"clipvalue": 1.0}},
+               "learning_rate": constant})
 
 
 # ---------------------------------------------------------------------------- schedules
@@ -233,11 +236,12 @@ def test_constant_learning_rate_is_a_float():
     assert float(opt_lib.learning_rate_value(optimizer)) == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("kind,expected", [("sgd", 0.01), ("adam", 0.001)])
-def test_unset_learning_rate_type_uses_the_optimizer_default(kind, expected):
-    optimizer, lr = build({"optimizer": {"type": kind}})
-    assert lr == expected
-    assert float(opt_lib.learning_rate_value(optimizer)) == pytest.approx(expected)
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_unset_learning_rate_type_is_a_value_error_as_tfm(kind):
+    # Not a silent Keras default rate: TFM's factory raises a ValueError here.
+    with pytest.raises(ValueError, match=r"learning_rate\.type is not set; set it to one of: "
+                                         r"constant, stepwise, .*cosine"):
+        build({"optimizer": {"type": kind}})
 
 
 def test_stepwise_with_offset():
@@ -411,7 +415,8 @@ def test_type_set_by_attribute_is_checked_by_the_factory():
     ({"learning_rate": {"type": "exponential", "exponential": {
         "initial_learning_rate": 0.1, "decay_steps": 0, "decay_rate": 0.5}}},
      r"learning_rate\.exponential\.decay_steps must be a positive integer"),
-    ({"warmup": {"type": "linear"}}, r"warmup\.linear\.warmup_steps must be set"),
+    ({"learning_rate": {"type": "constant"}, "warmup": {"type": "linear"}},
+     r"warmup\.linear\.warmup_steps must be set"),
 ])
 def test_incomplete_branches_are_config_errors(params, message):
     config = make_config({"optimizer": {"type": "sgd"}, **params})

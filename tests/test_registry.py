@@ -80,13 +80,14 @@ def test_registering_an_experiment_twice_names_both_registrants(clean_registry):
     def first_factory():
         return ll.ExperimentConfig()
 
-    with pytest.raises(RegistryError) as error:
+    with pytest.raises(KeyError) as error:  # TFM's type, and a RegistryError
         @ll.register_config_factory("regtest_twice")
         def second_factory():
             return ll.ExperimentConfig()
 
+    assert isinstance(error.value, RegistryError)
     message = str(error.value)
-    assert "'regtest_twice' is registered twice" in message
+    assert message.startswith("Experiment 'regtest_twice' is registered twice")
     assert "first_factory" in message and "second_factory" in message
     assert __file__ in message  # where each registrant lives
     assert ll.get_exp_config("regtest_twice") is not None  # the first one stays
@@ -98,8 +99,9 @@ def test_experiment_names_must_be_non_empty_strings():
 
 
 def test_unknown_experiment_lists_known_names_and_the_closest_match():
-    with pytest.raises(ll.ConfigError) as error:
+    with pytest.raises(LookupError) as error:  # TFM's type
         ll.get_exp_config("digits_mpl")
+    assert isinstance(error.value, ll.ConfigError)  # the CLI's one-line error, exit code 2
     message = str(error.value)
     assert "Unknown experiment 'digits_mpl'. Did you mean 'digits_mlp'?" in message
     for name in ("cnn_small", "digits_cnn", "digits_mlp", "mlp_tiny", "mock"):
@@ -117,7 +119,7 @@ def test_get_task_builds_the_registered_task(clean_registry, tmp_path):
     assert task.name == "regtest_task"
     default = ll.get_task(config)
     assert default.logging_dir == "" and default.name == "reg_test_task"
-    # A config subclass without its own task uses its parent's, as in TFM.
+    # A config subclass without its own task uses its parent's (TFM needs its own entry).
     assert type(ll.get_task(RegTestChildTaskConfig())) is RegTestTask
 
 
@@ -127,10 +129,11 @@ def test_registering_a_task_config_twice_names_both_registrants(clean_registry):
     class OtherRegTestTask(ll.Task):
         pass
 
-    with pytest.raises(RegistryError) as error:
+    with pytest.raises(KeyError) as error:  # TFM's type, and a RegistryError
         ll.register_task_cls(RegTestTaskConfig)(OtherRegTestTask)
+    assert isinstance(error.value, RegistryError)
     message = str(error.value)
-    assert "RegTestTaskConfig is registered twice" in message
+    assert message.startswith("Task config RegTestTaskConfig is registered twice")
     assert "RegTestTask" in message and "OtherRegTestTask" in message
 
 
@@ -139,12 +142,39 @@ def test_unknown_task_config_lists_known_configs_and_the_closest_match():
     class DigitTaskConfig(ll.TaskConfig):
         pass
 
-    with pytest.raises(ll.ConfigError) as error:
+    with pytest.raises(LookupError) as error:  # TFM's type
         ll.get_task(DigitTaskConfig())
+    assert isinstance(error.value, ll.ConfigError)
     message = str(error.value)
     assert "No task registered for config DigitTaskConfig." in message
     assert "Did you mean 'DigitsTaskConfig'?" in message
     assert "WorkloadTaskConfig" in message
+
+
+def test_register_and_lookup_store_path_keys_in_nested_folders():
+    collection = {}
+    registry.register(collection, "models/resnet/v1")(len)
+    registry.register(collection, min)(max)  # any hashable key, stored as is
+    assert collection == {"models": {"resnet": {"v1": len}}, min: max}
+    assert registry.lookup(collection, "models/resnet/v1") is len
+    assert registry.lookup(collection, "models/resnet") == {"v1": len}
+    assert registry.lookup(collection, min) is max
+
+
+def test_register_and_lookup_errors_are_tfm_types_with_one_line_messages():
+    collection = {}
+    registry.register(collection, "models/resnet")(len)
+    with pytest.raises(KeyError) as twice:
+        registry.register(collection, "models/resnet")(abs)
+    assert str(twice.value).startswith("'models/resnet' is registered twice: by builtins.len")
+    with pytest.raises(KeyError, match=r"'models/resnet' is already registered as builtins\.len"
+                                       r", not a folder"):
+        registry.register(collection, "models/resnet/v2")(abs)
+    with pytest.raises(LookupError, match=r"'models/vgg' is not registered \(looking up "
+                                          r"'models/vgg/v1'\); registered there: resnet\."):
+        registry.lookup(collection, "models/vgg/v1")
+    with pytest.raises(LookupError, match="is not registered"):
+        registry.lookup(collection, abs)
 
 
 # ----- registry imports and entry-point plugins ---------------------------------------------
