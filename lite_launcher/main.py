@@ -105,7 +105,12 @@ def configure_determinism() -> None:
 
 
 def load_registrations(registry_imports) -> None:
-    """Imports the built-ins, installed entry-point plugins and `--registry_imports`."""
+    """Imports the built-ins, installed entry-point plugins and `--registry_imports`.
+
+    Also the modules of TFM's gin configurables (`Trainer`, `create_trainer`, the actions,
+    `run_experiment`), so that gin files parsed next can bind them.
+    """
+    from lite_launcher import experiment  # noqa: F401  pylint: disable=unused-import
     from lite_launcher import registry
 
     registry.load_entry_point_plugins()

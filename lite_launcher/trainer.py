@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, Optional
 
+import gin
 import keras
 import tensorflow as tf
 from absl import logging
@@ -163,6 +164,7 @@ def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
+@gin.configurable  # as TFM's: a gin file may set its arguments
 class Trainer:
     """Runs a `Task`'s train and validation steps; TFM's `base_trainer.Trainer` on Keras 3.
 
