@@ -297,6 +297,9 @@ class Trainer:
         for optimizer in self.optimizers.values():
             if isinstance(optimizer, keras.optimizers.Optimizer) and not optimizer.built:
                 optimizer.build(trainable)
+            # ema.trainable_weights_only: false also averages BatchNorm statistics.
+            optimization.average_non_trainable_variables(optimizer,
+                                                         self._model.non_trainable_variables)
 
     # -------------------------------------------------------------- async (PS)
     def init_async(self):
