@@ -1,6 +1,5 @@
 """Configs: TFM's fields and defaults, strict overrides in TFM's order, round trips, validation."""
 
-import ast
 import dataclasses
 import json
 import logging
@@ -17,8 +16,6 @@ from lite_launcher.base_config import (Config, ConfigError, OneOfConfig, load_co
                                        override_config, parse_params_override)
 from lite_launcher.config import (DataConfig, ExperimentConfig, RuntimeConfig, TaskConfig,
                                   TrainerConfig)
-
-TFM_CONFIG_DEFINITIONS = "/tmp/tfm/official/core/config_definitions.py"
 
 # A representative set of TFM's defaults (official/core/config_definitions.py, TFM 2.20).
 TFM_DEFAULTS = {
@@ -70,42 +67,78 @@ def test_structure_of_task_and_experiment_configs():
     assert ExperimentConfig().task.train_data is not experiment.task.train_data
 
 
-def _tfm_literal_defaults(path):
-    """{class name: {field: default}} for fields of TFM's configs with literal defaults."""
-    tree = ast.parse(open(path).read())
-    out = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        fields = {}
-        for stmt in node.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
-                    and stmt.value is not None:
-                try:
-                    fields[stmt.target.id] = ast.literal_eval(stmt.value)
-                except ValueError:
-                    # `60 * 60` and the like: arithmetic on constants only.
-                    if isinstance(stmt.value, ast.BinOp) and all(
-                            isinstance(n, (ast.BinOp, ast.Constant, ast.operator))
-                            for n in ast.walk(stmt.value)):
-                        fields[stmt.target.id] = eval(  # pylint: disable=eval-used
-                            compile(ast.Expression(stmt.value), path, "eval"), {})
-        out[node.name] = fields
-    return out
+TFM_SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                            "tfm_2_20_config_defaults.json")
+
+# TFM 2.20 fields lite_launcher does not have (README, "Differences from TFM").
+TFM_FIELDS_NOT_IN_LITE = {
+    "DataConfig": {"tfds_data_dir", "tfds_as_supervised", "tfds_skip_decoding_feature",
+                   "enable_tf_data_service", "tf_data_service_address",
+                   "tf_data_service_job_name", "apply_tf_data_service_before_batching",
+                   "enable_shared_tf_data_service_between_parallel_trainers", "trainer_id",
+                   "autotune_algorithm", "ram_budget"},
+    "RuntimeConfig": {"default_shard_dim", "num_cores_per_replica",
+                      "tpu_enable_xla_dynamic_padder", "use_tpu_mp_strategy"},
+    "TaskConfig": {"allow_image_summary", "differential_privacy_config"},
+    "OptimizerConfig": {"slide", "adafactor", "adafactor_keras"},
+}
+# lite_launcher's own fields (off by default).
+LITE_FIELDS_NOT_IN_TFM = {
+    "DataConfig": {"file_type"},
+    "RuntimeConfig": {"deterministic_ops"},
+    "TrainerConfig": {"checkpoint_train_iterator", "continuous_eval_all_checkpoints"},
+    "OptimizerConfig": {"lion"},
+}
 
 
-@pytest.mark.skipif(not os.path.exists(TFM_CONFIG_DEFINITIONS),
-                    reason="TFM source not unpacked at /tmp/tfm")
-def test_every_shared_field_default_matches_the_tfm_source():
-    tfm = _tfm_literal_defaults(TFM_CONFIG_DEFINITIONS)
+def _tfm_fields(snapshot, name):
+    """A TFM class's fields with their defaults, inherited ones included."""
+    entry = snapshot[name]
+    fields = {}
+    for base in entry["bases"]:
+        if base in snapshot:
+            fields.update(_tfm_fields(snapshot, base))
+    fields.update(entry["fields"])
+    return fields
+
+
+def _lite_config_classes():
+    from lite_launcher import config as config_lib, optimization
+    modules = (config_lib, optimization)
+    return {cls.__name__: cls for module in modules for cls in vars(module).values()
+            if isinstance(cls, type) and issubclass(cls, Config) and cls.__module__ ==
+            module.__name__}
+
+
+def test_config_fields_and_defaults_match_the_tfm_2_20_snapshot():
+    """Every TFM 2.20 config field (tests/data, made by make_tfm_defaults_snapshot.py) exists
+    here with TFM's default, unless listed as a difference; and no unlisted field is added."""
+    with open(TFM_SNAPSHOT) as f:
+        snapshot = json.load(f)
+    ours = _lite_config_classes()
     compared = 0
-    for cls in (DataConfig, RuntimeConfig, TrainerConfig, TaskConfig):
-        ours = cls()
-        for name, default in tfm[cls.__name__].items():
-            if name in cls.field_names():
-                assert getattr(ours, name) == default, f"{cls.__name__}.{name}"
-                compared += 1
-    assert compared >= 50
+    for name in sorted(set(snapshot) & set(ours)):
+        cls, tfm = ours[name], _tfm_fields(snapshot, name)
+        instance = cls()
+        missing = set(tfm) - set(cls.field_names()) - TFM_FIELDS_NOT_IN_LITE.get(name, set())
+        assert not missing, f"{name} lacks TFM fields {sorted(missing)}"
+        extra = set(cls.field_names()) - set(tfm) - LITE_FIELDS_NOT_IN_TFM.get(name, set())
+        assert not extra, f"{name} has fields TFM does not: {sorted(extra)}"
+        for field, default in tfm.items():
+            if field not in cls.field_names():
+                continue
+            value = getattr(instance, field)
+            if isinstance(default, dict) and "factory" in default:
+                assert type(value).__name__ == default["factory"], f"{name}.{field}"
+            elif not (isinstance(default, dict) and "expr" in default):
+                same = value == default and isinstance(value, bool) == isinstance(default, bool)
+                assert same, f"{name}.{field}: {value!r} here, {default!r} in TFM"
+            compared += 1
+    assert compared >= 200  # the snapshot really was compared
+    covered = set(snapshot) & set(ours)
+    assert {"DataConfig", "RuntimeConfig", "TrainerConfig", "TaskConfig", "ExperimentConfig",
+            "OptimizationConfig", "OptimizerConfig", "LrConfig", "WarmupConfig", "EMAConfig",
+            "LARSConfig", "StepCosineLrConfig", "PowerAndLinearDecayLrConfig"} <= covered
 
 
 # ----- overrides ---------------------------------------------------------------------------
