@@ -381,7 +381,10 @@ def _import_constructor_values(config: Config) -> None:
 
 def _assigned_value(current, tp, value, name: str, nullable: bool):
     """The value stored by `config.name = value`: coerced as by `override` (a dict overrides
-    the current sub-config in place), a config of the declared type as a copy."""
+    the current sub-config in place), a config of the declared type as a copy, None as None
+    (as TFM's; a required section set to None is reported where it is used)."""
+    if value is None:
+        return None
     inner, _ = _unwrap_optional(tp)
     if isinstance(value, Config) and _mentions_config(inner):
         config_types = [inner] if _is_config_type(inner) else [

@@ -667,6 +667,8 @@ def test_assigning_a_dict_overrides_the_sub_config_in_place():
         config.task.train_data = {"global_batch": 1}
     with pytest.raises(ConfigError, match=r"'train_steps' expects int"):
         config.trainer.train_steps = "many"
+    config.task.validation_data = None  # None is stored as None, as TFM's
+    assert config.task.validation_data is None
     other = TrainerConfig(train_steps=3)
     config.trainer = other  # a config of the declared type is stored as a copy, as TFM
     assert config.trainer == other and config.trainer is not other

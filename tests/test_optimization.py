@@ -909,7 +909,7 @@ def test_build_optimizer_applies_the_postprocessor():
 
 
 # ---------------------------------------- EMA over all weights (trainable_weights_only: false)
-def _bn_ema_trainer(trainable_weights_only=False):
+def _bn_ema_trainer(trainable_weights_only=False, strategy=None):
     import tiny  # pylint: disable=import-outside-toplevel
     import lite_launcher as ll  # pylint: disable=import-outside-toplevel
 
@@ -926,10 +926,11 @@ def _bn_ema_trainer(trainable_weights_only=False):
     config.trainer.optimizer_config.override({"ema": {
         "average_decay": 0.6, "dynamic_decay": False,
         "trainable_weights_only": trainable_weights_only}})
-    task = BatchNormTinyTask(config.task)
-    model = task.build_model()
-    optimizer = task.create_optimizer(config.trainer.optimizer_config, config.runtime)
-    return ll.Trainer(config, task, model, optimizer)
+    with (strategy or tf.distribute.get_strategy()).scope():
+        task = BatchNormTinyTask(config.task)
+        model = task.build_model()
+        optimizer = task.create_optimizer(config.trainer.optimizer_config, config.runtime)
+        return ll.Trainer(config, task, model, optimizer)
 
 
 def test_ema_of_all_weights_averages_batchnorm_statistics_as_numpy():
@@ -974,3 +975,26 @@ def test_batchnorm_averages_are_saved_and_restored_with_the_checkpoint(tmp_path)
     restored.swap_weights()
     for v, a in zip(restored.model.non_trainable_variables, averaged):
         np.testing.assert_array_equal(v.numpy(), a)
+
+
+def test_ema_of_all_weights_under_mirrored_strategy_averages_each_replicas_statistics():
+    # Keras 3 keeps BatchNorm statistics per replica; each replica averages its own copy.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    trainer = _bn_ema_trainer(strategy=strategy)
+    statistics = trainer.model.non_trainable_variables
+
+    def per_replica():
+        return [[r.numpy().astype(np.float64) for r in v.value.values] for v in statistics]
+
+    history = []
+    for _ in range(3):
+        trainer.train(tf.constant(1))
+        history.append(per_replica())
+    expected = history[0]
+    for values in history[1:]:
+        expected = [[0.6 * e + 0.4 * v for e, v in zip(es, vs)]
+                    for es, vs in zip(expected, values)]
+    trainer.swap_weights()
+    for got_replicas, expected_replicas in zip(per_replica(), expected):
+        for got, want in zip(got_replicas, expected_replicas):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
