@@ -59,7 +59,10 @@ def define_flags():
 
 def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
     """Prints one line to stderr and exits with `exit_code` (2: the user's input is wrong)."""
-    sys.stderr.write(f"lite-train: error: {' '.join(str(message).split())}\n")
+    # gin appends "In call to configurable ..." lines to errors raised inside a configurable
+    # (Trainer, create_trainer, ...); the message before them is the user's error.
+    text = str(message).split("\n  In call to configurable ")[0]
+    sys.stderr.write(f"lite-train: error: {' '.join(text.split())}\n")
     sys.stderr.flush()
     # Keep the error the last line: nothing logged while the process shuts down (e.g. TF's
     # warnings about a half-restored checkpoint being garbage-collected).

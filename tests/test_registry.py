@@ -361,3 +361,23 @@ def test_lite_train_gin_params_set_an_argument_of_the_base_trainer(tmp_path):
     assert json.loads((record_dir / "trainer.json").read_text())["note"] == "unset"
     operative = (model_dir / "operative_config.train.gin").read_text()
     assert "GinTestTrainer.record_dir" in operative
+
+
+def test_an_error_raised_inside_a_gin_configurable_stays_one_clean_line(capsys):
+    import logging  # pylint: disable=import-outside-toplevel
+
+    from lite_launcher import main as main_lib  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tiny  # pylint: disable=import-outside-toplevel
+    config = tiny.make_config()
+    config.task.train_data = None
+    with pytest.raises(ll.ConfigError) as error:
+        tiny.make_trainer(config)  # Trainer is gin-configurable: gin annotates the error
+    try:
+        with pytest.raises(SystemExit):
+            main_lib._user_error(error.value)  # pylint: disable=protected-access
+    finally:
+        logging.disable(logging.NOTSET)
+    assert capsys.readouterr().err == (
+        "lite-train: error: The trainer needs `task.train_data` to build the training dataset "
+        "(or pass train_dataset=, or train=False).\n")
