@@ -28,6 +28,11 @@ Where TFM and Keras 3 differ, this module does what a TFM user expects and says 
   (default 1.0) as Keras 3 `global_clipnorm`.
 - `lamb` is TFM's LAMB (weight decay inside the trust ratio, `exclude_from_layer_adaptation`),
   written as a subclass of Keras 3's `Lamb`.
+- `lars` is TFM's LARS written as a Keras 3 optimizer (`LARS`); TFM's `power`, `power_linear`,
+  `power_with_offset` and `step_cosine_with_offset` schedules have TFM's fields and formulas
+  (`step_cosine_with_offset` holds its last value after the last boundary, where TFM's
+  divides by zero).
+- `build_optimizer(lr, postprocessor=fn)` passes the built optimizer through `fn`, as TFM's.
 - EMA is Keras 3's own (`use_ema=True`, `ema_momentum=average_decay`): averages live in the
   optimizer, are updated in `apply_gradients` under every strategy and are saved with it in
   checkpoints. TFM's `dynamic_decay` (decay `min(average_decay, (1+n)/(10+n))`) and
@@ -608,6 +613,13 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _path_matches(patterns, variable) -> bool:
+    """Whether a regex of `patterns` is found in the variable's path (`dense/kernel`), the
+    Keras 3 counterpart of TFM's variable names (`dense/kernel:0`)."""
+    path = re.sub(r":\d+$", "", getattr(variable, "path", None) or variable.name)
+    return any(re.search(p, path) for p in patterns)
+
+
 @functools.lru_cache(maxsize=None)
 def _keras_objects() -> types.SimpleNamespace:
     """Defines (once) the Keras schedule and optimizer classes of this module."""
@@ -872,7 +884,7 @@ def _keras_objects() -> types.SimpleNamespace:
         update = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * var (unless the variable
         matches `exclude_from_weight_decay`); var -= ratio * lr * update, with the trust ratio
         ||var|| / ||update|| (1 where either is 0, or for `exclude_from_layer_adaptation`).
-        Patterns are regexes searched in the variable name (`scope/.../kernel`).
+        Patterns are regexes searched in the variable path (`dense/kernel`).
         """
 
         def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
@@ -885,10 +897,7 @@ def _keras_objects() -> types.SimpleNamespace:
             self.exclude_from_layer_adaptation = list(
                 exclude_from_layer_adaptation or self.exclude_from_weight_decay)
 
-        @staticmethod
-        def _matches(patterns, variable) -> bool:
-            name = re.sub(r":\d+$", "", variable.name)
-            return any(re.search(p, name) for p in patterns)
+        _matches = staticmethod(_path_matches)
 
         def update_step(self, gradient, variable, learning_rate):
             dtype = variable.dtype
@@ -951,10 +960,7 @@ def _keras_objects() -> types.SimpleNamespace:
             super().build(variables)
             self.momentums = self.add_optimizer_variables(variables, "momentum")
 
-        @staticmethod
-        def _matches(patterns, variable) -> bool:
-            path = getattr(variable, "path", None) or variable.name
-            return any(re.search(p, path) for p in patterns)
+        _matches = staticmethod(_path_matches)
 
         def _trust_ratio(self, variable, direction):
             w_norm = ops.sqrt(ops.sum(ops.square(variable)))

@@ -998,3 +998,22 @@ def test_ema_of_all_weights_under_mirrored_strategy_averages_each_replicas_stati
     for got_replicas, expected_replicas in zip(per_replica(), expected):
         for got, want in zip(got_replicas, expected_replicas):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_lamb_exclusions_match_the_layer_in_the_variable_path():
+    # TFM's BERT configs exclude ["LayerNorm", "layer_norm", "bias"]: patterns name layers, so
+    # they must be searched in the variable path (`layer_norm/kernel`), not the bare name.
+    def one_step(layer_name, weight_decay_rate):
+        layer = keras.layers.Dense(3, name=layer_name, use_bias=False,
+                                   kernel_initializer=keras.initializers.Constant(0.5))
+        layer.build((None, 2))
+        optimizer, _ = build({"optimizer": {"type": "lamb", "lamb": {
+            "weight_decay_rate": weight_decay_rate, "exclude_from_weight_decay": ["layer_norm"]}},
+            "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}}})
+        grad = tf.constant(np.arange(6, dtype="float32").reshape(2, 3) / 6.0)
+        optimizer.apply_gradients([(grad, layer.kernel)])
+        return layer.kernel.numpy()
+
+    excluded, kept = one_step("layer_norm", 0.5), one_step("dense_kept", 0.5)
+    np.testing.assert_array_equal(excluded, one_step("layer_norm_ref", 0.0))
+    assert not np.allclose(kept, excluded)  # the kept layer is decayed
