@@ -41,6 +41,8 @@ _EXPORTS = {
     "define_flags": "lite_launcher.main",
     "parse_configuration": "lite_launcher.main",
     "serialize_config": "lite_launcher.main",
+    "ExperimentParser": "lite_launcher.main",
+    "ParseConfigOptions": "lite_launcher.main",
     "SummaryManager": "lite_launcher.summaries",
     "create_trainer": "lite_launcher.experiment",
     "maybe_create_best_ckpt_exporter": "lite_launcher.exporter",

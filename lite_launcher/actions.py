@@ -21,6 +21,7 @@ import signal
 import threading
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
+import gin
 import tensorflow as tf
 from absl import logging
 
@@ -348,6 +349,7 @@ class PreemptionCheckpointAction:
 # ---------------------------------------------------------------------------
 
 
+@gin.configurable
 def get_eval_actions(params, trainer, model_dir: str) -> List[Action]:
     """Eval actions for a run: EMA checkpointing when the optimizer keeps an EMA."""
     from lite_launcher import optimization  # pylint: disable=import-outside-toplevel
@@ -361,6 +363,7 @@ def get_eval_actions(params, trainer, model_dir: str) -> List[Action]:
     return actions
 
 
+@gin.configurable
 def get_train_actions(params, trainer, model_dir: str,
                       checkpoint_manager: Optional[tf.train.CheckpointManager]) -> List[Action]:
     """Train actions for a run, in order: loss recovery, then preemption checkpoints.

@@ -30,6 +30,18 @@ class ConfigError(ValueError):
     """A user-facing configuration error (bad key, bad type, bad value, bad file)."""
 
 
+class UnknownConfigKeyError(ConfigError, KeyError):
+    """A key the config does not have: a `KeyError`, as TFM's, and a `ConfigError`."""
+
+    def __str__(self):
+        # KeyError's str() quotes its message; keep the one-line message as written.
+        return str(self.args[0]) if self.args else ""
+
+
+class LockedConfigError(ConfigError):
+    """A change to a locked config (`Config.lock()`); a `ValueError`, as TFM's."""
+
+
 _UNION_ORIGINS = (Union, types.UnionType)
 _SEQUENCE_ORIGINS = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
 _MAPPING_ORIGINS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
@@ -106,7 +118,73 @@ class Config:
     Subclasses are dataclasses; every field needs a default (use
     `dataclasses.field(default_factory=...)` for sub-configs and lists). A field whose default
     is None accepts None even when its annotation is not `Optional`, as TFM's configs expect.
+
+    As in TFM, the first positional argument is a dict of overrides
+    (`OptimizationConfig({"optimizer": {...}})`), and a dict given for a sub-config, as a
+    keyword (`ExperimentConfig(trainer={...})`) or by assignment (`cfg.trainer = {...}`),
+    builds the typed sub-config. Both apply the strict checks of `override`: an unknown key is
+    an `UnknownConfigKeyError` (a `KeyError`), a wrong type a `ConfigError`. Assigning a dict
+    to a sub-config overrides it in place (TFM's `_set`); assigning a config stores a copy.
+    Assigning an attribute that is not a field (nor a key added by a non-strict override) is
+    an `UnknownConfigKeyError` (TFM would add the key; a typo here is almost always a bug).
     """
+
+    # TFM's `default_params`: overrides applied once the fields are set (strictly).
+    default_params: dataclasses.InitVar[Optional[Dict[str, Any]]] = None
+    # TFM's lock flag (`lock()`); a class attribute, not a field.
+    _locked = False
+
+    def __post_init__(self, default_params=None, restrictions=None):
+        if restrictions:
+            raise ConfigError(
+                f"{type(self).__name__}: TFM's `restrictions` are not supported; check "
+                f"cross-field constraints in `_validate` instead.")
+        _import_constructor_values(self)
+        object.__setattr__(self, "_lite_ready", True)
+        if default_params is not None:
+            self.override(default_params, is_strict=True)
+
+    def __setattr__(self, name, value):
+        state = self.__dict__
+        if not state.get("_lite_ready") or name.startswith("_"):
+            # The dataclass __init__ (checked in __post_init__) and private attributes.
+            object.__setattr__(self, name, value)
+            return
+        self._check_unlocked(name)
+        field_types = self._field_types()
+        if name in field_types:
+            value = _assigned_value(getattr(self, name), field_types[name], value, name,
+                                    nullable=name in self._nullable_fields())
+        elif name not in state.get("_lite_extra_keys", ()) and \
+                not isinstance(getattr(type(self), name, None), property):
+            valid = ", ".join(sorted(field_types)) or "(none)"
+            raise UnknownConfigKeyError(
+                f"{type(self).__name__} has no config key {name!r}."
+                f"{_closest(name, field_types)} Valid keys: {valid}. To add a key, use "
+                f"override({{{name!r}: ...}}, is_strict=False).")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        self._check_unlocked(name)
+        object.__delattr__(self, name)
+
+    def _check_unlocked(self, name) -> None:
+        if self._locked:
+            raise LockedConfigError(
+                f"{type(self).__name__} is locked, so {name!r} cannot be changed; use "
+                f"config.replace(...) for a changed (unlocked) copy.")
+
+    # ----- locking (TFM's ParamsDict.lock) ---------------------------------
+    def lock(self) -> "Config":
+        """Makes this config refuse changes (assignment, `override`, deletion); returns self.
+
+        As TFM's, the lock covers this object: `locked.trainer = ...` and
+        `locked.override(...)` raise `LockedConfigError` (a `ValueError`), while a
+        sub-config object reached through it keeps its own lock state. `replace` returns an
+        unlocked copy.
+        """
+        object.__setattr__(self, "_locked", True)
+        return self
 
     # ----- introspection -------------------------------------------------
     @classmethod
@@ -172,8 +250,9 @@ class Config:
         os.replace(tmp, path)
 
     def replace(self, **kwargs):
-        """Returns a copy with `kwargs` overridden (strictly); `self` is unchanged."""
+        """Returns an unlocked copy with `kwargs` overridden (strictly); `self` is unchanged."""
         new = copy.deepcopy(self)
+        object.__setattr__(new, "_locked", False)
         new.override(kwargs, is_strict=True)
         return new
 
@@ -192,6 +271,10 @@ class Config:
         wrong type is always an error naming the field, the expected and the given type (an
         int where a float is expected is converted).
         """
+        if self._locked:
+            keys = list(override_params) if isinstance(override_params,
+                                                       collections.abc.Mapping) else []
+            self._check_unlocked(keys[0] if keys else "any key")
         if isinstance(override_params, Config):
             override_params = override_params.as_dict()
         if override_params is None:
@@ -209,13 +292,13 @@ class Config:
             if key not in field_types:
                 if is_strict:
                     valid = ", ".join(sorted(field_types)) or "(none)"
-                    raise ConfigError(
+                    raise UnknownConfigKeyError(
                         f"Unknown config key {dotted!r}.{_closest(key, field_types)} "
                         f"Valid keys at this level: {valid}.")
                 self._set_extra(key, value, dotted)
                 continue
-            setattr(self, key, _coerce(getattr(self, key), field_types[key], value, dotted,
-                                       is_strict, nullable=key in nullable))
+            object.__setattr__(self, key, _coerce(getattr(self, key), field_types[key], value,
+                                                  dotted, is_strict, nullable=key in nullable))
         return self
 
     def _set_extra(self, key, value, dotted: str) -> None:
@@ -230,7 +313,7 @@ class Config:
         old = getattr(self, key, None) if key in extras else None
         if isinstance(old, dict) and isinstance(plain, dict):
             plain = _merge_dicts(old, plain)
-        setattr(self, key, plain)
+        object.__setattr__(self, key, plain)
         if key not in extras:
             extras.append(key)
 
@@ -254,6 +337,61 @@ class Config:
 
     def __contains__(self, key):
         return hasattr(self, key)
+
+
+def _needs_import(tp, value) -> bool:
+    """Whether a constructor value must be converted: a dict, a list holding dicts, or a
+    non-config value where the annotation asks for a config."""
+    if isinstance(value, collections.abc.Mapping):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(isinstance(v, collections.abc.Mapping) for v in value)
+    if value is None or isinstance(value, Config):
+        return False
+    return _mentions_config(tp)
+
+
+def _mentions_config(tp) -> bool:
+    if _is_config_type(tp):
+        return True
+    return any(_mentions_config(a) for a in typing.get_args(tp) if a is not Ellipsis)
+
+
+def _import_constructor_values(config: Config) -> None:
+    """Turns the dicts given to a config's constructor into typed sub-configs (strictly)."""
+    field_types = config._field_types()  # pylint: disable=protected-access
+    nullable = config._nullable_fields()  # pylint: disable=protected-access
+    for f in dataclasses.fields(config):
+        value = config.__dict__.get(f.name)
+        if not _needs_import(field_types[f.name], value):
+            continue
+        default = _field_default(f)
+        try:
+            imported = _coerce(default, field_types[f.name], value, f.name, is_strict=True,
+                               nullable=f.name in nullable)
+        except ConfigError as error:
+            if isinstance(default, Config) and isinstance(value, collections.abc.Mapping):
+                # TFM's `ExperimentConfig(**cfg.as_dict())` with a task of its own class.
+                error.args = (f"{error} A dict for {type(config).__name__}.{f.name} builds a "
+                              f"{type(default).__name__}; for the fields of a subclass pass "
+                              f"an instance of it ({f.name}=MyConfig(...)).",)
+            raise
+        object.__setattr__(config, f.name, imported)
+
+
+def _assigned_value(current, tp, value, name: str, nullable: bool):
+    """The value stored by `config.name = value`: coerced as by `override` (a dict overrides
+    the current sub-config in place), a config of the declared type as a copy, None as None
+    (as TFM's; a required section set to None is reported where it is used)."""
+    if value is None:
+        return None
+    inner, _ = _unwrap_optional(tp)
+    if isinstance(value, Config) and _mentions_config(inner):
+        config_types = [inner] if _is_config_type(inner) else [
+            a for a in typing.get_args(inner) if _is_config_type(a)]
+        if any(isinstance(value, t) for t in config_types):
+            return copy.deepcopy(value)
+    return _coerce(current, tp, value, name, is_strict=True, nullable=nullable)
 
 
 def _validate_value(value) -> None:
@@ -354,7 +492,7 @@ def _coerce_config(current, cls, value, dotted, is_strict):
         return current.override(value, is_strict=is_strict, _path=dotted)
     # An Optional sub-config that is None (TFM's `ema`, say) is created from its type.
     if is_strict and value and not dataclasses.fields(cls):
-        raise ConfigError(
+        raise UnknownConfigKeyError(
             f"Config field {dotted!r} is None and typed as {cls.__name__}, which has no "
             f"fields, so its keys ({', '.join(map(str, value))}) are unknown. Declare the field "
             f"with a concrete config class (or set a default instance) in "

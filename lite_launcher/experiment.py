@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from typing import Any, List, Mapping, Optional, Tuple
 
+import gin
 import tensorflow as tf
 from absl import logging
 
@@ -22,6 +23,7 @@ from lite_launcher.controller import Controller
 from lite_launcher.modes import MODES, check_mode, mode_trains  # noqa: F401  (re-exported)
 from lite_launcher.trainer import Trainer
 
+@gin.configurable  # as TFM's: a gin file may swap `trainer_cls`
 def create_trainer(params, task, train: bool, evaluate: bool, checkpoint_exporter=None,
                    trainer_cls=Trainer) -> Trainer:
     """Builds model and optimizer from the task and wraps them in a Trainer.
@@ -239,6 +241,7 @@ class ExperimentRunner:
             evaluate_all=trainer_config.continuous_eval_all_checkpoints)
 
 
+@gin.configurable
 def run_experiment(distribution_strategy, task, mode: str, params, model_dir: str,
                    run_post_eval: bool = False, save_summary: bool = True,
                    train_actions: Optional[List] = None, eval_actions: Optional[List] = None,

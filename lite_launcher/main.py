@@ -11,9 +11,11 @@ prints one line naming the directory and exits with code 1; earlier checkpoints 
 
 from __future__ import annotations
 
+import dataclasses
 import logging as std_logging
 import os
 import sys
+from typing import List
 
 from absl import app
 from absl import flags
@@ -57,7 +59,10 @@ def define_flags():
 
 def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
     """Prints one line to stderr and exits with `exit_code` (2: the user's input is wrong)."""
-    sys.stderr.write(f"lite-train: error: {' '.join(str(message).split())}\n")
+    # gin appends "In call to configurable ..." lines to errors raised inside a configurable
+    # (Trainer, create_trainer, ...); the message before them is the user's error.
+    text = str(message).split("\n  In call to configurable ")[0]
+    sys.stderr.write(f"lite-train: error: {' '.join(text.split())}\n")
     sys.stderr.flush()
     # Keep the error the last line: nothing logged while the process shuts down (e.g. TF's
     # warnings about a half-restored checkpoint being garbage-collected).
@@ -105,29 +110,107 @@ def configure_determinism() -> None:
 
 
 def load_registrations(registry_imports) -> None:
-    """Imports the built-ins, installed entry-point plugins and `--registry_imports`."""
+    """Imports the built-ins, installed entry-point plugins and `--registry_imports`.
+
+    Also the modules of TFM's gin configurables (`Trainer`, `create_trainer`, the actions,
+    `run_experiment`), so that gin files parsed next can bind them.
+    """
+    from lite_launcher import experiment  # noqa: F401  pylint: disable=unused-import
     from lite_launcher import registry
 
     registry.load_entry_point_plugins()
     registry.import_registry_modules(registry_imports)
 
 
-def parse_configuration(flags_obj):
-    """The experiment config from the flags: default -> config files -> params_override."""
-    from lite_launcher import config as config_lib
-    from lite_launcher import registry
+@dataclasses.dataclass
+class ParseConfigOptions:
+    """TFM's stand-in for FLAGS when calling `parse_configuration` / `ExperimentParser`."""
 
-    if not flags_obj.experiment:
-        raise ConfigError("--experiment is required; see --list_experiments.")
-    params = registry.get_exp_config(flags_obj.experiment)
-    for path in flags_obj.config_file or ():
-        params.override(config_lib.load_config_file(path), is_strict=True)
-    if flags_obj.tpu:
-        params.override({"runtime": {"tpu": flags_obj.tpu}}, is_strict=True)
-    if flags_obj.params_override:
-        params.override(config_lib.parse_params_override(flags_obj.params_override),
-                        is_strict=True)
+    experiment: str
+    config_file: List[str]
+    tpu: str = ""
+    tf_data_service: str = ""
+    params_override: str = ""
+
+    def __contains__(self, name):
+        return name in (f.name for f in dataclasses.fields(self))
+
+
+class ExperimentParser:
+    """Builds the experiment config from flags (or `ParseConfigOptions`), as TFM's.
+
+    `parse()` runs, in order: `base_experiment` (the registered config), `parse_config_file`
+    (each `config_file`), `parse_runtime` (`tpu`), `parse_data_service` and
+    `parse_params_override`; override one step in a subclass to change it. Overrides are
+    strict (unknown keys are `UnknownConfigKeyError`s, a `KeyError`).
+    """
+
+    def __init__(self, flags_obj):
+        self._flags_obj = flags_obj
+
+    def _flag(self, name):
+        return getattr(self._flags_obj, name, None)
+
+    def parse(self):
+        """The config: default -> config files -> runtime flags -> params_override."""
+        params = self.base_experiment()
+        params = self.parse_config_file(params)
+        params = self.parse_runtime(params)
+        params = self.parse_data_service(params)
+        return self.parse_params_override(params)
+
+    def base_experiment(self):
+        """A fresh config of `--experiment`."""
+        from lite_launcher import registry
+
+        if not self._flag("experiment"):
+            raise ConfigError("--experiment is required; see --list_experiments.")
+        return registry.get_exp_config(self._flag("experiment"))
+
+    def parse_config_file(self, params):
+        """Applies each `--config_file` in order."""
+        from lite_launcher import config as config_lib
+
+        for path in self._flag("config_file") or ():
+            params.override(config_lib.load_config_file(path), is_strict=True)
+        return params
+
+    def parse_runtime(self, params):
+        """Sets `runtime.tpu` from `--tpu` when given."""
+        if self._flag("tpu"):
+            params.override({"runtime": {"tpu": self._flag("tpu")}}, is_strict=True)
+        return params
+
+    def parse_data_service(self, params):
+        """TFM's tf.data service address: not supported here, so a set one is an error."""
+        if self._flag("tf_data_service"):
+            raise ConfigError(
+                f"tf_data_service ({self._flag('tf_data_service')!r}) is not supported by "
+                f"lite_launcher; leave it empty.")
+        return params
+
+    def parse_params_override(self, params):
+        """Applies `--params_override` (YAML/JSON string, file path or `a.b=1` pairs)."""
+        from lite_launcher import config as config_lib
+
+        if self._flag("params_override"):
+            params.override(config_lib.parse_params_override(self._flag("params_override")),
+                            is_strict=True)
+        return params
+
+
+def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool = True):
+    """The experiment config from the flags (`ExperimentParser(flags_obj).parse()`).
+
+    As TFM's: validated, then locked with `lock_return` (a locked config refuses changes;
+    `params.replace(...)` gives a changed copy), and logged with `print_return`.
+    """
+    params = ExperimentParser(flags_obj).parse()
     params.validate()
+    if lock_return:
+        params.lock()
+    if print_return:
+        logging.info("Final experiment parameters:\n%s", params.to_yaml())
     return params
 
 

@@ -17,8 +17,8 @@ and `OptimizerFactory` turns it into Keras 3 objects:
 
 Where TFM and Keras 3 differ, this module does what a TFM user expects and says so:
 
-- `learning_rate.type: null` (TFM raises) uses the chosen Keras optimizer's default learning
-  rate as a constant (0.01 for SGD, 0.001 for the others).
+- `learning_rate.type: null` is a `ConfigError` (a `ValueError`, as TFM's), raised when the
+  factory is built: there is no silent fallback to a Keras default rate.
 - Schedules hold their step-0 value before `offset` (TFM evaluates them at a negative step
   there, which for exponential or polynomial decay exceeds the initial rate).
 - `sgd.decay` (the legacy optimizers' `lr / (1 + decay * step)`) is applied by wrapping the
@@ -28,12 +28,18 @@ Where TFM and Keras 3 differ, this module does what a TFM user expects and says 
   (default 1.0) as Keras 3 `global_clipnorm`.
 - `lamb` is TFM's LAMB (weight decay inside the trust ratio, `exclude_from_layer_adaptation`),
   written as a subclass of Keras 3's `Lamb`.
+- `lars` is TFM's LARS written as a Keras 3 optimizer (`LARS`); TFM's `power`, `power_linear`,
+  `power_with_offset` and `step_cosine_with_offset` schedules have TFM's fields and formulas
+  (`step_cosine_with_offset` holds its last value after the last boundary, where TFM's
+  divides by zero).
+- `build_optimizer(lr, postprocessor=fn)` passes the built optimizer through `fn`, as TFM's.
 - EMA is Keras 3's own (`use_ema=True`, `ema_momentum=average_decay`): averages live in the
   optimizer, are updated in `apply_gradients` under every strategy and are saved with it in
   checkpoints. TFM's `dynamic_decay` (decay `min(average_decay, (1+n)/(10+n))`) and
   `start_step` are added by a small subclass; the first average is a copy of the weights (as in
-  Keras), not zeros. `trainable_weights_only: false` cannot be honoured (Keras averages only
-  the variables it trains) and raises.
+  Keras), not zeros. With `trainable_weights_only: false` the model's non-trainable variables
+  (BatchNorm statistics) are averaged too, in optimizer variables the trainer creates
+  (`average_non_trainable_variables`), and swapped with the trained weights.
 - A fixed `runtime.loss_scale` uses `FixedLossScaleOptimizer`, a `LossScaleOptimizer` whose
   scale never changes and which, like TF2's fixed loss scale, never skips a step.
 
@@ -47,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
+import math
 import re
 import types
 from typing import Any, List, Optional, Sequence, Tuple
@@ -191,6 +197,33 @@ class LAMBConfig(BaseOptimizerConfig):
 
 
 @dataclasses.dataclass
+class LARSConfig(BaseOptimizerConfig):
+    """TFM's LARS (layer-wise adaptive rate scaling, `LARS` below).
+
+    Attributes:
+      momentum: momentum of the velocity.
+      eeta: the LARS coefficient; the trust ratio is `eeta * ||w|| / ||g||`.
+      weight_decay_rate: L2 decay added to the gradient (`g + rate * w`) before the ratio.
+      nesterov: Nesterov momentum.
+      classic_momentum: the learning rate (and ratio) scale the gradient inside the momentum
+        update; False: the momentum of raw gradients is scaled afterwards (the ratio then
+        uses the norm of that update).
+      exclude_from_weight_decay: regexes searched in the variable path; matches get no decay.
+      exclude_from_layer_adaptation: regexes of variables with ratio 1; None: the same as
+        `exclude_from_weight_decay`.
+    """
+
+    name: str = "LARS"
+    momentum: float = 0.9
+    eeta: float = 0.001
+    weight_decay_rate: float = 0.0
+    nesterov: bool = False
+    classic_momentum: bool = True
+    exclude_from_weight_decay: Optional[List[str]] = None
+    exclude_from_layer_adaptation: Optional[List[str]] = None
+
+
+@dataclasses.dataclass
 class LionConfig(BaseOptimizerConfig):
     """`keras.optimizers.Lion` (not in TFM); decay as in `adamw` (decoupled, regex exclusions)."""
 
@@ -206,8 +239,9 @@ class EMAConfig(BaseOptimizerConfig):
     """Exponential moving average of the trained weights (`OptimizationConfig.ema`).
 
     Attributes:
-      trainable_weights_only: must stay True: Keras 3 averages the variables the optimizer
-        trains; averaging non-trainable ones (BatchNorm statistics) is not supported.
+      trainable_weights_only: False also averages the model's non-trainable variables
+        (BatchNorm moving statistics), which the trainer then swaps in with the trained
+        weights (TFM's ResNet-RS configs use this).
       average_decay: the decay, `average = decay * average + (1 - decay) * weight`.
       start_step: before this step the average follows the weights (decay 0).
       dynamic_decay: use `min(average_decay, (1 + n) / (10 + n))`, n = steps since start_step,
@@ -285,6 +319,55 @@ class CosineLrConfig(Config):
 
 
 @dataclasses.dataclass
+class DirectPowerLrConfig(Config):
+    """`initial_learning_rate * max(step, 1) ** power`."""
+
+    name: str = "DirectPowerDecay"
+    initial_learning_rate: Optional[float] = None
+    power: float = -0.5
+
+
+@dataclasses.dataclass
+class PowerAndLinearDecayLrConfig(Config):
+    """`initial * max(s, 1) ** power * min(1, (total_decay_steps - s) / (total_decay_steps *
+    linear_decay_fraction))`, floored at 0, s = step - offset: power decay whose last
+    `linear_decay_fraction` of the steps also falls linearly to 0."""
+
+    name: str = "PowerAndLinearDecay"
+    initial_learning_rate: Optional[float] = None
+    total_decay_steps: Optional[int] = None
+    power: float = -0.5
+    linear_decay_fraction: float = 0.1
+    offset: int = 0
+
+
+@dataclasses.dataclass
+class PowerDecayWithOffsetLrConfig(Config):
+    """`pre_offset_learning_rate` up to step `offset`, then `initial * max(step - offset, 1)
+    ** power`, capped at `pre_offset_learning_rate`."""
+
+    name: str = "PowerDecayWithOffset"
+    initial_learning_rate: Optional[float] = None
+    power: float = -0.5
+    offset: int = 0
+    pre_offset_learning_rate: float = 1.0e6
+
+
+@dataclasses.dataclass
+class StepCosineLrConfig(Config):
+    """Cosine decays between levels, s = step - offset (`boundaries` and `values` have the
+    same length): up to `boundaries[1]`, `values[0]` falls to `values[1]` over
+    `boundaries[1] - boundaries[0]` steps counted from s = 0; from `boundaries[i]`, `values[i]`
+    falls to `values[i + 1]` over `boundaries[i + 1] - boundaries[i]` steps; after the last
+    boundary the rate stays at `values[-1]` (TFM divides by zero there)."""
+
+    name: str = "StepCosineDecayWithOffset"
+    boundaries: Optional[List[int]] = None
+    values: Optional[List[float]] = None
+    offset: int = 0
+
+
+@dataclasses.dataclass
 class LinearWarmupConfig(Config):
     """For step < warmup_steps: from `warmup_learning_rate` linearly up to the schedule's value
     at `warmup_steps`; afterwards the schedule itself."""
@@ -324,13 +407,14 @@ class OptimizerConfig(OneOfConfig):
         default_factory=AdamWeightDecayExperimentalConfig)
     lamb: LAMBConfig = dataclasses.field(default_factory=LAMBConfig)
     rmsprop: RMSPropConfig = dataclasses.field(default_factory=RMSPropConfig)
+    lars: LARSConfig = dataclasses.field(default_factory=LARSConfig)
     adagrad: AdagradConfig = dataclasses.field(default_factory=AdagradConfig)
     lion: LionConfig = dataclasses.field(default_factory=LionConfig)
 
 
 @dataclasses.dataclass
 class LrConfig(OneOfConfig):
-    """`type` picks the schedule; None means the optimizer's default constant rate."""
+    """`type` picks the schedule; it must be set before building an optimizer (as TFM)."""
 
     type: Optional[str] = None
     constant: ConstantLrConfig = dataclasses.field(default_factory=ConstantLrConfig)
@@ -338,6 +422,13 @@ class LrConfig(OneOfConfig):
     exponential: ExponentialLrConfig = dataclasses.field(default_factory=ExponentialLrConfig)
     polynomial: PolynomialLrConfig = dataclasses.field(default_factory=PolynomialLrConfig)
     cosine: CosineLrConfig = dataclasses.field(default_factory=CosineLrConfig)
+    power: DirectPowerLrConfig = dataclasses.field(default_factory=DirectPowerLrConfig)
+    power_linear: PowerAndLinearDecayLrConfig = dataclasses.field(
+        default_factory=PowerAndLinearDecayLrConfig)
+    power_with_offset: PowerDecayWithOffsetLrConfig = dataclasses.field(
+        default_factory=PowerDecayWithOffsetLrConfig)
+    step_cosine_with_offset: StepCosineLrConfig = dataclasses.field(
+        default_factory=StepCosineLrConfig)
 
 
 @dataclasses.dataclass
@@ -421,6 +512,23 @@ def _check_learning_rate(oneof: LrConfig) -> None:
         _positive_int(cfg.decay_steps, f"{key}.decay_steps")
         if kind == "exponential":
             _require(cfg.decay_rate, f"{key}.decay_rate", "a float")
+    elif kind in ("power", "power_linear", "power_with_offset"):
+        _require(cfg.initial_learning_rate, f"{key}.initial_learning_rate", "a float")
+        if kind == "power_linear":
+            _positive_int(cfg.total_decay_steps, f"{key}.total_decay_steps")
+            if not 0.0 <= cfg.linear_decay_fraction <= 1.0:
+                raise ConfigError(f"{key}.linear_decay_fraction must be in [0, 1], got "
+                                  f"{cfg.linear_decay_fraction}.")
+    elif kind == "step_cosine_with_offset":
+        boundaries = _require(cfg.boundaries, f"{key}.boundaries", "a list of step numbers")
+        values = _require(cfg.values, f"{key}.values", "one rate per boundary")
+        if len(values) != len(boundaries) or not values:
+            raise ConfigError(
+                f"{key}.values needs as many entries as {key}.boundaries (at least one): got "
+                f"{len(values)} values for {len(boundaries)} boundaries.")
+        if any(b <= a for a, b in zip(boundaries, boundaries[1:])):
+            raise ConfigError(f"{key}.boundaries must be strictly increasing, got "
+                              f"{boundaries}.")
 
 
 def _check_warmup(oneof: WarmupConfig) -> None:
@@ -432,11 +540,6 @@ def _check_warmup(oneof: WarmupConfig) -> None:
 
 
 def _check_ema(ema: EMAConfig) -> None:
-    if not ema.trainable_weights_only:
-        raise ConfigError(
-            "ema.trainable_weights_only=false is not supported: Keras 3 optimizers average "
-            "only the variables they train, so non-trainable ones (BatchNorm moving "
-            "statistics) cannot be averaged. Set ema.trainable_weights_only: true.")
     for clip in ("clipnorm", "clipvalue", "global_clipnorm"):
         if getattr(ema, clip) is not None:
             raise ConfigError(
@@ -497,7 +600,8 @@ def _weight_decay_pattern(include: Optional[Sequence[str]],
 _KERAS_NAMES = (
     "PiecewiseConstantDecayWithOffset", "ExponentialDecayWithOffset",
     "PolynomialDecayWithOffset", "CosineDecayWithOffset", "LinearWarmup", "PolynomialWarmUp",
-    "LegacyDecay", "LAMB", "FixedLossScaleOptimizer",
+    "LegacyDecay", "LAMB", "FixedLossScaleOptimizer", "DirectPowerDecay",
+    "PowerAndLinearDecay", "PowerDecayWithOffset", "StepCosineDecayWithOffset", "LARS",
 )
 
 
@@ -507,6 +611,13 @@ def __getattr__(name):
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _path_matches(patterns, variable) -> bool:
+    """Whether a regex of `patterns` is found in the variable's path (`dense/kernel`), the
+    Keras 3 counterpart of TFM's variable names (`dense/kernel:0`)."""
+    path = re.sub(r":\d+$", "", getattr(variable, "path", None) or variable.name)
+    return any(re.search(p, path) for p in patterns)
 
 
 @functools.lru_cache(maxsize=None)
@@ -592,6 +703,110 @@ def _keras_objects() -> types.SimpleNamespace:
                              name=name, warmup_target=warmup_target, warmup_steps=warmup_steps)
             self.offset = offset
 
+    class _Schedule(schedules.LearningRateSchedule):
+        """A schedule whose constructor arguments are its config (as TFM's)."""
+
+        _ARGS: Tuple[str, ...] = ()
+
+        def get_config(self):
+            return {name: getattr(self, name) for name in self._ARGS}
+
+    @public
+    class DirectPowerDecay(_Schedule):
+        """TFM's `initial_learning_rate * max(step, 1) ** power`."""
+
+        _ARGS = ("initial_learning_rate", "power", "name")
+
+        def __init__(self, initial_learning_rate, power=1.0, name="DirectPowerDecay"):
+            super().__init__()
+            self.initial_learning_rate = float(initial_learning_rate)
+            self.power = float(power)
+            self.name = name
+
+        def __call__(self, step):
+            step = tf.maximum(tf.cast(step, tf.float32), 1.0)  # step 0 would give inf
+            return self.initial_learning_rate * tf.pow(step, self.power)
+
+    @public
+    class PowerAndLinearDecay(_Schedule):
+        """TFM's power decay times a final linear decay (see `PowerAndLinearDecayLrConfig`)."""
+
+        _ARGS = ("initial_learning_rate", "total_decay_steps", "power",
+                 "linear_decay_fraction", "offset", "name")
+
+        def __init__(self, initial_learning_rate, total_decay_steps, power=1.0,
+                     linear_decay_fraction=0.1, offset=0, name="PowerAndLinearDecay"):
+            super().__init__()
+            self.initial_learning_rate = float(initial_learning_rate)
+            self.total_decay_steps = int(total_decay_steps)
+            self.power = float(power)
+            self.linear_decay_fraction = float(linear_decay_fraction)
+            self.offset = int(offset)
+            self.name = name
+
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32) - float(self.offset)
+            lr = self.initial_learning_rate * tf.pow(tf.maximum(step, 1.0), self.power)
+            linear_steps = self.total_decay_steps * self.linear_decay_fraction
+            if linear_steps > 0:
+                lr *= tf.minimum(1.0, (self.total_decay_steps - step) / linear_steps)
+                lr = tf.maximum(lr, 0.0)
+            return lr
+
+    @public
+    class PowerDecayWithOffset(_Schedule):
+        """TFM's `pre_offset_learning_rate` until `offset`, then power decay capped by it."""
+
+        _ARGS = ("initial_learning_rate", "power", "offset", "pre_offset_learning_rate",
+                 "name")
+
+        def __init__(self, initial_learning_rate, power=1.0, offset=0,
+                     pre_offset_learning_rate=1.0e6, name="PowerDecayWithOffset"):
+            super().__init__()
+            self.initial_learning_rate = float(initial_learning_rate)
+            self.power = float(power)
+            self.offset = int(offset)
+            self.pre_offset_learning_rate = float(pre_offset_learning_rate)
+            self.name = name
+
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            decayed = self.initial_learning_rate * tf.pow(
+                tf.maximum(step - float(self.offset), 1.0), self.power)
+            lr = tf.where(step > float(self.offset), decayed, self.pre_offset_learning_rate)
+            return tf.minimum(lr, self.pre_offset_learning_rate)
+
+    @public
+    class StepCosineDecayWithOffset(_Schedule):
+        """TFM's stepwise cosine decay (see `StepCosineLrConfig`); holds `values[-1]` after
+        the last boundary and its step-0 value before `offset`."""
+
+        _ARGS = ("boundaries", "values", "offset", "name")
+
+        def __init__(self, boundaries, values, offset=0, name="StepCosineDecayWithOffset"):
+            super().__init__()
+            self.boundaries = [int(b) for b in boundaries]
+            self.values = [float(v) for v in values]
+            self.offset = int(offset)
+            self.name = name
+            if not self.values or len(self.values) != len(self.boundaries):
+                raise ValueError(f"StepCosineDecayWithOffset needs one value per boundary, got "
+                                 f"{len(self.values)} values for {len(self.boundaries)} "
+                                 f"boundaries.")
+
+        def __call__(self, step):
+            step = shifted(step, self.offset)
+            levels = len(self.values)
+            lr = tf.constant(self.values[-1], tf.float32)
+            # From the last level down, so that the highest boundary reached wins.
+            for i in reversed(range(levels - 1)):
+                start = 0.0 if i == 0 else float(self.boundaries[i])
+                length = float(self.boundaries[i + 1] - self.boundaries[i])
+                high, low = self.values[i], self.values[i + 1]
+                cosine = (high - low) * (tf.cos(math.pi * (step - start) / length) + 1.0) / 2.0
+                lr = tf.where(step < float(self.boundaries[i + 1]), cosine + low, lr)
+            return lr
+
     @public
     class LinearWarmup(schedules.LearningRateSchedule):
         """Linear warmup from `warmup_learning_rate` (step 0) to `lr(warmup_steps)`, then `lr`.
@@ -669,7 +884,7 @@ def _keras_objects() -> types.SimpleNamespace:
         update = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * var (unless the variable
         matches `exclude_from_weight_decay`); var -= ratio * lr * update, with the trust ratio
         ||var|| / ||update|| (1 where either is 0, or for `exclude_from_layer_adaptation`).
-        Patterns are regexes searched in the variable name (`scope/.../kernel`).
+        Patterns are regexes searched in the variable path (`dense/kernel`).
         """
 
         def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
@@ -682,10 +897,7 @@ def _keras_objects() -> types.SimpleNamespace:
             self.exclude_from_layer_adaptation = list(
                 exclude_from_layer_adaptation or self.exclude_from_weight_decay)
 
-        @staticmethod
-        def _matches(patterns, variable) -> bool:
-            name = re.sub(r":\d+$", "", variable.name)
-            return any(re.search(p, name) for p in patterns)
+        _matches = staticmethod(_path_matches)
 
         def update_step(self, gradient, variable, learning_rate):
             dtype = variable.dtype
@@ -714,6 +926,73 @@ def _keras_objects() -> types.SimpleNamespace:
 
         def get_config(self):
             return {**super().get_config(), "weight_decay_rate": self.weight_decay_rate,
+                    "exclude_from_weight_decay": self.exclude_from_weight_decay,
+                    "exclude_from_layer_adaptation": self.exclude_from_layer_adaptation}
+
+    @public
+    class LARS(keras.optimizers.Optimizer):
+        """TFM's LARS on Keras 3 (layer-wise adaptive rate scaling; see `LARSConfig`).
+
+        g += weight_decay_rate * w (unless excluded). Classic momentum:
+        v = momentum * v + lr * ratio * g with ratio = eeta * ||w|| / ||g||, w -= v (Nesterov:
+        w -= momentum * v + lr * ratio * g). Otherwise v = momentum * v + g, u = v (Nesterov:
+        momentum * v + g), w -= lr * ratio * u with ratio = eeta * ||w|| / ||u||. The ratio is 1
+        where a norm is 0 or the variable is excluded from layer adaptation. Patterns are
+        regexes searched in the variable path (`dense/kernel`).
+        """
+
+        def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
+                     nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
+                     exclude_from_layer_adaptation=None, name="LARS", **kwargs):
+            super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+            self.momentum = float(momentum)
+            self.weight_decay_rate = float(weight_decay_rate)
+            self.eeta = float(eeta)
+            self.nesterov = bool(nesterov)
+            self.classic_momentum = bool(classic_momentum)
+            self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+            self.exclude_from_layer_adaptation = list(
+                exclude_from_layer_adaptation or self.exclude_from_weight_decay)
+
+        def build(self, variables):
+            if self.built:
+                return
+            super().build(variables)
+            self.momentums = self.add_optimizer_variables(variables, "momentum")
+
+        _matches = staticmethod(_path_matches)
+
+        def _trust_ratio(self, variable, direction):
+            w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+            d_norm = ops.sqrt(ops.sum(ops.square(direction)))
+            return ops.where(w_norm > 0,
+                             ops.where(d_norm > 0, self.eeta * w_norm / d_norm, 1.0), 1.0)
+
+        def update_step(self, gradient, variable, learning_rate):
+            dtype = variable.dtype
+            lr = ops.cast(learning_rate, dtype)
+            grad = ops.cast(gradient, dtype)
+            velocity = self.momentums[self._get_variable_index(variable)]
+            momentum = ops.cast(self.momentum, dtype)
+            if self.weight_decay_rate and not self._matches(self.exclude_from_weight_decay,
+                                                            variable):
+                grad = grad + self.weight_decay_rate * variable
+            adapt = not self._matches(self.exclude_from_layer_adaptation, variable)
+            if self.classic_momentum:
+                scaled_lr = lr * self._trust_ratio(variable, grad) if adapt else lr
+                next_v = momentum * velocity + scaled_lr * grad
+                update = momentum * next_v + scaled_lr * grad if self.nesterov else next_v
+            else:
+                next_v = momentum * velocity + grad
+                raw = momentum * next_v + grad if self.nesterov else next_v
+                update = (lr * self._trust_ratio(variable, raw) if adapt else lr) * raw
+            self.assign_sub(variable, update)
+            self.assign(velocity, next_v)
+
+        def get_config(self):
+            return {**super().get_config(), "momentum": self.momentum,
+                    "weight_decay_rate": self.weight_decay_rate, "eeta": self.eeta,
+                    "nesterov": self.nesterov, "classic_momentum": self.classic_momentum,
                     "exclude_from_weight_decay": self.exclude_from_weight_decay,
                     "exclude_from_layer_adaptation": self.exclude_from_layer_adaptation}
 
@@ -751,10 +1030,28 @@ def _keras_objects() -> types.SimpleNamespace:
     class _EMAScheduleMixin:
         """Keras EMA with TFM's `start_step` and `dynamic_decay` (see `EMAConfig`)."""
 
-        def __init__(self, *args, ema_dynamic_decay=True, ema_start_step=0, **kwargs):
+        def __init__(self, *args, ema_dynamic_decay=True, ema_start_step=0,
+                     ema_trainable_weights_only=True, **kwargs):
             super().__init__(*args, **kwargs)
             self.ema_dynamic_decay = bool(ema_dynamic_decay)
             self.ema_start_step = int(ema_start_step)
+            self.ema_trainable_weights_only = bool(ema_trainable_weights_only)
+            # (model variable, average) of the non-trainable variables; not tracked, so the
+            # model's variables are not dependencies of the optimizer (averages are: they are
+            # optimizer variables, saved with it).
+            object.__setattr__(self, "_lite_non_trainable_ema", ())
+
+        def average_non_trainable_variables(self, variables):
+            """Creates averages of `variables` (once); each step then updates them as the
+            trained weights' averages and `swap_ema_weights` swaps them too."""
+            if self._lite_non_trainable_ema or self.ema_trainable_weights_only:
+                return
+            pairs = []
+            for var in variables:
+                average = self.add_variable_from_reference(var, name="non_trainable_average")
+                average.assign(var)
+                pairs.append((var, average))
+            object.__setattr__(self, "_lite_non_trainable_ema", tuple(pairs))
 
         def ema_decay(self):
             """The decay of the average update of the step being applied."""
@@ -772,7 +1069,9 @@ def _keras_objects() -> types.SimpleNamespace:
             if not self.use_ema:
                 return
             decay = self.ema_decay()
-            for var, average in zip(trainable_variables, self._model_variables_moving_average):
+            pairs = [*zip(trainable_variables, self._model_variables_moving_average),
+                     *self._lite_non_trainable_ema]
+            for var, average in pairs:
                 if average is None:
                     continue
                 d = ops.cast(decay, var.dtype)
@@ -780,12 +1079,13 @@ def _keras_objects() -> types.SimpleNamespace:
 
         def get_config(self):
             return {**super().get_config(), "ema_dynamic_decay": self.ema_dynamic_decay,
-                    "ema_start_step": self.ema_start_step}
+                    "ema_start_step": self.ema_start_step,
+                    "ema_trainable_weights_only": self.ema_trainable_weights_only}
 
     objects.ema_schedule_classes = {}
     for base in (keras.optimizers.SGD, keras.optimizers.Adam, keras.optimizers.AdamW,
                  keras.optimizers.RMSprop, keras.optimizers.Adagrad, keras.optimizers.Lion,
-                 LAMB):
+                 LAMB, LARS):
         cls = type(f"{base.__name__}WithEMASchedule", (_EMAScheduleMixin, base),
                    {"__module__": __name__})
         objects.ema_schedule_classes[base] = register(cls)
@@ -837,6 +1137,13 @@ def _optimizer_class_and_kwargs(oneof: OptimizerConfig) -> Tuple[Any, dict, Opti
         cls = keras.optimizers.Adagrad
         kwargs.update(initial_accumulator_value=cfg.initial_accumulator_value,
                       epsilon=cfg.epsilon)
+    elif kind == "lars":
+        cls = _keras_objects().LARS
+        kwargs.update(momentum=cfg.momentum, eeta=cfg.eeta,
+                      weight_decay_rate=cfg.weight_decay_rate, nesterov=cfg.nesterov,
+                      classic_momentum=cfg.classic_momentum,
+                      exclude_from_weight_decay=cfg.exclude_from_weight_decay,
+                      exclude_from_layer_adaptation=cfg.exclude_from_layer_adaptation)
     elif kind == "lion":
         cls = keras.optimizers.Lion
         kwargs.update(beta_1=cfg.beta_1, beta_2=cfg.beta_2,
@@ -855,8 +1162,8 @@ class OptimizerFactory:
         lr = factory.build_learning_rate()      # a float or a LearningRateSchedule
         optimizer = factory.build_optimizer(lr)
 
-    Raises `ConfigError` (naming the key and the valid choices) when `optimizer.type` is not set
-    or a chosen branch is incomplete.
+    Raises `ConfigError` (a `ValueError`, naming the key and the valid choices) when
+    `optimizer.type` or `learning_rate.type` is not set or a chosen branch is incomplete.
     """
 
     def __init__(self, config: OptimizationConfig):
@@ -866,6 +1173,12 @@ class OptimizerFactory:
                 f"optimizer.type is not set; set it to one of: "
                 f"{', '.join(_choices(config.optimizer))} (e.g. "
                 f"trainer.optimizer_config.optimizer.type=sgd).")
+        if config.learning_rate.type is None:
+            raise ConfigError(
+                f"learning_rate.type is not set; set it to one of: "
+                f"{', '.join(_choices(config.learning_rate))} (e.g. "
+                f"trainer.optimizer_config.learning_rate.type=constant with "
+                f"trainer.optimizer_config.learning_rate.constant.learning_rate=0.1).")
         config.validate()
         self._optimizer_type = config.optimizer.type
         self._optimizer_config = config.optimizer.get()
@@ -879,11 +1192,6 @@ class OptimizerFactory:
     def config(self) -> OptimizationConfig:
         return self._config
 
-    def default_learning_rate(self) -> float:
-        """The Keras optimizer's own default rate, used when `learning_rate.type` is None."""
-        cls, _, _ = _optimizer_class_and_kwargs(self._config.optimizer)
-        return float(inspect.signature(cls.__init__).parameters["learning_rate"].default)
-
     def build_learning_rate(self):
         """Returns the learning rate: a float, or a serialisable `LearningRateSchedule`.
 
@@ -892,9 +1200,7 @@ class OptimizerFactory:
         """
         k = _keras_objects()
         kind, cfg = self._lr_type, self._lr_config
-        if kind is None:
-            lr = self.default_learning_rate()
-        elif kind == "constant":
+        if kind == "constant":
             lr = float(cfg.learning_rate)
         elif kind == "stepwise":
             lr = k.PiecewiseConstantDecayWithOffset(cfg.boundaries, cfg.values, offset=cfg.offset,
@@ -911,6 +1217,21 @@ class OptimizerFactory:
         elif kind == "cosine":
             lr = k.CosineDecayWithOffset(cfg.initial_learning_rate, cfg.decay_steps,
                                          alpha=cfg.alpha, offset=cfg.offset, name=cfg.name)
+        elif kind == "power":
+            lr = k.DirectPowerDecay(cfg.initial_learning_rate, power=cfg.power, name=cfg.name)
+        elif kind == "power_linear":
+            lr = k.PowerAndLinearDecay(cfg.initial_learning_rate, cfg.total_decay_steps,
+                                       power=cfg.power,
+                                       linear_decay_fraction=cfg.linear_decay_fraction,
+                                       offset=cfg.offset, name=cfg.name)
+        elif kind == "power_with_offset":
+            lr = k.PowerDecayWithOffset(cfg.initial_learning_rate, power=cfg.power,
+                                        offset=cfg.offset,
+                                        pre_offset_learning_rate=cfg.pre_offset_learning_rate,
+                                        name=cfg.name)
+        elif kind == "step_cosine_with_offset":
+            lr = k.StepCosineDecayWithOffset(cfg.boundaries, cfg.values, offset=cfg.offset,
+                                             name=cfg.name)
         else:
             raise ConfigError(f"learning_rate.type {kind!r} has no schedule builder.")
 
@@ -931,8 +1252,11 @@ class OptimizerFactory:
             lr = k.LegacyDecay(lr, decay)
         return lr
 
-    def build_optimizer(self, lr):
+    def build_optimizer(self, lr, postprocessor=None):
         """Returns the Keras 3 optimizer with learning rate `lr` (float or schedule).
+
+        `postprocessor` (TFM's argument): a function given the built optimizer that returns
+        the optimizer to use (a wrapped or modified one); it must return a Keras optimizer.
 
         With `ema` set, the optimizer keeps moving averages of the variables it trains
         (Keras `use_ema=True`, `ema_momentum=average_decay`; TFM's `dynamic_decay` and
@@ -947,16 +1271,23 @@ class OptimizerFactory:
         ema = self._ema_config
         if ema is not None:
             kwargs.update(use_ema=True, ema_momentum=float(ema.average_decay))
-            if ema.dynamic_decay or ema.start_step:
+            if ema.dynamic_decay or ema.start_step or not ema.trainable_weights_only:
                 cls = _keras_objects().ema_schedule_classes[cls]
                 kwargs.update(ema_dynamic_decay=ema.dynamic_decay,
-                              ema_start_step=ema.start_step)
+                              ema_start_step=ema.start_step,
+                              ema_trainable_weights_only=ema.trainable_weights_only)
         try:
             optimizer = cls(learning_rate=lr, **kwargs)
         except ValueError as e:
             raise ConfigError(f"optimizer.{self._optimizer_type}: {e}") from e
         if pattern is not None:
             optimizer.exclude_from_weight_decay(var_names=[pattern])
+        if postprocessor is not None:
+            optimizer = postprocessor(optimizer)
+            if not isinstance(optimizer, keras.optimizers.Optimizer):
+                raise TypeError(f"build_optimizer's postprocessor returned "
+                                f"{type(optimizer).__name__} ({optimizer!r}), not a Keras "
+                                f"optimizer.")
         return optimizer
 
 
@@ -1027,9 +1358,11 @@ def swap_ema_weights(optimizer, variables) -> None:
     """Swaps each of `variables` with its moving average, with `assign` (exact).
 
     `variables` are model variables the optimizer trains (`model.trainable_variables`, any
-    order). Calling it twice restores the weights bit for bit. Under a distribution strategy
-    call it in cross-replica context (in `strategy.scope()`, outside `strategy.run`), eagerly
-    or in a `tf.function`; every replica's copy is assigned.
+    order). The averaged non-trainable variables (`ema.trainable_weights_only: false`, see
+    `average_non_trainable_variables`) are swapped too. Calling it twice restores the weights
+    bit for bit. Under a distribution strategy call it in cross-replica context (in
+    `strategy.scope()`, outside `strategy.run`), eagerly or in a `tf.function`; every
+    replica's copy is assigned.
     """
     import keras  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -1048,6 +1381,7 @@ def swap_ema_weights(optimizer, variables) -> None:
                 f"optimizer trains, so it has no moving average.") from None
         if averages[index] is not None:  # Keras keeps no average for some special variables
             pairs.append((var, averages[index]))
+    pairs.extend(getattr(inner, "_lite_non_trainable_ema", ()))
 
     def raw(v):
         return v.value if isinstance(v, keras.Variable) else v
@@ -1057,6 +1391,20 @@ def swap_ema_weights(optimizer, variables) -> None:
         weights = tf.identity(var)
         var.assign(average)
         average.assign(weights)
+
+
+def average_non_trainable_variables(optimizer, variables) -> None:
+    """Creates the averages of a model's non-trainable `variables` (BatchNorm statistics)
+    when the optimizer was built with `ema.trainable_weights_only: false`; else does nothing.
+
+    The trainer calls it once, in the strategy scope, after building the optimizer. Each
+    `apply_gradients` then updates these averages with the trained weights' decay, and
+    `swap_ema_weights` swaps them with the variables.
+    """
+    inner = _unwrap(optimizer)
+    track = getattr(inner, "average_non_trainable_variables", None)
+    if track is not None:
+        track(list(variables))
 
 
 def learning_rate_value(optimizer, step=None):

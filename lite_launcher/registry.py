@@ -22,7 +22,71 @@ ENTRY_POINT_GROUP = "lite_launcher.experiments"
 
 
 class RegistryError(ConfigError):
-    """Unknown or duplicate registry entry."""
+    """A registry error: an unknown or duplicate entry, or a registry module that fails."""
+
+
+class UnknownEntryError(RegistryError, LookupError):
+    """An experiment, task config or key that is not registered: a `LookupError`, as TFM's."""
+
+
+class DuplicateEntryError(RegistryError, KeyError):
+    """A name or key registered twice: a `KeyError`, as TFM's."""
+
+    def __str__(self):
+        # KeyError's str() quotes its message; keep the one-line message as written.
+        return str(self.args[0]) if self.args else ""
+
+
+def register(registered_collection: dict, reg_key):
+    """TFM's `registry.register`: a decorator storing a function or class under `reg_key`.
+
+    A string key may be a path, `"models/resnet/v1"`, stored in nested dicts
+    (`collection["models"]["resnet"]["v1"]`); any other hashable key is stored as is.
+    Registering an existing key, or a path through an entry that is not a folder, is a
+    `DuplicateEntryError` (a `KeyError`).
+    """
+
+    def decorator(fn_or_cls):
+        collection, leaf = registered_collection, reg_key
+        if isinstance(reg_key, str):
+            *folders, leaf = reg_key.split("/")
+            for depth, folder in enumerate(folders):
+                collection = collection.setdefault(folder, {})
+                if not isinstance(collection, dict):
+                    raise DuplicateEntryError(
+                        f"Cannot register {reg_key!r}: {'/'.join(folders[:depth + 1])!r} is "
+                        f"already registered as {_describe(collection)}, not a folder.")
+        if leaf in collection:
+            raise DuplicateEntryError(
+                f"{reg_key!r} is registered twice: by {_describe(collection[leaf])} and by "
+                f"{_describe(fn_or_cls)}.")
+        collection[leaf] = fn_or_cls
+        return fn_or_cls
+
+    return decorator
+
+
+def lookup(registered_collection: dict, reg_key):
+    """TFM's `registry.lookup`: what `register` stored under `reg_key` (a path for strings).
+
+    An unknown key is an `UnknownEntryError` (a `LookupError`) naming the missing part.
+    """
+    if not isinstance(reg_key, str):
+        if reg_key not in registered_collection:
+            raise UnknownEntryError(
+                f"{reg_key!r} is not registered; import the module that registers it.")
+        return registered_collection[reg_key]
+    node = registered_collection
+    parts = reg_key.split("/")
+    for depth, part in enumerate(parts):
+        if not isinstance(node, dict) or part not in node:
+            known = ", ".join(sorted(map(str, node))) if isinstance(node, dict) else "(none)"
+            raise UnknownEntryError(
+                f"{'/'.join(parts[:depth + 1])!r} is not registered (looking up "
+                f"{reg_key!r}); registered there: {known or '(none)'}. Import the module "
+                f"that registers it.")
+        node = node[part]
+    return node
 
 
 def _describe(obj) -> str:
@@ -50,7 +114,7 @@ def register_config_factory(name: str):
 
     def decorator(factory):
         if name in _EXPERIMENTS:
-            raise RegistryError(
+            raise DuplicateEntryError(
                 f"Experiment {name!r} is registered twice: by {_describe(_EXPERIMENTS[name])} "
                 f"and by {_describe(factory)}.")
         _EXPERIMENTS[name] = factory
@@ -75,7 +139,7 @@ def get_exp_config(name: str):
     _ensure_builtins_loaded()
     if name not in _EXPERIMENTS:
         known = ", ".join(sorted(_EXPERIMENTS)) or "(none)"
-        raise RegistryError(
+        raise UnknownEntryError(
             f"Unknown experiment {name!r}.{_closest(name, _EXPERIMENTS)} "
             f"Registered experiments: {known}. Use --registry_imports to load your own.")
     config = _EXPERIMENTS[name]()
@@ -88,7 +152,7 @@ def register_task_cls(task_config_cls: type):
 
     def decorator(task_cls):
         if task_config_cls in _TASKS:
-            raise RegistryError(
+            raise DuplicateEntryError(
                 f"Task config {task_config_cls.__name__} is registered twice: by "
                 f"{_describe(_TASKS[task_config_cls])} and by {_describe(task_cls)}.")
         _TASKS[task_config_cls] = task_cls
@@ -106,7 +170,7 @@ def get_task_cls(task_config_cls: type) -> Type:
             return _TASKS[cls]
     names = {c.__name__: c for c in _TASKS}
     known = ", ".join(sorted(names)) or "(none)"
-    raise RegistryError(
+    raise UnknownEntryError(
         f"No task registered for config {task_config_cls.__name__}."
         f"{_closest(task_config_cls.__name__, names)} Registered task configs: {known}.")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, Optional
 
+import gin
 import keras
 import tensorflow as tf
 from absl import logging
@@ -163,6 +164,7 @@ def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
+@gin.configurable  # as TFM's: a gin file may set its arguments
 class Trainer:
     """Runs a `Task`'s train and validation steps; TFM's `base_trainer.Trainer` on Keras 3.
 
@@ -295,6 +297,9 @@ class Trainer:
         for optimizer in self.optimizers.values():
             if isinstance(optimizer, keras.optimizers.Optimizer) and not optimizer.built:
                 optimizer.build(trainable)
+            # ema.trainable_weights_only: false also averages BatchNorm statistics.
+            optimization.average_non_trainable_variables(optimizer,
+                                                         self._model.non_trainable_variables)
 
     # -------------------------------------------------------------- async (PS)
     def init_async(self):

@@ -1,8 +1,8 @@
 """Configs: TFM's fields and defaults, strict overrides in TFM's order, round trips, validation."""
 
-import ast
 import dataclasses
 import json
+import logging
 import os
 import types
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -16,8 +16,6 @@ from lite_launcher.base_config import (Config, ConfigError, OneOfConfig, load_co
                                        override_config, parse_params_override)
 from lite_launcher.config import (DataConfig, ExperimentConfig, RuntimeConfig, TaskConfig,
                                   TrainerConfig)
-
-TFM_CONFIG_DEFINITIONS = "/tmp/tfm/official/core/config_definitions.py"
 
 # A representative set of TFM's defaults (official/core/config_definitions.py, TFM 2.20).
 TFM_DEFAULTS = {
@@ -69,42 +67,78 @@ def test_structure_of_task_and_experiment_configs():
     assert ExperimentConfig().task.train_data is not experiment.task.train_data
 
 
-def _tfm_literal_defaults(path):
-    """{class name: {field: default}} for fields of TFM's configs with literal defaults."""
-    tree = ast.parse(open(path).read())
-    out = {}
-    for node in tree.body:
-        if not isinstance(node, ast.ClassDef):
-            continue
-        fields = {}
-        for stmt in node.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
-                    and stmt.value is not None:
-                try:
-                    fields[stmt.target.id] = ast.literal_eval(stmt.value)
-                except ValueError:
-                    # `60 * 60` and the like: arithmetic on constants only.
-                    if isinstance(stmt.value, ast.BinOp) and all(
-                            isinstance(n, (ast.BinOp, ast.Constant, ast.operator))
-                            for n in ast.walk(stmt.value)):
-                        fields[stmt.target.id] = eval(  # pylint: disable=eval-used
-                            compile(ast.Expression(stmt.value), path, "eval"), {})
-        out[node.name] = fields
-    return out
+TFM_SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                            "tfm_2_20_config_defaults.json")
+
+# TFM 2.20 fields lite_launcher does not have (README, "Differences from TFM").
+TFM_FIELDS_NOT_IN_LITE = {
+    "DataConfig": {"tfds_data_dir", "tfds_as_supervised", "tfds_skip_decoding_feature",
+                   "enable_tf_data_service", "tf_data_service_address",
+                   "tf_data_service_job_name", "apply_tf_data_service_before_batching",
+                   "enable_shared_tf_data_service_between_parallel_trainers", "trainer_id",
+                   "autotune_algorithm", "ram_budget"},
+    "RuntimeConfig": {"default_shard_dim", "num_cores_per_replica",
+                      "tpu_enable_xla_dynamic_padder", "use_tpu_mp_strategy"},
+    "TaskConfig": {"allow_image_summary", "differential_privacy_config"},
+    "OptimizerConfig": {"slide", "adafactor", "adafactor_keras"},
+}
+# lite_launcher's own fields (off by default).
+LITE_FIELDS_NOT_IN_TFM = {
+    "DataConfig": {"file_type"},
+    "RuntimeConfig": {"deterministic_ops"},
+    "TrainerConfig": {"checkpoint_train_iterator", "continuous_eval_all_checkpoints"},
+    "OptimizerConfig": {"lion"},
+}
 
 
-@pytest.mark.skipif(not os.path.exists(TFM_CONFIG_DEFINITIONS),
-                    reason="TFM source not unpacked at /tmp/tfm")
-def test_every_shared_field_default_matches_the_tfm_source():
-    tfm = _tfm_literal_defaults(TFM_CONFIG_DEFINITIONS)
+def _tfm_fields(snapshot, name):
+    """A TFM class's fields with their defaults, inherited ones included."""
+    entry = snapshot[name]
+    fields = {}
+    for base in entry["bases"]:
+        if base in snapshot:
+            fields.update(_tfm_fields(snapshot, base))
+    fields.update(entry["fields"])
+    return fields
+
+
+def _lite_config_classes():
+    from lite_launcher import config as config_lib, optimization
+    modules = (config_lib, optimization)
+    return {cls.__name__: cls for module in modules for cls in vars(module).values()
+            if isinstance(cls, type) and issubclass(cls, Config) and cls.__module__ ==
+            module.__name__}
+
+
+def test_config_fields_and_defaults_match_the_tfm_2_20_snapshot():
+    """Every TFM 2.20 config field (tests/data, made by make_tfm_defaults_snapshot.py) exists
+    here with TFM's default, unless listed as a difference; and no unlisted field is added."""
+    with open(TFM_SNAPSHOT) as f:
+        snapshot = json.load(f)
+    ours = _lite_config_classes()
     compared = 0
-    for cls in (DataConfig, RuntimeConfig, TrainerConfig, TaskConfig):
-        ours = cls()
-        for name, default in tfm[cls.__name__].items():
-            if name in cls.field_names():
-                assert getattr(ours, name) == default, f"{cls.__name__}.{name}"
-                compared += 1
-    assert compared >= 50
+    for name in sorted(set(snapshot) & set(ours)):
+        cls, tfm = ours[name], _tfm_fields(snapshot, name)
+        instance = cls()
+        missing = set(tfm) - set(cls.field_names()) - TFM_FIELDS_NOT_IN_LITE.get(name, set())
+        assert not missing, f"{name} lacks TFM fields {sorted(missing)}"
+        extra = set(cls.field_names()) - set(tfm) - LITE_FIELDS_NOT_IN_TFM.get(name, set())
+        assert not extra, f"{name} has fields TFM does not: {sorted(extra)}"
+        for field, default in tfm.items():
+            if field not in cls.field_names():
+                continue
+            value = getattr(instance, field)
+            if isinstance(default, dict) and "factory" in default:
+                assert type(value).__name__ == default["factory"], f"{name}.{field}"
+            elif not (isinstance(default, dict) and "expr" in default):
+                same = value == default and isinstance(value, bool) == isinstance(default, bool)
+                assert same, f"{name}.{field}: {value!r} here, {default!r} in TFM"
+            compared += 1
+    assert compared >= 200  # the snapshot really was compared
+    covered = set(snapshot) & set(ours)
+    assert {"DataConfig", "RuntimeConfig", "TrainerConfig", "TaskConfig", "ExperimentConfig",
+            "OptimizationConfig", "OptimizerConfig", "LrConfig", "WarmupConfig", "EMAConfig",
+            "LARSConfig", "StepCosineLrConfig", "PowerAndLinearDecayLrConfig"} <= covered
 
 
 # ----- overrides ---------------------------------------------------------------------------
@@ -562,3 +596,135 @@ def test_yaml_on_off_yes_no_are_strings_only_true_false_are_booleans():
     assert config.runtime.distribution_strategy == "off"
     assert base_config.load_yaml("a: yes\nb: True\nc: [on, 1e-3]") == {
         "a": "yes", "b": True, "c": ["on", 0.001]}
+
+
+# ----- TFM's construction idioms, lock, exception types (issue 10, items 2 and 7) ----------
+
+
+def _tfm_style_optimization_dict():
+    return {"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+            "learning_rate": {"type": "stepwise",
+                              "stepwise": {"boundaries": [10], "values": [0.1, 0.01]}}}
+
+
+def test_a_dict_passed_positionally_builds_the_typed_sub_configs():
+    config = ll.OptimizationConfig(_tfm_style_optimization_dict())
+    assert isinstance(config.optimizer, ll.OptimizationConfig().optimizer.__class__)
+    assert config.optimizer.type == "sgd" and config.optimizer.sgd.momentum == 0.9
+    assert config.learning_rate.get().values == [0.1, 0.01]
+    assert config.learning_rate.stepwise.boundaries == [10]
+    # The same strict checks as `override`.
+    with pytest.raises(KeyError, match=r"optimizer\.sgd\.momentun.*Did you mean 'momentum'"):
+        ll.OptimizationConfig({"optimizer": {"type": "sgd", "sgd": {"momentun": 0.9}}})
+    with pytest.raises(ConfigError, match=r"learning_rate\.constant\.learning_rate.*float"):
+        ll.OptimizationConfig({"learning_rate": {"constant": {"learning_rate": "fast"}}})
+
+
+def test_keyword_dicts_build_typed_sub_configs():
+    config = ExperimentConfig(trainer={"train_steps": 7,
+                                       "optimizer_config": _tfm_style_optimization_dict()},
+                              task={"train_data": {"global_batch_size": 4}})
+    assert isinstance(config.trainer, TrainerConfig) and config.trainer.train_steps == 7
+    assert config.trainer.steps_per_loop == 1000  # the rest keeps TrainerConfig's defaults
+    assert config.trainer.optimizer_config.optimizer.sgd.momentum == 0.9
+    assert isinstance(config.task.train_data, DataConfig)
+    assert config.task.train_data.global_batch_size == 4
+    config.validate()
+    with pytest.raises(KeyError, match=r"'trainer\.train_step'.*Did you mean 'train_steps'"):
+        ExperimentConfig(trainer={"train_step": 7})
+    with pytest.raises(ConfigError, match=r"'trainer'.*mapping for TrainerConfig"):
+        ExperimentConfig(trainer="fast")
+
+
+def test_experiment_config_rebuilt_from_its_own_as_dict():
+    config = ExperimentConfig(trainer={"train_steps": 7,
+                                       "optimizer_config": _tfm_style_optimization_dict()},
+                              runtime={"loss_scale": 128})
+    rebuilt = ExperimentConfig(**config.as_dict())
+    assert rebuilt == config
+    assert isinstance(rebuilt.trainer.optimizer_config.learning_rate.stepwise, type(
+        config.trainer.optimizer_config.learning_rate.stepwise))
+    # A task of its own class cannot come back from a plain dict: one error naming the key.
+    own = ExperimentConfig(task=NetTaskConfig())
+    with pytest.raises(KeyError, match=r"task.*pass an instance of it") as info:
+        ExperimentConfig(**own.as_dict())
+    assert "\n" not in str(info.value)
+
+
+def test_assigning_a_dict_overrides_the_sub_config_in_place():
+    config = ExperimentConfig()
+    trainer = config.trainer
+    config.trainer = {"train_steps": 11, "optimizer_config": {"optimizer": {"type": "adam"}}}
+    assert config.trainer is trainer and trainer.train_steps == 11
+    assert config.trainer.optimizer_config.optimizer.type == "adam"
+    config.task.train_data = {"global_batch_size": 32, "is_training": True}
+    assert isinstance(config.task.train_data, DataConfig)
+    assert config.task.train_data.global_batch_size == 32
+    assert config.task.train_data.drop_remainder is True
+    config.trainer.optimizer_config.ema = {"average_decay": 0.5}  # an Optional sub-config
+    assert config.trainer.optimizer_config.ema.average_decay == 0.5
+    with pytest.raises(KeyError, match=r"'train_data\.global_batch'"):
+        config.task.train_data = {"global_batch": 1}
+    with pytest.raises(ConfigError, match=r"'train_steps' expects int"):
+        config.trainer.train_steps = "many"
+    config.task.validation_data = None  # None is stored as None, as TFM's
+    assert config.task.validation_data is None
+    other = TrainerConfig(train_steps=3)
+    config.trainer = other  # a config of the declared type is stored as a copy, as TFM
+    assert config.trainer == other and config.trainer is not other
+
+
+def test_assigning_an_unknown_attribute_is_a_key_error_naming_the_fix():
+    config = ExperimentConfig()
+    with pytest.raises(KeyError, match=r"TrainerConfig has no config key 'train_step'\. Did "
+                                       r"you mean 'train_steps'\?.*is_strict=False"):
+        config.trainer.train_step = 3
+    config.trainer.override({"my_key": 1}, is_strict=False)
+    config.trainer.my_key = 2  # keys added by a non-strict override can be set
+    assert config.trainer.as_dict()["my_key"] == 2
+
+
+def test_lock_refuses_changes_with_tfm_semantics():
+    config = ExperimentConfig(trainer={"train_steps": 5})
+    assert config.lock() is config and config._locked  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match=r"ExperimentConfig is locked, so 'trainer' cannot"):
+        config.trainer = {"train_steps": 6}
+    with pytest.raises(ValueError, match="locked"):
+        config.override({"runtime": {"num_gpus": 1}})
+    with pytest.raises(ValueError, match="locked"):
+        del config.runtime
+    assert config.trainer.train_steps == 5 and config.runtime.num_gpus == 0
+    changed = config.replace(trainer={"train_steps": 9})  # an unlocked, changed copy
+    assert changed.trainer.train_steps == 9 and not changed._locked  # pylint: disable=protected-access
+    changed.runtime = {"num_gpus": 2}
+    assert config.trainer.train_steps == 5
+    # As TFM's lock (one object's flag): a sub-config keeps its own state.
+    config.trainer.lock()
+    with pytest.raises(ValueError, match="TrainerConfig is locked"):
+        config.trainer.train_steps = 1
+
+
+def test_parse_configuration_locks_unless_lock_return_is_false(net_experiment):
+    params = ll.parse_configuration(_args(experiment=net_experiment))
+    with pytest.raises(ValueError, match="locked"):
+        params.trainer = {"train_steps": 1}
+    unlocked = ll.parse_configuration(_args(experiment=net_experiment), lock_return=False,
+                                      print_return=False)
+    unlocked.trainer = {"train_steps": 1}
+    assert unlocked.trainer.train_steps == 1
+
+
+def test_unknown_key_is_a_key_error_and_a_config_error_with_a_clean_message(capsys):
+    with pytest.raises(KeyError) as info:
+        ExperimentConfig().override({"trainer": {"bogus": 1}})
+    assert isinstance(info.value, ConfigError)
+    assert str(info.value).startswith("Unknown config key 'trainer.bogus'.")
+    from lite_launcher import main as main_lib
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main_lib._user_error(info.value)  # pylint: disable=protected-access
+    finally:
+        logging.disable(logging.NOTSET)  # _user_error silences logging for the exit
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith(
+        "lite-train: error: Unknown config key 'trainer.bogus'.")

@@ -216,14 +216,17 @@ def test_two_clipping_options_are_a_config_error():
 
 
 def test_adamw_gradient_clip_norm_composes_with_global_clipnorm():
+    constant = {"type": "constant"}
     optimizer, _ = build({"optimizer": {"type": "adamw", "adamw": {
-        "gradient_clip_norm": 2.0, "global_clipnorm": 0.5}}})
+        "gradient_clip_norm": 2.0, "global_clipnorm": 0.5}}, "learning_rate": constant})
     assert optimizer.global_clipnorm == 0.5
     optimizer, _ = build({"optimizer": {"type": "adamw", "adamw": {"gradient_clip_norm": 0.0,
-                                                                   "clipnorm": 3.0}}})
+                                                                   "clipnorm": 3.0}},
+                          "learning_rate": constant})
     assert optimizer.clipnorm == 3.0 and optimizer.global_clipnorm is None
     with pytest.raises(ConfigError, match=r"optimizer\.adamw\.gradient_clip_norm"):
-        build({"optimizer": {"type": "adamw", "adamw": {"clipvalue": 1.0}}})
+        build({"optimizer": {"type": "adamw", "adamw": {"clipvalue": 1.0}},
+               "learning_rate": constant})
 
 
 # ---------------------------------------------------------------------------- schedules
@@ -233,11 +236,12 @@ def test_constant_learning_rate_is_a_float():
     assert float(opt_lib.learning_rate_value(optimizer)) == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("kind,expected", [("sgd", 0.01), ("adam", 0.001)])
-def test_unset_learning_rate_type_uses_the_optimizer_default(kind, expected):
-    optimizer, lr = build({"optimizer": {"type": kind}})
-    assert lr == expected
-    assert float(opt_lib.learning_rate_value(optimizer)) == pytest.approx(expected)
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_unset_learning_rate_type_is_a_value_error_as_tfm(kind):
+    # Not a silent Keras default rate: TFM's factory raises a ValueError here.
+    with pytest.raises(ValueError, match=r"learning_rate\.type is not set; set it to one of: "
+                                         r"constant, stepwise, .*cosine"):
+        build({"optimizer": {"type": kind}})
 
 
 def test_stepwise_with_offset():
@@ -411,7 +415,8 @@ def test_type_set_by_attribute_is_checked_by_the_factory():
     ({"learning_rate": {"type": "exponential", "exponential": {
         "initial_learning_rate": 0.1, "decay_steps": 0, "decay_rate": 0.5}}},
      r"learning_rate\.exponential\.decay_steps must be a positive integer"),
-    ({"warmup": {"type": "linear"}}, r"warmup\.linear\.warmup_steps must be set"),
+    ({"learning_rate": {"type": "constant"}, "warmup": {"type": "linear"}},
+     r"warmup\.linear\.warmup_steps must be set"),
 ])
 def test_incomplete_branches_are_config_errors(params, message):
     config = make_config({"optimizer": {"type": "sgd"}, **params})
@@ -553,8 +558,6 @@ def test_ema_averages_are_saved_and_restored_with_the_optimizer(tmp_path):
 
 
 def test_ema_config_errors():
-    with pytest.raises(ConfigError, match=r"ema\.trainable_weights_only"):
-        build(ema_params(trainable_weights_only=False))
     with pytest.raises(ConfigError, match=r"ema\.clipnorm"):
         build(ema_params(clipnorm=1.0))
     with pytest.raises(ConfigError, match=r"ema\.average_decay"):
@@ -732,3 +735,285 @@ def test_configs_import_without_tensorflow():
                             text=True, timeout=60, check=True,
                             env=dict(os.environ, PYTHONPATH=ROOT))
     assert result.stdout.split() == ["False", "False"]
+
+
+# ------------------------------------------- TFM's power and step-cosine schedules (issue 10)
+def _lr(kind, **params):
+    return build({"optimizer": {"type": "sgd"},
+                  "learning_rate": {"type": kind, kind: params}})[1]
+
+
+def test_power_schedule_is_initial_times_step_to_the_power():
+    lr = _lr("power", initial_learning_rate=2.0)  # TFM's default power: -0.5 (sqrt decay)
+    steps = np.array([0, 1, 4, 100, 12345])
+    np.testing.assert_allclose(schedule_values(lr, steps),
+                               2.0 * np.maximum(steps, 1) ** -0.5, rtol=1e-6)
+
+
+def test_power_linear_schedule_decays_linearly_to_zero_over_the_last_fraction():
+    lr = _lr("power_linear", initial_learning_rate=1.0, total_decay_steps=100, power=-0.5,
+             linear_decay_fraction=0.2, offset=10)
+    steps = np.array([0, 10, 11, 50, 90, 95, 105, 110, 200])
+    s = steps - 10.0
+    expected = np.maximum(s, 1) ** -0.5 * np.clip((100 - s) / 20.0, None, 1.0)
+    np.testing.assert_allclose(schedule_values(lr, steps), np.maximum(expected, 0.0),
+                               rtol=1e-6, atol=1e-9)
+    assert schedule_values(lr, [110])[0] == 0.0  # the end of the decay
+
+
+def test_power_with_offset_schedule_holds_the_pre_offset_rate_then_decays():
+    lr = _lr("power_with_offset", initial_learning_rate=3.0, power=-1.0, offset=50,
+             pre_offset_learning_rate=0.5)
+    steps = np.array([0, 49, 50, 51, 56, 150])
+    decayed = 3.0 * np.maximum(steps - 50.0, 1.0) ** -1.0
+    expected = np.minimum(np.where(steps > 50, decayed, 0.5), 0.5)
+    np.testing.assert_allclose(schedule_values(lr, steps), expected, rtol=1e-6)
+    np.testing.assert_allclose(schedule_values(lr, [56, 150]), [0.5, 0.03], rtol=1e-6)
+
+
+def test_step_cosine_with_offset_schedule_closed_form():
+    lr = _lr("step_cosine_with_offset", boundaries=[0, 100, 300], values=[1.0, 0.5, 0.1],
+             offset=20)
+
+    def expected(step):
+        s = max(step - 20.0, 0.0)
+        if s < 100:
+            return 0.5 * (math.cos(math.pi * s / 100) + 1) / 2 + 0.5
+        if s < 300:
+            return 0.4 * (math.cos(math.pi * (s - 100) / 200) + 1) / 2 + 0.1
+        return 0.1  # after the last boundary: the last value (TFM divides by zero)
+
+    steps = [0, 20, 70, 119, 120, 220, 319, 320, 5000]
+    np.testing.assert_allclose(schedule_values(lr, steps), [expected(s) for s in steps],
+                               rtol=1e-5)
+
+
+def test_step_cosine_with_linear_warmup_gives_tfm_values():
+    # The numbers of TFM's optimizer_factory_test (step_cosine_with_offset + linear warmup).
+    _, lr = build({"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+                   "learning_rate": {"type": "step_cosine_with_offset",
+                                     "step_cosine_with_offset": {
+                                         "values": [0.0001, 0.00005],
+                                         "boundaries": [0, 500000], "offset": 10000}},
+                   "warmup": {"type": "linear", "linear": {"warmup_steps": 10000,
+                                                           "warmup_learning_rate": 0.0}}})
+    steps = [0, 5000, 10000, 20000, 499999]
+    np.testing.assert_allclose(schedule_values(lr, steps),
+                               [0.0, 1e-4 / 2.0, 1e-4, 9.994863e-05, 5e-05], atol=5e-8)
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"type": "power"}, r"learning_rate\.power\.initial_learning_rate must be set"),
+    ({"type": "power_linear", "power_linear": {"initial_learning_rate": 1.0}},
+     r"learning_rate\.power_linear\.total_decay_steps must be set"),
+    ({"type": "step_cosine_with_offset",
+      "step_cosine_with_offset": {"boundaries": [0, 10], "values": [1.0]}},
+     r"as many entries as learning_rate\.step_cosine_with_offset\.boundaries"),
+    ({"type": "step_cosine_with_offset",
+      "step_cosine_with_offset": {"boundaries": [10, 10], "values": [1.0, 0.5]}},
+     r"strictly increasing"),
+])
+def test_new_schedules_check_their_fields(params, message):
+    with pytest.raises(ConfigError, match=message):
+        make_config({"optimizer": {"type": "sgd"}, "learning_rate": params}).validate()
+
+
+def test_new_schedules_round_trip_through_keras_serialization():
+    for lr in (_lr("power", initial_learning_rate=1.0),
+               _lr("power_linear", initial_learning_rate=1.0, total_decay_steps=10),
+               _lr("power_with_offset", initial_learning_rate=1.0, offset=3),
+               _lr("step_cosine_with_offset", boundaries=[0, 8], values=[1.0, 0.1])):
+        again = keras.optimizers.schedules.deserialize(
+            json.loads(json.dumps(keras.optimizers.schedules.serialize(lr))))
+        steps = [0, 2, 5, 9, 20]
+        np.testing.assert_allclose(schedule_values(again, steps), schedule_values(lr, steps))
+
+
+# ---------------------------------------------------------------- TFM's LARS (issue 10)
+def _numpy_lars(weights, grads_per_step, lr, momentum, eeta, wd, nesterov, classic,
+                decayed, adapted):
+    ws = [w.astype(np.float64).copy() for w in weights]
+    vs = [np.zeros_like(w) for w in ws]
+    for grads in grads_per_step:
+        for i, g in enumerate(grads):
+            w, v = ws[i], vs[i]
+            g = g.astype(np.float64) + (wd * w if decayed[i] else 0.0)
+
+            def ratio(d):
+                wn, dn = np.linalg.norm(w), np.linalg.norm(d)
+                return eeta * wn / dn if wn > 0 and dn > 0 else 1.0
+
+            if classic:
+                scaled = lr * (ratio(g) if adapted[i] else 1.0)
+                v_new = momentum * v + scaled * g
+                update = momentum * v_new + scaled * g if nesterov else v_new
+            else:
+                v_new = momentum * v + g
+                raw = momentum * v_new + g if nesterov else v_new
+                update = lr * (ratio(raw) if adapted[i] else 1.0) * raw
+            ws[i], vs[i] = w - update, v_new
+    return ws
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("classic", [True, False])
+def test_lars_matches_numpy(classic, nesterov):
+    layer = keras.layers.Dense(3, name="dense")
+    layer.build((None, 2))
+    vs = layer.trainable_variables  # paths dense/kernel, dense/bias
+    rng = np.random.RandomState(3)
+    for v in vs:
+        v.assign(rng.randn(*v.shape).astype("float32"))
+    start = [v.numpy().copy() for v in vs]
+    optimizer, _ = build({"optimizer": {"type": "lars", "lars": {
+        "momentum": 0.8, "eeta": 0.05, "weight_decay_rate": 0.1, "nesterov": nesterov,
+        "classic_momentum": classic, "exclude_from_weight_decay": ["bias"],
+        "exclude_from_layer_adaptation": ["bias"]}},
+        "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.3}}})
+    grads = [[rng.randn(*v.shape).astype("float32") for v in vs] for _ in range(4)]
+    for step_grads in grads:
+        optimizer.apply_gradients(zip([tf.constant(g) for g in step_grads], vs))
+    expected = _numpy_lars(start, grads, 0.3, 0.8, 0.05, 0.1, nesterov, classic,
+                           decayed=[True, False], adapted=[True, False])
+    for v, e in zip(vs, expected):
+        np.testing.assert_allclose(v.numpy(), e, rtol=2e-5, atol=1e-6)
+
+
+def test_lars_config_has_tfm_defaults_and_exclusions_default_to_the_weight_decay_ones():
+    optimizer, _ = build({"optimizer": {"type": "lars", "lars": {
+        "exclude_from_weight_decay": ["bias"]}}, "learning_rate": {"type": "constant"}})
+    assert isinstance(optimizer, opt_lib.LARS)
+    assert (optimizer.momentum, optimizer.eeta, optimizer.weight_decay_rate,
+            optimizer.nesterov, optimizer.classic_momentum) == (0.9, 0.001, 0.0, False, True)
+    assert optimizer.exclude_from_layer_adaptation == ["bias"]
+    config = opt_lib.LARS.from_config(optimizer.get_config())
+    assert config.eeta == 0.001 and config.exclude_from_weight_decay == ["bias"]
+
+
+# -------------------------------------------------- build_optimizer(postprocessor=) (TFM)
+def test_build_optimizer_applies_the_postprocessor():
+    factory = opt_lib.OptimizerFactory(make_config(sgd(lr=0.2)))
+    seen = []
+
+    def postprocessor(optimizer):
+        seen.append(optimizer)
+        return keras.optimizers.LossScaleOptimizer(optimizer)
+
+    optimizer = factory.build_optimizer(factory.build_learning_rate(),
+                                        postprocessor=postprocessor)
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    assert optimizer.inner_optimizer is seen[0]
+    assert isinstance(seen[0], keras.optimizers.SGD)
+    with pytest.raises(TypeError, match="postprocessor returned str"):
+        factory.build_optimizer(0.1, postprocessor=lambda optimizer: "not an optimizer")
+
+
+# ---------------------------------------- EMA over all weights (trainable_weights_only: false)
+def _bn_ema_trainer(trainable_weights_only=False, strategy=None):
+    import tiny  # pylint: disable=import-outside-toplevel
+    import lite_launcher as ll  # pylint: disable=import-outside-toplevel
+
+    class BatchNormTinyTask(tiny.TinyTask):
+        def build_model(self):
+            init = keras.initializers.GlorotUniform(seed=1)
+            return keras.Sequential([
+                keras.Input((tiny.NUM_FEATURES,)),
+                keras.layers.Dense(5, kernel_initializer=init),
+                keras.layers.BatchNormalization(momentum=0.5),
+                keras.layers.Dense(tiny.NUM_CLASSES, kernel_initializer=init)])
+
+    config = tiny.make_config(steps_per_loop=1, summary_interval=1)
+    config.trainer.optimizer_config.override({"ema": {
+        "average_decay": 0.6, "dynamic_decay": False,
+        "trainable_weights_only": trainable_weights_only}})
+    with (strategy or tf.distribute.get_strategy()).scope():
+        task = BatchNormTinyTask(config.task)
+        model = task.build_model()
+        optimizer = task.create_optimizer(config.trainer.optimizer_config, config.runtime)
+        return ll.Trainer(config, task, model, optimizer)
+
+
+def test_ema_of_all_weights_averages_batchnorm_statistics_as_numpy():
+    trainer = _bn_ema_trainer()
+    statistics = trainer.model.non_trainable_variables  # moving mean and variance
+    assert [v.path.split("/")[-1] for v in statistics] == ["moving_mean", "moving_variance"]
+    history = []
+    for _ in range(4):
+        trainer.train(tf.constant(1))
+        history.append([v.numpy().astype(np.float64) for v in statistics])
+    expected = [h.copy() for h in history[0]]  # the first update copies (as Keras's EMA)
+    for values in history[1:]:
+        expected = [0.6 * e + 0.4 * v for e, v in zip(expected, values)]
+    current = [v.numpy().copy() for v in statistics]
+    trainer.swap_weights()
+    for v, e in zip(statistics, expected):
+        np.testing.assert_allclose(v.numpy(), e, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(statistics[0].numpy(), current[0])  # an average, not the weights
+    trainer.swap_weights()
+    for v, c in zip(statistics, current):
+        np.testing.assert_array_equal(v.numpy(), c)  # swapping back restores bit for bit
+
+
+def test_ema_of_trainable_weights_only_leaves_batchnorm_statistics_alone():
+    trainer = _bn_ema_trainer(trainable_weights_only=True)
+    trainer.train(tf.constant(2))
+    statistics = [v.numpy().copy() for v in trainer.model.non_trainable_variables]
+    trainer.swap_weights()
+    for v, s in zip(trainer.model.non_trainable_variables, statistics):
+        np.testing.assert_array_equal(v.numpy(), s)
+
+
+def test_batchnorm_averages_are_saved_and_restored_with_the_checkpoint(tmp_path):
+    trainer = _bn_ema_trainer()
+    trainer.train(tf.constant(3))
+    trainer.swap_weights()
+    averaged = [v.numpy().copy() for v in trainer.model.non_trainable_variables]
+    trainer.swap_weights()
+    path = trainer.checkpoint.save(str(tmp_path / "ckpt"))
+    restored = _bn_ema_trainer()
+    restored.checkpoint.restore(path).assert_existing_objects_matched()
+    restored.swap_weights()
+    for v, a in zip(restored.model.non_trainable_variables, averaged):
+        np.testing.assert_array_equal(v.numpy(), a)
+
+
+def test_ema_of_all_weights_under_mirrored_strategy_averages_each_replicas_statistics():
+    # Keras 3 keeps BatchNorm statistics per replica; each replica averages its own copy.
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    trainer = _bn_ema_trainer(strategy=strategy)
+    statistics = trainer.model.non_trainable_variables
+
+    def per_replica():
+        return [[r.numpy().astype(np.float64) for r in v.value.values] for v in statistics]
+
+    history = []
+    for _ in range(3):
+        trainer.train(tf.constant(1))
+        history.append(per_replica())
+    expected = history[0]
+    for values in history[1:]:
+        expected = [[0.6 * e + 0.4 * v for e, v in zip(es, vs)]
+                    for es, vs in zip(expected, values)]
+    trainer.swap_weights()
+    for got_replicas, expected_replicas in zip(per_replica(), expected):
+        for got, want in zip(got_replicas, expected_replicas):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_lamb_exclusions_match_the_layer_in_the_variable_path():
+    # TFM's BERT configs exclude ["LayerNorm", "layer_norm", "bias"]: patterns name layers, so
+    # they must be searched in the variable path (`layer_norm/kernel`), not the bare name.
+    def one_step(layer_name, weight_decay_rate):
+        layer = keras.layers.Dense(3, name=layer_name, use_bias=False,
+                                   kernel_initializer=keras.initializers.Constant(0.5))
+        layer.build((None, 2))
+        optimizer, _ = build({"optimizer": {"type": "lamb", "lamb": {
+            "weight_decay_rate": weight_decay_rate, "exclude_from_weight_decay": ["layer_norm"]}},
+            "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}}})
+        grad = tf.constant(np.arange(6, dtype="float32").reshape(2, 3) / 6.0)
+        optimizer.apply_gradients([(grad, layer.kernel)])
+        return layer.kernel.numpy()
+
+    excluded, kept = one_step("layer_norm", 0.5), one_step("dense_kept", 0.5)
+    np.testing.assert_array_equal(excluded, one_step("layer_norm_ref", 0.0))
+    assert not np.allclose(kept, excluded)  # the kept layer is decayed

@@ -2,6 +2,7 @@
 
 import dataclasses
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -80,13 +81,14 @@ def test_registering_an_experiment_twice_names_both_registrants(clean_registry):
     def first_factory():
         return ll.ExperimentConfig()
 
-    with pytest.raises(RegistryError) as error:
+    with pytest.raises(KeyError) as error:  # TFM's type, and a RegistryError
         @ll.register_config_factory("regtest_twice")
         def second_factory():
             return ll.ExperimentConfig()
 
+    assert isinstance(error.value, RegistryError)
     message = str(error.value)
-    assert "'regtest_twice' is registered twice" in message
+    assert message.startswith("Experiment 'regtest_twice' is registered twice")
     assert "first_factory" in message and "second_factory" in message
     assert __file__ in message  # where each registrant lives
     assert ll.get_exp_config("regtest_twice") is not None  # the first one stays
@@ -98,8 +100,9 @@ def test_experiment_names_must_be_non_empty_strings():
 
 
 def test_unknown_experiment_lists_known_names_and_the_closest_match():
-    with pytest.raises(ll.ConfigError) as error:
+    with pytest.raises(LookupError) as error:  # TFM's type
         ll.get_exp_config("digits_mpl")
+    assert isinstance(error.value, ll.ConfigError)  # the CLI's one-line error, exit code 2
     message = str(error.value)
     assert "Unknown experiment 'digits_mpl'. Did you mean 'digits_mlp'?" in message
     for name in ("cnn_small", "digits_cnn", "digits_mlp", "mlp_tiny", "mock"):
@@ -117,7 +120,7 @@ def test_get_task_builds_the_registered_task(clean_registry, tmp_path):
     assert task.name == "regtest_task"
     default = ll.get_task(config)
     assert default.logging_dir == "" and default.name == "reg_test_task"
-    # A config subclass without its own task uses its parent's, as in TFM.
+    # A config subclass without its own task uses its parent's (TFM needs its own entry).
     assert type(ll.get_task(RegTestChildTaskConfig())) is RegTestTask
 
 
@@ -127,10 +130,11 @@ def test_registering_a_task_config_twice_names_both_registrants(clean_registry):
     class OtherRegTestTask(ll.Task):
         pass
 
-    with pytest.raises(RegistryError) as error:
+    with pytest.raises(KeyError) as error:  # TFM's type, and a RegistryError
         ll.register_task_cls(RegTestTaskConfig)(OtherRegTestTask)
+    assert isinstance(error.value, RegistryError)
     message = str(error.value)
-    assert "RegTestTaskConfig is registered twice" in message
+    assert message.startswith("Task config RegTestTaskConfig is registered twice")
     assert "RegTestTask" in message and "OtherRegTestTask" in message
 
 
@@ -139,12 +143,39 @@ def test_unknown_task_config_lists_known_configs_and_the_closest_match():
     class DigitTaskConfig(ll.TaskConfig):
         pass
 
-    with pytest.raises(ll.ConfigError) as error:
+    with pytest.raises(LookupError) as error:  # TFM's type
         ll.get_task(DigitTaskConfig())
+    assert isinstance(error.value, ll.ConfigError)
     message = str(error.value)
     assert "No task registered for config DigitTaskConfig." in message
     assert "Did you mean 'DigitsTaskConfig'?" in message
     assert "WorkloadTaskConfig" in message
+
+
+def test_register_and_lookup_store_path_keys_in_nested_folders():
+    collection = {}
+    registry.register(collection, "models/resnet/v1")(len)
+    registry.register(collection, min)(max)  # any hashable key, stored as is
+    assert collection == {"models": {"resnet": {"v1": len}}, min: max}
+    assert registry.lookup(collection, "models/resnet/v1") is len
+    assert registry.lookup(collection, "models/resnet") == {"v1": len}
+    assert registry.lookup(collection, min) is max
+
+
+def test_register_and_lookup_errors_are_tfm_types_with_one_line_messages():
+    collection = {}
+    registry.register(collection, "models/resnet")(len)
+    with pytest.raises(KeyError) as twice:
+        registry.register(collection, "models/resnet")(abs)
+    assert str(twice.value).startswith("'models/resnet' is registered twice: by builtins.len")
+    with pytest.raises(KeyError, match=r"'models/resnet' is already registered as builtins\.len"
+                                       r", not a folder"):
+        registry.register(collection, "models/resnet/v2")(abs)
+    with pytest.raises(LookupError, match=r"'models/vgg' is not registered \(looking up "
+                                          r"'models/vgg/v1'\); registered there: resnet\."):
+        registry.lookup(collection, "models/vgg/v1")
+    with pytest.raises(LookupError, match="is not registered"):
+        registry.lookup(collection, abs)
 
 
 # ----- registry imports and entry-point plugins ---------------------------------------------
@@ -260,3 +291,93 @@ def test_lite_train_help_does_not_import_tensorflow():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "USAGE" in result.stdout and result.stdout.rstrip().endswith("OK")
+
+
+# ----- gin: TFM's configurables (Trainer, create_trainer, actions, run_experiment) ---------
+
+_GIN_TRAINER_MODULE = '''
+import json
+import os
+
+import gin
+
+import lite_launcher as ll
+
+
+@gin.configurable
+class GinTestTrainer(ll.Trainer):
+    """Records its class and a gin-set argument, then trains as the base Trainer."""
+
+    def __init__(self, *args, note="unset", record_dir=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        with open(os.path.join(record_dir, "trainer.json"), "w") as f:
+            json.dump({"class": type(self).__name__, "note": note,
+                       "steps_per_loop": self.config.trainer.steps_per_loop}, f)
+'''
+
+
+def _train_with_gin(tmp_path, *gin_flags):
+    (tmp_path / "regtest_gin_trainer.py").write_text(_GIN_TRAINER_MODULE)
+    model_dir = tmp_path / "model"
+    result = subprocess.run(
+        _lite_train() + ["--experiment=digits_mlp", "--mode=train", f"--model_dir={model_dir}",
+                         "--registry_imports=regtest_gin_trainer", *gin_flags,
+                         "--params_override=trainer.train_steps=4,trainer.steps_per_loop=2,"
+                         "trainer.summary_interval=2,runtime.distribution_strategy=off"],
+        env=_env(str(tmp_path)), cwd=str(tmp_path), capture_output=True, text=True,
+        timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return model_dir
+
+
+def test_lite_train_gin_file_swaps_the_trainer_class_and_sets_its_arguments(tmp_path):
+    record_dir = tmp_path / "record"
+    record_dir.mkdir()
+    gin_file = tmp_path / "trainer.gin"
+    gin_file.write_text(f"create_trainer.trainer_cls = @GinTestTrainer\n"
+                        f"GinTestTrainer.note = 'from the gin file'\n"
+                        f"GinTestTrainer.record_dir = '{record_dir}'\n")
+    model_dir = _train_with_gin(tmp_path, f"--gin_file={gin_file}")
+    record = json.loads((record_dir / "trainer.json").read_text())
+    assert record == {"class": "GinTestTrainer", "note": "from the gin file",
+                      "steps_per_loop": 2}
+    assert (model_dir / "ckpt-4.index").exists()  # the swapped trainer trained to the end
+    operative = (model_dir / "operative_config.train.gin").read_text()
+    assert "create_trainer.trainer_cls = @GinTestTrainer" in operative
+
+
+def test_lite_train_gin_params_set_an_argument_of_the_base_trainer(tmp_path):
+    record_dir = tmp_path / "record"
+    record_dir.mkdir()
+    # TFM's Trainer is gin-configurable: its bindings reach a subclass's super().__init__.
+    # A binding of an argument the caller passes explicitly is ignored (gin's rule), so bind
+    # one that create_trainer leaves at its default.
+    model_dir = _train_with_gin(
+        tmp_path, "--gin_params=create_trainer.trainer_cls = @GinTestTrainer",
+        f"--gin_params=GinTestTrainer.record_dir = '{record_dir}'",
+        "--gin_params=Trainer.checkpoint_exporter = None",
+        "--gin_params=get_train_actions.checkpoint_manager = None",
+        "--gin_params=get_eval_actions.model_dir = ''")
+    assert json.loads((record_dir / "trainer.json").read_text())["note"] == "unset"
+    operative = (model_dir / "operative_config.train.gin").read_text()
+    assert "GinTestTrainer.record_dir" in operative
+
+
+def test_an_error_raised_inside_a_gin_configurable_stays_one_clean_line(capsys):
+    import logging  # pylint: disable=import-outside-toplevel
+
+    from lite_launcher import main as main_lib  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tiny  # pylint: disable=import-outside-toplevel
+    config = tiny.make_config()
+    config.task.train_data = None
+    with pytest.raises(ll.ConfigError) as error:
+        tiny.make_trainer(config)  # Trainer is gin-configurable: gin annotates the error
+    try:
+        with pytest.raises(SystemExit):
+            main_lib._user_error(error.value)  # pylint: disable=protected-access
+    finally:
+        logging.disable(logging.NOTSET)
+    assert capsys.readouterr().err == (
+        "lite-train: error: The trainer needs `task.train_data` to build the training dataset "
+        "(or pass train_dataset=, or train=False).\n")
