@@ -162,11 +162,7 @@ def test_parse_configuration(tmp_path, parsed_flags):
     """Restates train_lib_test.TrainTest.test_parse_configuration."""
     with flagsaver.flagsaver(experiment="mock", mode="train", model_dir=str(tmp_path),
                              params_override=json.dumps(TEST_CONFIG)):
-        try:
-            params = ll.parse_configuration(FLAGS, lock_return=True)
-        except TypeError as error:
-            pytest.xfail(f"parse_configuration(lock_return=) comes with issue 10 item 2 "
-                         f"(fidcfg): {error}")
+        params = ll.parse_configuration(FLAGS, lock_return=True)
         with pytest.raises(ValueError):
             params.override({"task": {"init_checkpoint": "Foo"}})
         params = ll.parse_configuration(FLAGS, lock_return=False)
