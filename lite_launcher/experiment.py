@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from typing import Any, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
@@ -16,6 +17,7 @@ from absl import logging
 
 from lite_launcher import actions
 from lite_launcher import exporter as exporter_lib
+from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
@@ -71,6 +73,11 @@ def _remove_interrupted_checkpoint_writes(model_dir: str) -> None:
             tf.io.gfile.rmtree(leftover)
 
 
+def _release_model_dir_holds(holds: List[str]) -> None:
+    while holds:
+        model_dir_lock.release(holds.pop())
+
+
 class ExperimentRunner:
     """Builds the trainer, checkpoint manager and controller for one run; `run()` executes it.
 
@@ -94,6 +101,14 @@ class ExperimentRunner:
         self._run_post_eval = run_post_eval
         self._temp_dirs: List[str] = []
         self._actions: List = []
+        # One trainer per model_dir: the chief of a training mode locks it before anything
+        # (checkpoint clean-up, restore) reads or writes there; evaluators never lock. The
+        # holds go at the end of `run()`, or when a runner that failed to build is collected.
+        self._locks_model_dir = mode_trains(mode) and strategy_lib.should_write(self.strategy)
+        self._model_dir_holds: List[str] = []
+        weakref.finalize(self, _release_model_dir_holds, self._model_dir_holds)
+        if self._locks_model_dir:
+            self._hold_model_dir(create=False)
         # A trainer passed in (the forked-driver path) is used as is.
         self._trainer = trainer or self._build_trainer(
             task, train=mode_trains(mode), evaluate=("eval" in mode) or run_post_eval)
@@ -193,11 +208,17 @@ class ExperimentRunner:
             summary_manager=self._summary_manager,
             eval_summary_manager=self._eval_summary_manager)
 
+    def _hold_model_dir(self, create: bool) -> None:
+        if model_dir_lock.hold(self._model_dir, create=create):
+            self._model_dir_holds.append(self._model_dir)
+
     def run(self) -> Tuple[Any, Mapping[str, Any]]:
         """Runs the mode; returns `(model, eval_logs)` (eval_logs only with a post-eval)."""
         trainer_config = self._params.trainer
         logging.info("Running mode %s in %s", self._mode, self._model_dir)
         try:
+            if self._locks_model_dir and not self._model_dir_holds:
+                self._hold_model_dir(create=True)  # model_dir did not exist at construction.
             with self.strategy.scope():
                 if self._mode in ("train", "train_and_post_eval"):
                     self._controller.train(steps=trainer_config.train_steps)
@@ -223,6 +244,7 @@ class ExperimentRunner:
                     close()
             for directory in self._temp_dirs:
                 shutil.rmtree(directory, ignore_errors=True)
+            _release_model_dir_holds(self._model_dir_holds)
 
     def _run_continuous_eval(self):
         trainer_config = self._params.trainer

@@ -19,6 +19,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from lite_launcher import model_dir_lock
 from lite_launcher.base_config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -102,6 +103,24 @@ def configure_determinism() -> None:
     tf.config.experimental.enable_op_determinism()
     logging.info("Deterministic ops on (runtime.deterministic_ops); Python, NumPy and "
                  "TensorFlow seeded with 0.")
+
+
+def _may_be_non_chief(flags_obj) -> bool:
+    """Whether this process might be a non-chief worker, judged without TensorFlow.
+
+    TF_CONFIG, or `worker_hosts` in --params_override or a --config_file, may make it one;
+    only the chief locks model_dir, so such a process locks once its config is known.
+    """
+    if os.environ.get("TF_CONFIG"):
+        return True
+    texts = [flags_obj.params_override or ""]
+    for path in flags_obj.config_file or ():
+        try:
+            with open(path, "rb") as f:
+                texts.append(f.read().decode("utf-8", "replace"))
+        except OSError:
+            texts.append("")  # Reported when the config is parsed.
+    return any("worker_hosts" in text for text in texts)
 
 
 def load_registrations(registry_imports) -> None:
@@ -247,6 +266,9 @@ def _main():
             raise ConfigError("--model_dir is required (the directory for checkpoints and "
                               "summaries).")
         check_model_dir(FLAGS.model_dir, FLAGS.mode)
+        if modes.mode_trains(FLAGS.mode) and not _may_be_non_chief(FLAGS):
+            # Refuse a second trainer now, in well under a second, before TensorFlow loads.
+            model_dir_lock.hold(FLAGS.model_dir)
     load_registrations(FLAGS.registry_imports)
     if FLAGS.list_experiments:
         from lite_launcher import registry
@@ -269,6 +291,11 @@ def _main():
     strategy_lib.configure_cluster(params.runtime.worker_hosts, params.runtime.task_index)
     # Only the chief writes params.yaml and the gin config (as checkpoints and summaries).
     chief = strategy_lib.is_chief_process(params.runtime.distribution_strategy)
+    if modes.mode_trains(mode):
+        if chief:
+            model_dir_lock.hold(model_dir)  # Held until the process ends.
+        elif model_dir_lock.held(model_dir):
+            model_dir_lock.release(model_dir)  # A non-chief worker: the chief locks.
     if params.runtime.mixed_precision_dtype:
         strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     if params.runtime.run_eagerly:
@@ -279,6 +306,7 @@ def _main():
 
     def before_run():
         if modes.mode_trains(mode) and chief:
+            model_dir_lock.hold(model_dir, create=True)  # A fresh model_dir is locked now.
             serialize_config(params, model_dir)
 
     run_with_preemption_recovery(params, mode, model_dir,
