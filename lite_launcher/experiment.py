@@ -16,6 +16,7 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher import actions
+from lite_launcher import checkpoint_recovery
 from lite_launcher import exporter as exporter_lib
 from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
@@ -161,6 +162,8 @@ class ExperimentRunner:
         if strategy_lib.should_write(self.strategy):
             if mode_trains(self._mode):
                 _remove_interrupted_checkpoint_writes(self._model_dir)
+                # Resume from the newest checkpoint that reads (broken newer ones moved aside).
+                checkpoint_recovery.prepare_model_dir(self._model_dir)
             return tf.train.CheckpointManager(
                 self._trainer.checkpoint, directory=self._model_dir,
                 max_to_keep=self._params.trainer.max_to_keep, **options)

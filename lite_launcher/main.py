@@ -56,6 +56,10 @@ def define_flags():
     flags.DEFINE_bool("dry_run", False, "Print the resolved config as YAML and exit.")
 
 
+class ModelDirWriteError(OSError):
+    """A file of the driver (params.yaml) could not be written to model_dir (exit code 1)."""
+
+
 def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
     """Prints one line to stderr and exits with `exit_code` (2: the user's input is wrong)."""
     sys.stderr.write(f"lite-train: error: {' '.join(str(message).split())}\n")
@@ -240,16 +244,25 @@ def main(argv):
         _main()
     except ConfigError as error:
         _user_error(error)
-    except OSError as error:
-        controller = sys.modules.get("lite_launcher.controller")
-        if controller is None or not isinstance(error, controller.CheckpointWriteError):
+    except (OSError, RuntimeError) as error:
+        if not _is_environment_failure(error):
             raise
         _user_error(error, RUNTIME_ERROR_EXIT_CODE)
-    except RuntimeError as error:
-        actions = sys.modules.get("lite_launcher.actions")
-        if actions is None or not isinstance(error, actions.TrainingDivergedError):
-            raise
-        _user_error(error, RUNTIME_ERROR_EXIT_CODE)
+
+
+def _is_environment_failure(error: BaseException) -> bool:
+    """Whether `error` is one of lite's one-line failures of the environment (exit code 1)."""
+    if isinstance(error, ModelDirWriteError):
+        return True
+    # Looked up only in modules already imported: importing them here would load TensorFlow.
+    for module_name, class_name in (
+            ("lite_launcher.controller", "CheckpointWriteError"),
+            ("lite_launcher.actions", "TrainingDivergedError"),
+            ("lite_launcher.checkpoint_recovery", "NoReadableCheckpointError")):
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if cls is not None and isinstance(error, cls):
+            return True
+    return False
 
 
 def _main():
