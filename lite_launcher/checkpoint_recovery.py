@@ -38,7 +38,7 @@ class NoReadableCheckpointError(RuntimeError):
     """model_dir holds checkpoints but none of them reads (an environment failure: exit 1)."""
 
 
-def _first_line(error: BaseException, limit: int = 160) -> str:
+def _first_line(error: BaseException, limit: int = 200) -> str:
     text = (getattr(error, "message", None) or str(error)).strip()
     # TF's eager-op decorations say nothing about the file.
     text = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "", text)
@@ -109,6 +109,19 @@ def _move_aside(paths: List[str], destination: str) -> None:
     tf.io.gfile.makedirs(destination)
     for path in paths:
         tf.io.gfile.rename(path, os.path.join(destination, os.path.basename(path)))
+
+
+def _write_state(model_dir: str, latest: int, numbers: List[int],
+                 timestamps: List[float]) -> None:
+    """Writes the state file as a CheckpointManager would (text proto, write then rename)."""
+    lines = [f'model_checkpoint_path: "ckpt-{latest}"']
+    lines += [f'all_model_checkpoint_paths: "ckpt-{n}"' for n in numbers]
+    lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in timestamps]
+    path = os.path.join(model_dir, STATE_FILE)
+    temporary = f"{path}.tmp-recovery-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def prepare_model_dir(model_dir: str) -> Optional[str]:
@@ -184,10 +197,8 @@ def prepare_model_dir(model_dir: str) -> Optional[str]:
     if state is not None and state_problem is None:
         kept = [n for n in kept if n in listed or n == resume]
     timestamps = [tf.io.gfile.stat(os.path.join(model_dir, f"ckpt-{n}.index")).mtime_nsec / 1e9
-                  for n in kept]
-    tf.compat.v1.train.update_checkpoint_state(
-        model_dir, f"ckpt-{resume}", [f"ckpt-{n}" for n in kept],
-        all_model_checkpoint_timestamps=timestamps)
+                  for n in kept]  # The manager's keep_checkpoint_every_n_hours reads them.
+    _write_state(model_dir, resume, kept, timestamps)
     if state_problem is not None:
         logging.warning("Checkpoint state file %s was unreadable (%s): rebuilt it from the "
                         "checkpoints on disk (latest: ckpt-%d); the old file was moved to %s.",
