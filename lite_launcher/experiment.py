@@ -91,7 +91,8 @@ class ExperimentRunner:
                  train_actions: Optional[List] = None, eval_actions: Optional[List] = None,
                  trainer: Optional[Trainer] = None, controller_cls=Controller,
                  summary_manager=None, eval_summary_manager=None,
-                 enable_async_checkpointing: bool = False):
+                 enable_async_checkpointing: bool = False,
+                 continuous_eval_max_wait_s: Optional[float] = None):
         check_mode(mode)
         if not model_dir:
             raise ConfigError("model_dir must be set (--model_dir=DIR).")
@@ -100,6 +101,7 @@ class ExperimentRunner:
         self._model_dir = model_dir
         self._mode = mode
         self._run_post_eval = run_post_eval
+        self._continuous_eval_max_wait_s = continuous_eval_max_wait_s
         self._temp_dirs: List[str] = []
         self._actions: List = []
         # One trainer per model_dir: the chief of a training mode locks it before anything
@@ -261,7 +263,8 @@ class ExperimentRunner:
             timeout=trainer_config.continuous_eval_timeout,
             timeout_fn=timeout_fn,
             stop_at_step=trainer_config.train_steps,
-            evaluate_all=trainer_config.continuous_eval_all_checkpoints)
+            evaluate_all=trainer_config.continuous_eval_all_checkpoints,
+            max_wait=self._continuous_eval_max_wait_s)
 
 
 def run_experiment(distribution_strategy, task, mode: str, params, model_dir: str,
@@ -269,12 +272,16 @@ def run_experiment(distribution_strategy, task, mode: str, params, model_dir: st
                    train_actions: Optional[List] = None, eval_actions: Optional[List] = None,
                    trainer: Optional[Trainer] = None, controller_cls=Controller,
                    summary_manager=None, eval_summary_manager=None,
-                   enable_async_checkpointing: bool = False) -> Tuple[Any, Mapping[str, Any]]:
+                   enable_async_checkpointing: bool = False,
+                   continuous_eval_max_wait_s: Optional[float] = None
+                   ) -> Tuple[Any, Mapping[str, Any]]:
     """Runs one experiment in `mode` and returns `(model, eval_logs)`.
 
     Modes: train, train_and_post_eval, train_and_eval, eval, continuous_eval. `eval_logs` holds
     the post-evaluation metrics with `run_post_eval` / `train_and_post_eval`, else `{}`.
     Pass `trainer=` (built inside `strategy.scope()`) to run a custom Trainer subclass.
+    `continuous_eval_max_wait_s`: in continuous_eval, stop after this many seconds without a
+    new checkpoint even below `train_steps` (default: wait on, as TFM).
     """
     runner = ExperimentRunner(
         distribution_strategy=distribution_strategy, task=task, mode=mode, params=params,
@@ -282,5 +289,6 @@ def run_experiment(distribution_strategy, task, mode: str, params, model_dir: st
         train_actions=train_actions, eval_actions=eval_actions, trainer=trainer,
         controller_cls=controller_cls, summary_manager=summary_manager,
         eval_summary_manager=eval_summary_manager,
-        enable_async_checkpointing=enable_async_checkpointing)
+        enable_async_checkpointing=enable_async_checkpointing,
+        continuous_eval_max_wait_s=continuous_eval_max_wait_s)
     return runner.run()

@@ -50,6 +50,9 @@ def define_flags():
     flags.DEFINE_multi_string("gin_params", None, "Gin bindings, e.g. 'f.x = 1'.")
     flags.DEFINE_string("tpu", None, "TPU address (sets runtime.tpu).")
     flags.DEFINE_bool("enable_async_checkpointing", False, "Write checkpoints asynchronously.")
+    flags.DEFINE_float("continuous_eval_max_wait_s", None, "continuous_eval: exit 0 after this "
+                       "many seconds without a new checkpoint, even below train_steps (default: "
+                       "wait on, as TFM, since a preempted trainer may resume).")
     flags.DEFINE_multi_string("registry_imports", None, "Modules to import that register "
                               "experiments and tasks (repeatable).")
     flags.DEFINE_bool("list_experiments", False, "Print the registered experiments and exit.")
@@ -204,7 +207,8 @@ def _is_preemption_error(error) -> bool:
 
 
 def run_with_preemption_recovery(params, mode: str, model_dir: str,
-                                 enable_async_checkpointing: bool = False, before_run=None):
+                                 enable_async_checkpointing: bool = False, before_run=None,
+                                 continuous_eval_max_wait_s=None):
     """Builds strategy and task and runs the experiment; retries after a worker preemption.
 
     A retry starts from the last checkpoint in model_dir. `before_run()` is called once the
@@ -224,7 +228,8 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
             runner = experiment.ExperimentRunner(
                 distribution_strategy=distribution_strategy, task=task, mode=mode,
                 params=params, model_dir=model_dir,
-                enable_async_checkpointing=enable_async_checkpointing)
+                enable_async_checkpointing=enable_async_checkpointing,
+                continuous_eval_max_wait_s=continuous_eval_max_wait_s)
             if before_run is not None:
                 before_run()
             return runner.run()
@@ -279,6 +284,10 @@ def _main():
             raise ConfigError("--model_dir is required (the directory for checkpoints and "
                               "summaries).")
         check_model_dir(FLAGS.model_dir, FLAGS.mode)
+        if FLAGS.continuous_eval_max_wait_s is not None and (
+                FLAGS.mode != "continuous_eval" or FLAGS.continuous_eval_max_wait_s < 0):
+            raise ConfigError(f"--continuous_eval_max_wait_s ({FLAGS.continuous_eval_max_wait_s:g})"
+                              f" needs --mode continuous_eval and a value >= 0.")
         if modes.mode_trains(FLAGS.mode) and not _may_be_non_chief(FLAGS):
             # Refuse a second trainer now, in well under a second, before TensorFlow loads.
             model_dir_lock.hold(FLAGS.model_dir)
@@ -324,7 +333,8 @@ def _main():
 
     run_with_preemption_recovery(params, mode, model_dir,
                                  enable_async_checkpointing=FLAGS.enable_async_checkpointing,
-                                 before_run=before_run)
+                                 before_run=before_run,
+                                 continuous_eval_max_wait_s=FLAGS.continuous_eval_max_wait_s)
     if modes.mode_trains(mode) and chief:
         save_gin_config(mode, model_dir)
 
