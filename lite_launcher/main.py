@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging as std_logging
 import os
+import signal
 import sys
 
 from absl import app
@@ -27,6 +28,8 @@ FLAGS = flags.FLAGS
 USER_ERROR_EXIT_CODE = 2
 # A failure of the environment rather than of the input (e.g. a full disk).
 RUNTIME_ERROR_EXIT_CODE = 1
+# Terminated by SIGTERM (128 + 15), as a shell reports it; a trainer checkpoints first.
+TERMINATED_EXIT_CODE = 143
 # Preemption-style errors retried by the driver before giving up.
 MAX_PREEMPTION_RETRIES = 3
 
@@ -241,12 +244,25 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
                             MAX_PREEMPTION_RETRIES)
 
 
+def _exit_on_sigterm(signum, frame):  # pylint: disable=unused-argument
+    """The driver's SIGTERM handler outside a preemption save: exit 143, once."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Exiting already: later ones change nothing.
+    raise SystemExit(TERMINATED_EXIT_CODE)
+
+
 def main(argv):
     """Runs the driver with parsed FLAGS; user errors exit 2 with one line."""
     if len(argv) > 1:
         _user_error(f"unexpected arguments {argv[1:]}; every option is a --flag.")
+    # The preemption action puts its own handler in place while training and this one back
+    # after: a SIGTERM arriving while the process exits must not kill it with -15 (the log
+    # already said 143) or cut a checkpoint write short.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         _main()
+    except SystemExit:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise
     except ConfigError as error:
         _user_error(error)
     except (OSError, RuntimeError) as error:
