@@ -15,6 +15,7 @@ import logging as std_logging
 import os
 import signal
 import sys
+import tokenize
 
 from absl import app
 from absl import flags
@@ -100,6 +101,82 @@ def check_model_dir(model_dir: str, mode: str) -> None:
                           f"{existing!r}.")
 
 
+def check_eval_dir_writable(model_dir: str, validation_summary_subdir: str, mode: str) -> None:
+    """Rejects an evaluation whose summary directory cannot be written (e.g. a read-only
+    model_dir). TensorFlow-free and writes nothing. Paths with a scheme are left to TF."""
+    eval_dir = os.path.join(model_dir, validation_summary_subdir)
+    if "://" in eval_dir:
+        return
+    existing = os.path.abspath(eval_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--mode {mode} writes its summaries to {eval_dir}, which cannot be written (no "
+            f"write permission on {existing}); make it writable, or set "
+            f"trainer.validation_summary_subdir to a writable directory (an absolute path).")
+
+
+def _gin_syntax_error(error: SyntaxError, source: str) -> ConfigError:
+    """One line naming the gin file (or binding), the line and what gin could not parse."""
+    where = f"{error.filename}, line {error.lineno}" if error.filename else source
+    text = f" ({error.text.strip()!r})" if error.text and error.text.strip() else ""
+    detail = (str(error.msg).strip().splitlines() or [""])[-1].strip()
+    return ConfigError(f"gin syntax error in {where}{text}: {detail}")
+
+
+def _check_gin_syntax(flags_obj) -> None:
+    """Parses every --gin_file and --gin_params for syntax only (no configurable needed)."""
+    from gin import config as gin_config
+    from gin import config_parser
+
+    sources = [(path, path) for path in flags_obj.gin_file or ()]
+    sources += [(None, binding) for binding in flags_obj.gin_params or ()]
+    for path, text in sources:
+        try:
+            if path is None:
+                parser = config_parser.ConfigParser(
+                    text, gin_config.ParserDelegate(skip_unknown=True))
+                list(parser)
+            else:
+                with open(path, encoding="utf-8") as f:
+                    list(config_parser.ConfigParser(
+                        f, gin_config.ParserDelegate(skip_unknown=True)))
+        except SyntaxError as error:
+            raise _gin_syntax_error(error, f"--gin_params {text!r}") from None
+        except tokenize.TokenError as error:  # e.g. an unclosed bracket at the end
+            message, (line, _) = error.args
+            where = f"{path}, line {line}" if path else f"--gin_params {text!r}"
+            raise ConfigError(f"gin syntax error in {where}: {message}.") from None
+
+
+def _check_input_files(flags_obj) -> None:
+    """Every --gin_file exists and parses, and every existing --config_file and --gin_file is
+    UTF-8.
+
+    TensorFlow-free: bad input files get their one line before anything heavy starts.
+    """
+    for path in flags_obj.gin_file or ():
+        if not os.path.isfile(path):
+            raise ConfigError(f"--gin_file {path!r} does not exist (or is not a file).")
+    for flag, paths in (("--config_file", flags_obj.config_file),
+                        ("--gin_file", flags_obj.gin_file)):
+        for path in paths or ():
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue  # A missing config file is reported where the config is parsed.
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                line = data.count(b"\n", 0, error.start) + 1
+                raise ConfigError(f"{flag} {path!r} is not valid UTF-8: byte "
+                                  f"0x{data[error.start]:02x} on line {line}; save it as "
+                                  f"UTF-8.") from None
+    _check_gin_syntax(flags_obj)
+
+
 def configure_determinism() -> None:
     """Deterministic TensorFlow ops, and seed 0 for Python, NumPy and TensorFlow.
 
@@ -161,25 +238,40 @@ def parse_configuration(flags_obj):
 
 
 def serialize_config(params, model_dir: str) -> str:
-    """Writes `model_dir/params.yaml`; returns its path."""
+    """Writes `model_dir/params.yaml`; returns its path.
+
+    Raises:
+      ModelDirWriteError: it cannot be written (the environment's failure: exit 1); no
+        temporary file is left behind.
+    """
     path = os.path.join(model_dir, "params.yaml")
     try:
         os.makedirs(model_dir, exist_ok=True)
         params.save_yaml(path)
     except OSError as error:
-        raise ConfigError(f"Cannot write {path} (--model_dir {model_dir!r}): "
-                          f"{error.strerror or error}.") from error
+        # save_yaml writes a temporary file first; a failed write must not leave it.
+        leftover = f"{path}.tmp-{os.getpid()}"
+        if os.path.exists(leftover):
+            os.remove(leftover)
+        raise ModelDirWriteError(f"Cannot write {path} (--model_dir {model_dir!r}): "
+                                 f"{error.strerror or error}.") from error
     return path
 
 
 def save_gin_config(mode: str, model_dir: str) -> str:
+    """Writes `model_dir/operative_config.<mode>.gin` (write then rename); returns its path."""
     import gin
 
     path = os.path.join(model_dir, f"operative_config.{mode}.gin")
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(gin.operative_config_str())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(gin.operative_config_str())
+        os.replace(tmp, path)
+    except OSError as error:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise ModelDirWriteError(f"Cannot write {path}: {error.strerror or error}.") from error
     return path
 
 
@@ -307,14 +399,20 @@ def _main():
         if modes.mode_trains(FLAGS.mode) and not _may_be_non_chief(FLAGS):
             # Refuse a second trainer now, in well under a second, before TensorFlow loads.
             model_dir_lock.hold(FLAGS.model_dir)
+    _check_input_files(FLAGS)
     load_registrations(FLAGS.registry_imports)
     if FLAGS.list_experiments:
         from lite_launcher import registry
         print("\n".join(registry.registered_experiments()))
         return
     params = parse_configuration(FLAGS)
+    if FLAGS.mode in ("eval", "continuous_eval") and not FLAGS.dry_run:
+        check_eval_dir_writable(FLAGS.model_dir, params.trainer.validation_summary_subdir,
+                                FLAGS.mode)
     try:
         gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_params)
+    except SyntaxError as error:
+        raise _gin_syntax_error(error, "--gin_params") from None
     except (ValueError, IOError, OSError) as error:
         raise ConfigError(f"gin: {error}") from error
     if FLAGS.dry_run:
