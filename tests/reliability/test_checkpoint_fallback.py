@@ -157,3 +157,48 @@ def test_when_no_checkpoint_reads_it_is_one_line_exit_1_and_nothing_is_touched(r
     assert lines[-1].startswith(ERROR_PREFIX)
     assert all(text in lines[-1] for text in ROWS[-1].expected + [model_dir]), lines[-1]
     assert snapshot(model_dir) == before
+
+
+def test_a_full_disk_while_the_state_file_is_written_names_the_checkpoint_the_restart_uses(
+        tmp_path, monkeypatch, caplog):
+    """The checkpoint of step 20 is written, then the disk fills while the state file is: the
+    error names ckpt-20 as the latest, the restart resumes from ckpt-20 and removes the
+    half-written temporary state file. (The failure is injected where TensorFlow writes the
+    state file; everything else is real.)"""
+    import logging
+
+    from tensorflow.python.checkpoint import checkpoint_management
+
+    from lite_launcher.controller import CheckpointWriteError
+    from reliability_utils import train_mock
+
+    model_dir = str(tmp_path / "model")
+    real_write = checkpoint_management.file_io.atomic_write_string_to_file
+
+    def write_state(filename, contents, overwrite=True):
+        if tf.io.gfile.exists(os.path.join(model_dir, "ckpt-20.index")):
+            with open(filename + ".tmp0123abcd", "w") as f:
+                f.write(contents[: len(contents) // 2])  # the disk filled up mid-write
+            raise tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+        return real_write(filename, contents, overwrite)
+
+    monkeypatch.setattr(checkpoint_management.file_io, "atomic_write_string_to_file",
+                        write_state)
+    with pytest.raises(CheckpointWriteError) as raised:
+        train_mock(model_dir, 30)
+    message = str(raised.value)
+    assert "No space left on device" in message
+    assert f"latest: {os.path.join(model_dir, 'ckpt-20')}" in message
+    assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-10")  # the stale state file
+    assert glob.glob(os.path.join(model_dir, "checkpoint.tmp*"))
+
+    monkeypatch.setattr(checkpoint_management.file_io, "atomic_write_string_to_file",
+                        real_write)
+    caplog.set_level(logging.INFO)
+    train_mock(model_dir, 30)
+    log = caplog.text
+    assert f"Restored checkpoint {os.path.join(model_dir, 'ckpt-20')} (global step 20)" in log
+    assert "checkpoint.tmp0123abcd, left by an interrupted write" in log
+    assert not glob.glob(os.path.join(model_dir, "checkpoint.tmp*"))
+    assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, "ckpt-30")
+    assert checkpoint_global_step(os.path.join(model_dir, "ckpt-30")) == 30
