@@ -105,6 +105,17 @@ def _remove_state_file_debris(model_dir: str) -> None:
         tf.io.gfile.remove(leftover)
 
 
+def _new_incident_dir(model_dir: str) -> str:
+    """A new `model_dir/corrupt/<UTC time>-pid<pid>[-n]` path: one per start that moves files."""
+    base = os.path.join(model_dir, CORRUPT_SUBDIR,
+                        time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-pid{os.getpid()}")
+    path, suffix = base, 1
+    while tf.io.gfile.exists(path):
+        suffix += 1
+        path = f"{base}-{suffix}"
+    return path
+
+
 def _move_aside(paths: List[str], destination: str) -> None:
     tf.io.gfile.makedirs(destination)
     for path in paths:
@@ -173,9 +184,7 @@ def prepare_model_dir(model_dir: str) -> Optional[str]:
     resume_prefix = os.path.join(model_dir, f"ckpt-{resume}")
     moved_to = None
     if skipped or state_problem:
-        moved_to = os.path.join(model_dir, CORRUPT_SUBDIR,
-                                time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-                                + f"-pid{os.getpid()}")
+        moved_to = _new_incident_dir(model_dir)
     if skipped:
         _move_aside([path for number, _ in skipped for path in on_disk.get(number, [])],
                     moved_to)
