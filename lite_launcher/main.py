@@ -4,9 +4,11 @@ It only assembles: flags -> gin -> config -> mixed precision -> strategy -> task
 TensorFlow is imported inside `main`, so `lite-train --help` stays fast.
 
 A user error (unknown experiment or mode, bad override, missing --model_dir, unreadable config
-file, a checkpoint of another model in model_dir, ...) prints one line to stderr and exits with
-code 2, before anything is written to model_dir. A checkpoint that cannot be written (disk full)
-prints one line naming the directory and exits with code 1; earlier checkpoints are intact.
+file, a checkpoint of another model in model_dir, a model_dir another trainer holds, ...) prints
+one line to stderr and exits with code 2, before anything is written to model_dir. A failure of
+the environment (a checkpoint or params.yaml that cannot be written, no checkpoint that reads)
+prints one line and exits with code 1; earlier checkpoints are intact. SIGTERM exits 143 (a
+trainer saves a checkpoint first).
 """
 
 from __future__ import annotations
@@ -394,8 +396,9 @@ def _main():
         check_model_dir(FLAGS.model_dir, FLAGS.mode)
         if FLAGS.continuous_eval_max_wait_s is not None and (
                 FLAGS.mode != "continuous_eval" or FLAGS.continuous_eval_max_wait_s < 0):
-            raise ConfigError(f"--continuous_eval_max_wait_s ({FLAGS.continuous_eval_max_wait_s:g})"
-                              f" needs --mode continuous_eval and a value >= 0.")
+            raise ConfigError(f"--continuous_eval_max_wait_s "
+                              f"({FLAGS.continuous_eval_max_wait_s:g}) needs --mode "
+                              f"continuous_eval and a value >= 0.")
         if modes.mode_trains(FLAGS.mode) and not _may_be_non_chief(FLAGS):
             # Refuse a second trainer now, in well under a second, before TensorFlow loads.
             model_dir_lock.hold(FLAGS.model_dir)
