@@ -35,6 +35,8 @@ _EXPORTS = {
     "Controller": "lite_launcher.controller",
     "ExperimentRunner": "lite_launcher.experiment",
     "run_experiment": "lite_launcher.experiment",
+    "ModelDirLockedError": "lite_launcher.model_dir_lock",
+    "NoReadableCheckpointError": "lite_launcher.checkpoint_recovery",
     "BestCheckpointExporter": "lite_launcher.exporter",
     "InputReader": "lite_launcher.input_reader",
     "get_distribution_strategy": "lite_launcher.strategy",

@@ -486,14 +486,16 @@ class Controller:
         stop_at_step: Optional[int] = None,
         evaluate_all: bool = False,
         poll_interval: float = 1.0,
+        max_wait: Optional[float] = None,
     ) -> Optional[Output]:
         """Evaluates the checkpoints of `checkpoint_manager.directory` as they appear.
 
         Follows `tf.train.checkpoints_iterator`: first the latest existing checkpoint, then each
         new latest one, polling every `poll_interval` seconds. After `timeout` seconds without
         a new checkpoint it returns, unless `timeout_fn` is given and returns False (then it
-        keeps waiting); `timeout_fn` is also called after each evaluation and ends the loop when
-        it returns True. `timeout=None` waits forever.
+        logs how long it has waited and for which step, and keeps waiting: a preempted trainer
+        may come back); `timeout_fn` is also called after each evaluation and ends the loop
+        when it returns True. `timeout=None` waits forever. `max_wait` bounds the wait.
 
         Args:
           steps: Evaluation steps per checkpoint (-1: until the data ends).
@@ -504,9 +506,13 @@ class Controller:
             record evaluated steps in `EVALUATED_CHECKPOINTS_FILE` in the evaluation summary
             directory, so a restarted evaluator skips them.
           poll_interval: Seconds between looks at the directory while waiting.
+          max_wait: Return (logging why) after this many seconds without a new checkpoint,
+            whatever `timeout_fn` says. None: no limit (as TFM).
 
-        A checkpoint that cannot be restored (deleted by `max_to_keep` after it was listed, or
-        truncated) is skipped with a warning.
+        Each restore stands alone. A checkpoint deleted before it could be restored (pruned by
+        the trainer's `max_to_keep`) is skipped and reported as pruned; one that fails to
+        restore for another reason is retried once, then skipped with a warning naming it and
+        its error.
 
         Returns:
           The output of the last evaluation, or None if nothing was evaluated.
@@ -528,21 +534,10 @@ class Controller:
                                 "not recorded and a restarted evaluator evaluates them again.")
         output = None
         for path in self._new_checkpoints(directory, timeout, timeout_fn, evaluate_all,
-                                          evaluated_steps, poll_interval):
-            try:
-                with self.strategy.scope():
-                    logging.info("restoring model from %s...", path)
-                    self.checkpoint_manager.checkpoint.restore(path).expect_partial()
-            except ValueError as error:
-                mismatch = _shape_mismatch(error, path)
-                if mismatch is None:
-                    raise
-                raise mismatch from error
-            except _UNREADABLE_CHECKPOINT_ERRORS as error:
-                logging.warning(
-                    "Skipping checkpoint %s: it could not be restored (%s: %s). It was probably "
-                    "deleted (max_to_keep) after it was listed, or is incomplete.",
-                    path, type(error).__name__, (str(error).strip().splitlines() or [""])[0])
+                                          evaluated_steps, poll_interval, max_wait,
+                                          stop_at_step):
+            if not _restore_for_evaluation(self.checkpoint_manager.checkpoint, self.strategy,
+                                           path, retry_after=poll_interval):
                 continue
             output = self.evaluate(steps)
             step = checkpoint_number(path)
@@ -732,34 +727,96 @@ class Controller:
                              "Controller(...).")
 
     def _new_checkpoints(self, directory: str, timeout, timeout_fn, evaluate_all: bool,
-                         evaluated_steps: set, poll_interval: float) -> Iterator[str]:
+                         evaluated_steps: set, poll_interval: float, max_wait=None,
+                         target_step=None) -> Iterator[str]:
         """Yields checkpoint paths to evaluate, as `tf.train.checkpoints_iterator` would."""
         tried = set()  # Paths already yielded (evaluated or skipped) in this call.
+        newest_seen = None  # Number of the newest checkpoint yielded.
         while True:
             pending = _pending_checkpoints(directory, evaluate_all, tried, evaluated_steps)
             if not pending:
                 logging.info("Waiting for a new checkpoint in %s (timeout %s)...", directory,
                              "none" if timeout is None else f"{timeout:g} s")
-                deadline = None if timeout is None else time.monotonic() + timeout
+                wait_start = time.monotonic()
+                next_timeout = None if timeout is None else wait_start + timeout
                 while not pending:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
-                    time.sleep(poll_interval if deadline is None
-                               else max(0.0, min(poll_interval, deadline - time.monotonic())))
+                    now = time.monotonic()
+                    waited = now - wait_start
+                    if max_wait is not None and waited >= max_wait:
+                        logging.warning(
+                            "Stopping continuous evaluation: no new checkpoint in %s for %.0f s "
+                            "(max_wait %g s, --continuous_eval_max_wait_s); newest step seen: "
+                            "%s, target step: %s.", directory, waited, max_wait,
+                            newest_seen, target_step)
+                        return
+                    if next_timeout is not None and now >= next_timeout:
+                        if timeout_fn is None:
+                            logging.info("No new checkpoint in %s after %g s: done.", directory,
+                                         timeout)
+                            return
+                        if timeout_fn():
+                            logging.info("timeout_fn() is True: no more checkpoints expected.")
+                            return
+                        # TFM's rule: below the target step, wait on (the trainer may resume).
+                        logging.warning(
+                            "No new checkpoint in %s for %.0f s; newest step seen: %s, target "
+                            "step: %s. Still waiting: the trainer may resume (e.g. after a "
+                            "preemption); --continuous_eval_max_wait_s sets a limit.",
+                            directory, waited, newest_seen, target_step)
+                        next_timeout = now + timeout
+                    limits = [poll_interval]
+                    if next_timeout is not None:
+                        limits.append(next_timeout - now)
+                    if max_wait is not None:
+                        limits.append(wait_start + max_wait - now)
+                    time.sleep(max(0.0, min(limits)))
                     pending = _pending_checkpoints(directory, evaluate_all, tried,
                                                    evaluated_steps)
-                if not pending:
-                    if timeout_fn is None:
-                        logging.info("No new checkpoint in %s after %g s: done.", directory,
-                                     timeout)
-                        return
-                    if timeout_fn():
-                        logging.info("timeout_fn() is True: no more checkpoints expected.")
-                        return
-                    continue
             for path in pending:
                 tried.add(path)
+                number = checkpoint_number(path)
+                if number is not None and (newest_seen is None or number > newest_seen):
+                    newest_seen = number
                 yield path
+
+
+def _restore_for_evaluation(checkpoint, strategy, path: str, retry_after: float) -> bool:
+    """Restores `path` for an evaluation; False (after a warning) when it cannot be restored.
+
+    Each call stands alone: whether `path` was pruned is judged from `path`'s own files, and
+    a failure other than pruning is retried once, so an earlier checkpoint's failure never
+    decides this one's fate.
+    """
+    for attempt in (1, 2):
+        if not tf.io.gfile.exists(path + ".index"):
+            logging.warning("Skipping checkpoint %s: it was pruned (deleted by the trainer's "
+                            "max_to_keep) before it could be evaluated.", path)
+            return False
+        try:
+            with strategy.scope():
+                logging.info("restoring model from %s...", path)
+                checkpoint.restore(path).expect_partial()
+            return True
+        except ValueError as error:
+            mismatch = _shape_mismatch(error, path)
+            if mismatch is None:
+                raise
+            raise mismatch from error
+        except _UNREADABLE_CHECKPOINT_ERRORS as error:
+            reason = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+            if not tf.io.gfile.exists(path + ".index"):
+                logging.warning("Skipping checkpoint %s: it was pruned (deleted by the "
+                                "trainer's max_to_keep) while it was being restored (%s).",
+                                path, reason)
+                return False
+            if attempt == 1:
+                logging.warning("Could not restore checkpoint %s (%s); retrying once.", path,
+                                reason)
+                time.sleep(retry_after)
+            else:
+                logging.warning("Skipping checkpoint %s: it could not be restored twice (%s).",
+                                path, reason)
+    return False
 
 
 def _pending_checkpoints(directory: str, evaluate_all: bool, tried: set,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from typing import Any, List, Mapping, Optional, Tuple
 
 import gin
@@ -16,7 +17,9 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher import actions
+from lite_launcher import checkpoint_recovery
 from lite_launcher import exporter as exporter_lib
+from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
@@ -73,6 +76,11 @@ def _remove_interrupted_checkpoint_writes(model_dir: str) -> None:
             tf.io.gfile.rmtree(leftover)
 
 
+def _release_model_dir_holds(holds: List[str]) -> None:
+    while holds:
+        model_dir_lock.release(holds.pop())
+
+
 class ExperimentRunner:
     """Builds the trainer, checkpoint manager and controller for one run; `run()` executes it.
 
@@ -85,7 +93,8 @@ class ExperimentRunner:
                  train_actions: Optional[List] = None, eval_actions: Optional[List] = None,
                  trainer: Optional[Trainer] = None, controller_cls=Controller,
                  summary_manager=None, eval_summary_manager=None,
-                 enable_async_checkpointing: bool = False):
+                 enable_async_checkpointing: bool = False,
+                 continuous_eval_max_wait_s: Optional[float] = None):
         check_mode(mode)
         if not model_dir:
             raise ConfigError("model_dir must be set (--model_dir=DIR).")
@@ -94,8 +103,17 @@ class ExperimentRunner:
         self._model_dir = model_dir
         self._mode = mode
         self._run_post_eval = run_post_eval
+        self._continuous_eval_max_wait_s = continuous_eval_max_wait_s
         self._temp_dirs: List[str] = []
         self._actions: List = []
+        # One trainer per model_dir: the chief of a training mode locks it before anything
+        # (checkpoint clean-up, restore) reads or writes there; evaluators never lock. The
+        # holds go at the end of `run()`, or when a runner that failed to build is collected.
+        self._locks_model_dir = mode_trains(mode) and strategy_lib.should_write(self.strategy)
+        self._model_dir_holds: List[str] = []
+        weakref.finalize(self, _release_model_dir_holds, self._model_dir_holds)
+        if self._locks_model_dir:
+            self._hold_model_dir(create=False)
         # A trainer passed in (the forked-driver path) is used as is.
         self._trainer = trainer or self._build_trainer(
             task, train=mode_trains(mode), evaluate=("eval" in mode) or run_post_eval)
@@ -148,6 +166,8 @@ class ExperimentRunner:
         if strategy_lib.should_write(self.strategy):
             if mode_trains(self._mode):
                 _remove_interrupted_checkpoint_writes(self._model_dir)
+                # Resume from the newest checkpoint that reads (broken newer ones moved aside).
+                checkpoint_recovery.prepare_model_dir(self._model_dir)
             return tf.train.CheckpointManager(
                 self._trainer.checkpoint, directory=self._model_dir,
                 max_to_keep=self._params.trainer.max_to_keep, **options)
@@ -195,11 +215,17 @@ class ExperimentRunner:
             summary_manager=self._summary_manager,
             eval_summary_manager=self._eval_summary_manager)
 
+    def _hold_model_dir(self, create: bool) -> None:
+        if model_dir_lock.hold(self._model_dir, create=create):
+            self._model_dir_holds.append(self._model_dir)
+
     def run(self) -> Tuple[Any, Mapping[str, Any]]:
         """Runs the mode; returns `(model, eval_logs)` (eval_logs only with a post-eval)."""
         trainer_config = self._params.trainer
         logging.info("Running mode %s in %s", self._mode, self._model_dir)
         try:
+            if self._locks_model_dir and not self._model_dir_holds:
+                self._hold_model_dir(create=True)  # model_dir did not exist at construction.
             with self.strategy.scope():
                 if self._mode in ("train", "train_and_post_eval"):
                     self._controller.train(steps=trainer_config.train_steps)
@@ -225,6 +251,7 @@ class ExperimentRunner:
                     close()
             for directory in self._temp_dirs:
                 shutil.rmtree(directory, ignore_errors=True)
+            _release_model_dir_holds(self._model_dir_holds)
 
     def _run_continuous_eval(self):
         trainer_config = self._params.trainer
@@ -238,7 +265,8 @@ class ExperimentRunner:
             timeout=trainer_config.continuous_eval_timeout,
             timeout_fn=timeout_fn,
             stop_at_step=trainer_config.train_steps,
-            evaluate_all=trainer_config.continuous_eval_all_checkpoints)
+            evaluate_all=trainer_config.continuous_eval_all_checkpoints,
+            max_wait=self._continuous_eval_max_wait_s)
 
 
 @gin.configurable
@@ -247,12 +275,16 @@ def run_experiment(distribution_strategy, task, mode: str, params, model_dir: st
                    train_actions: Optional[List] = None, eval_actions: Optional[List] = None,
                    trainer: Optional[Trainer] = None, controller_cls=Controller,
                    summary_manager=None, eval_summary_manager=None,
-                   enable_async_checkpointing: bool = False) -> Tuple[Any, Mapping[str, Any]]:
+                   enable_async_checkpointing: bool = False,
+                   continuous_eval_max_wait_s: Optional[float] = None
+                   ) -> Tuple[Any, Mapping[str, Any]]:
     """Runs one experiment in `mode` and returns `(model, eval_logs)`.
 
     Modes: train, train_and_post_eval, train_and_eval, eval, continuous_eval. `eval_logs` holds
     the post-evaluation metrics with `run_post_eval` / `train_and_post_eval`, else `{}`.
     Pass `trainer=` (built inside `strategy.scope()`) to run a custom Trainer subclass.
+    `continuous_eval_max_wait_s`: in continuous_eval, stop after this many seconds without a
+    new checkpoint even below `train_steps` (default: wait on, as TFM).
     """
     runner = ExperimentRunner(
         distribution_strategy=distribution_strategy, task=task, mode=mode, params=params,
@@ -260,5 +292,6 @@ def run_experiment(distribution_strategy, task, mode: str, params, model_dir: st
         train_actions=train_actions, eval_actions=eval_actions, trainer=trainer,
         controller_cls=controller_cls, summary_manager=summary_manager,
         eval_summary_manager=eval_summary_manager,
-        enable_async_checkpointing=enable_async_checkpointing)
+        enable_async_checkpointing=enable_async_checkpointing,
+        continuous_eval_max_wait_s=continuous_eval_max_wait_s)
     return runner.run()

@@ -4,9 +4,11 @@ It only assembles: flags -> gin -> config -> mixed precision -> strategy -> task
 TensorFlow is imported inside `main`, so `lite-train --help` stays fast.
 
 A user error (unknown experiment or mode, bad override, missing --model_dir, unreadable config
-file, a checkpoint of another model in model_dir, ...) prints one line to stderr and exits with
-code 2, before anything is written to model_dir. A checkpoint that cannot be written (disk full)
-prints one line naming the directory and exits with code 1; earlier checkpoints are intact.
+file, a checkpoint of another model in model_dir, a model_dir another trainer holds, ...) prints
+one line to stderr and exits with code 2, before anything is written to model_dir. A failure of
+the environment (a checkpoint or params.yaml that cannot be written, no checkpoint that reads)
+prints one line and exits with code 1; earlier checkpoints are intact. SIGTERM exits 143 (a
+trainer saves a checkpoint first).
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from __future__ import annotations
 import dataclasses
 import logging as std_logging
 import os
+import signal
 import sys
+import tokenize
 from typing import List
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from lite_launcher import model_dir_lock
 from lite_launcher.base_config import ConfigError
 
 FLAGS = flags.FLAGS
@@ -28,6 +33,8 @@ FLAGS = flags.FLAGS
 USER_ERROR_EXIT_CODE = 2
 # A failure of the environment rather than of the input (e.g. a full disk).
 RUNTIME_ERROR_EXIT_CODE = 1
+# Terminated by SIGTERM (128 + 15), as a shell reports it; a trainer checkpoints first.
+TERMINATED_EXIT_CODE = 143
 # Preemption-style errors retried by the driver before giving up.
 MAX_PREEMPTION_RETRIES = 3
 
@@ -51,10 +58,17 @@ def define_flags():
     flags.DEFINE_multi_string("gin_params", None, "Gin bindings, e.g. 'f.x = 1'.")
     flags.DEFINE_string("tpu", None, "TPU address (sets runtime.tpu).")
     flags.DEFINE_bool("enable_async_checkpointing", False, "Write checkpoints asynchronously.")
+    flags.DEFINE_float("continuous_eval_max_wait_s", None, "continuous_eval: exit 0 after this "
+                       "many seconds without a new checkpoint, even below train_steps (default: "
+                       "wait on, as TFM, since a preempted trainer may resume).")
     flags.DEFINE_multi_string("registry_imports", None, "Modules to import that register "
                               "experiments and tasks (repeatable).")
     flags.DEFINE_bool("list_experiments", False, "Print the registered experiments and exit.")
     flags.DEFINE_bool("dry_run", False, "Print the resolved config as YAML and exit.")
+
+
+class ModelDirWriteError(OSError):
+    """A file of the driver (params.yaml) could not be written to model_dir (exit code 1)."""
 
 
 def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
@@ -94,6 +108,82 @@ def check_model_dir(model_dir: str, mode: str) -> None:
                           f"{existing!r}.")
 
 
+def check_eval_dir_writable(model_dir: str, validation_summary_subdir: str, mode: str) -> None:
+    """Rejects an evaluation whose summary directory cannot be written (e.g. a read-only
+    model_dir). TensorFlow-free and writes nothing. Paths with a scheme are left to TF."""
+    eval_dir = os.path.join(model_dir, validation_summary_subdir)
+    if "://" in eval_dir:
+        return
+    existing = os.path.abspath(eval_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--mode {mode} writes its summaries to {eval_dir}, which cannot be written (no "
+            f"write permission on {existing}); make it writable, or set "
+            f"trainer.validation_summary_subdir to a writable directory (an absolute path).")
+
+
+def _gin_syntax_error(error: SyntaxError, source: str) -> ConfigError:
+    """One line naming the gin file (or binding), the line and what gin could not parse."""
+    where = f"{error.filename}, line {error.lineno}" if error.filename else source
+    text = f" ({error.text.strip()!r})" if error.text and error.text.strip() else ""
+    detail = (str(error.msg).strip().splitlines() or [""])[-1].strip()
+    return ConfigError(f"gin syntax error in {where}{text}: {detail}")
+
+
+def _check_gin_syntax(flags_obj) -> None:
+    """Parses every --gin_file and --gin_params for syntax only (no configurable needed)."""
+    from gin import config as gin_config
+    from gin import config_parser
+
+    sources = [(path, path) for path in flags_obj.gin_file or ()]
+    sources += [(None, binding) for binding in flags_obj.gin_params or ()]
+    for path, text in sources:
+        try:
+            if path is None:
+                parser = config_parser.ConfigParser(
+                    text, gin_config.ParserDelegate(skip_unknown=True))
+                list(parser)
+            else:
+                with open(path, encoding="utf-8") as f:
+                    list(config_parser.ConfigParser(
+                        f, gin_config.ParserDelegate(skip_unknown=True)))
+        except SyntaxError as error:
+            raise _gin_syntax_error(error, f"--gin_params {text!r}") from None
+        except tokenize.TokenError as error:  # e.g. an unclosed bracket at the end
+            message, (line, _) = error.args
+            where = f"{path}, line {line}" if path else f"--gin_params {text!r}"
+            raise ConfigError(f"gin syntax error in {where}: {message}.") from None
+
+
+def _check_input_files(flags_obj) -> None:
+    """Every --gin_file exists and parses, and every existing --config_file and --gin_file is
+    UTF-8.
+
+    TensorFlow-free: bad input files get their one line before anything heavy starts.
+    """
+    for path in flags_obj.gin_file or ():
+        if not os.path.isfile(path):
+            raise ConfigError(f"--gin_file {path!r} does not exist (or is not a file).")
+    for flag, paths in (("--config_file", flags_obj.config_file),
+                        ("--gin_file", flags_obj.gin_file)):
+        for path in paths or ():
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue  # A missing config file is reported where the config is parsed.
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                line = data.count(b"\n", 0, error.start) + 1
+                raise ConfigError(f"{flag} {path!r} is not valid UTF-8: byte "
+                                  f"0x{data[error.start]:02x} on line {line}; save it as "
+                                  f"UTF-8.") from None
+    _check_gin_syntax(flags_obj)
+
+
 def configure_determinism() -> None:
     """Deterministic TensorFlow ops, and seed 0 for Python, NumPy and TensorFlow.
 
@@ -107,6 +197,24 @@ def configure_determinism() -> None:
     tf.config.experimental.enable_op_determinism()
     logging.info("Deterministic ops on (runtime.deterministic_ops); Python, NumPy and "
                  "TensorFlow seeded with 0.")
+
+
+def _may_be_non_chief(flags_obj) -> bool:
+    """Whether this process might be a non-chief worker, judged without TensorFlow.
+
+    TF_CONFIG, or `worker_hosts` in --params_override or a --config_file, may make it one;
+    only the chief locks model_dir, so such a process locks once its config is known.
+    """
+    if os.environ.get("TF_CONFIG"):
+        return True
+    texts = [flags_obj.params_override or ""]
+    for path in flags_obj.config_file or ():
+        try:
+            with open(path, "rb") as f:
+                texts.append(f.read().decode("utf-8", "replace"))
+        except OSError:
+            texts.append("")  # Reported when the config is parsed.
+    return any("worker_hosts" in text for text in texts)
 
 
 def load_registrations(registry_imports) -> None:
@@ -215,25 +323,40 @@ def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool 
 
 
 def serialize_config(params, model_dir: str) -> str:
-    """Writes `model_dir/params.yaml`; returns its path."""
+    """Writes `model_dir/params.yaml`; returns its path.
+
+    Raises:
+      ModelDirWriteError: it cannot be written (the environment's failure: exit 1); no
+        temporary file is left behind.
+    """
     path = os.path.join(model_dir, "params.yaml")
     try:
         os.makedirs(model_dir, exist_ok=True)
         params.save_yaml(path)
     except OSError as error:
-        raise ConfigError(f"Cannot write {path} (--model_dir {model_dir!r}): "
-                          f"{error.strerror or error}.") from error
+        # save_yaml writes a temporary file first; a failed write must not leave it.
+        leftover = f"{path}.tmp-{os.getpid()}"
+        if os.path.exists(leftover):
+            os.remove(leftover)
+        raise ModelDirWriteError(f"Cannot write {path} (--model_dir {model_dir!r}): "
+                                 f"{error.strerror or error}.") from error
     return path
 
 
 def save_gin_config(mode: str, model_dir: str) -> str:
+    """Writes `model_dir/operative_config.<mode>.gin` (write then rename); returns its path."""
     import gin
 
     path = os.path.join(model_dir, f"operative_config.{mode}.gin")
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(gin.operative_config_str())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(gin.operative_config_str())
+        os.replace(tmp, path)
+    except OSError as error:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise ModelDirWriteError(f"Cannot write {path}: {error.strerror or error}.") from error
     return path
 
 
@@ -264,7 +387,8 @@ def _is_preemption_error(error) -> bool:
 
 
 def run_with_preemption_recovery(params, mode: str, model_dir: str,
-                                 enable_async_checkpointing: bool = False, before_run=None):
+                                 enable_async_checkpointing: bool = False, before_run=None,
+                                 continuous_eval_max_wait_s=None):
     """Builds strategy and task and runs the experiment; retries after a worker preemption.
 
     A retry starts from the last checkpoint in model_dir. `before_run()` is called once the
@@ -284,7 +408,8 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
             runner = experiment.ExperimentRunner(
                 distribution_strategy=distribution_strategy, task=task, mode=mode,
                 params=params, model_dir=model_dir,
-                enable_async_checkpointing=enable_async_checkpointing)
+                enable_async_checkpointing=enable_async_checkpointing,
+                continuous_eval_max_wait_s=continuous_eval_max_wait_s)
             if before_run is not None:
                 before_run()
             return runner.run()
@@ -296,24 +421,46 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
                             MAX_PREEMPTION_RETRIES)
 
 
+def _exit_on_sigterm(signum, frame):  # pylint: disable=unused-argument
+    """The driver's SIGTERM handler outside a preemption save: exit 143, once."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Exiting already: later ones change nothing.
+    raise SystemExit(TERMINATED_EXIT_CODE)
+
+
 def main(argv):
     """Runs the driver with parsed FLAGS; user errors exit 2 with one line."""
     if len(argv) > 1:
         _user_error(f"unexpected arguments {argv[1:]}; every option is a --flag.")
+    # The preemption action puts its own handler in place while training and this one back
+    # after: a SIGTERM arriving while the process exits must not kill it with -15 (the log
+    # already said 143) or cut a checkpoint write short.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         _main()
+    except SystemExit:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise
     except ConfigError as error:
         _user_error(error)
-    except OSError as error:
-        controller = sys.modules.get("lite_launcher.controller")
-        if controller is None or not isinstance(error, controller.CheckpointWriteError):
+    except (OSError, RuntimeError) as error:
+        if not _is_environment_failure(error):
             raise
         _user_error(error, RUNTIME_ERROR_EXIT_CODE)
-    except RuntimeError as error:
-        actions = sys.modules.get("lite_launcher.actions")
-        if actions is None or not isinstance(error, actions.TrainingDivergedError):
-            raise
-        _user_error(error, RUNTIME_ERROR_EXIT_CODE)
+
+
+def _is_environment_failure(error: BaseException) -> bool:
+    """Whether `error` is one of lite's one-line failures of the environment (exit code 1)."""
+    if isinstance(error, ModelDirWriteError):
+        return True
+    # Looked up only in modules already imported: importing them here would load TensorFlow.
+    for module_name, class_name in (
+            ("lite_launcher.controller", "CheckpointWriteError"),
+            ("lite_launcher.actions", "TrainingDivergedError"),
+            ("lite_launcher.checkpoint_recovery", "NoReadableCheckpointError")):
+        cls = getattr(sys.modules.get(module_name), class_name, None)
+        if cls is not None and isinstance(error, cls):
+            return True
+    return False
 
 
 def _main():
@@ -330,14 +477,28 @@ def _main():
             raise ConfigError("--model_dir is required (the directory for checkpoints and "
                               "summaries).")
         check_model_dir(FLAGS.model_dir, FLAGS.mode)
+        if FLAGS.continuous_eval_max_wait_s is not None and (
+                FLAGS.mode != "continuous_eval" or FLAGS.continuous_eval_max_wait_s < 0):
+            raise ConfigError(f"--continuous_eval_max_wait_s "
+                              f"({FLAGS.continuous_eval_max_wait_s:g}) needs --mode "
+                              f"continuous_eval and a value >= 0.")
+        if modes.mode_trains(FLAGS.mode) and not _may_be_non_chief(FLAGS):
+            # Refuse a second trainer now, in well under a second, before TensorFlow loads.
+            model_dir_lock.hold(FLAGS.model_dir)
+    _check_input_files(FLAGS)
     load_registrations(FLAGS.registry_imports)
     if FLAGS.list_experiments:
         from lite_launcher import registry
         print("\n".join(registry.registered_experiments()))
         return
     params = parse_configuration(FLAGS)
+    if FLAGS.mode in ("eval", "continuous_eval") and not FLAGS.dry_run:
+        check_eval_dir_writable(FLAGS.model_dir, params.trainer.validation_summary_subdir,
+                                FLAGS.mode)
     try:
         gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_params)
+    except SyntaxError as error:
+        raise _gin_syntax_error(error, "--gin_params") from None
     except (ValueError, IOError, OSError) as error:
         raise ConfigError(f"gin: {error}") from error
     if FLAGS.dry_run:
@@ -352,6 +513,11 @@ def _main():
     strategy_lib.configure_cluster(params.runtime.worker_hosts, params.runtime.task_index)
     # Only the chief writes params.yaml and the gin config (as checkpoints and summaries).
     chief = strategy_lib.is_chief_process(params.runtime.distribution_strategy)
+    if modes.mode_trains(mode):
+        if chief:
+            model_dir_lock.hold(model_dir)  # Held until the process ends.
+        elif model_dir_lock.held(model_dir):
+            model_dir_lock.release(model_dir)  # A non-chief worker: the chief locks.
     if params.runtime.mixed_precision_dtype:
         strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     if params.runtime.run_eagerly:
@@ -362,11 +528,13 @@ def _main():
 
     def before_run():
         if modes.mode_trains(mode) and chief:
+            model_dir_lock.hold(model_dir, create=True)  # A fresh model_dir is locked now.
             serialize_config(params, model_dir)
 
     run_with_preemption_recovery(params, mode, model_dir,
                                  enable_async_checkpointing=FLAGS.enable_async_checkpointing,
-                                 before_run=before_run)
+                                 before_run=before_run,
+                                 continuous_eval_max_wait_s=FLAGS.continuous_eval_max_wait_s)
     if modes.mode_trains(mode) and chief:
         save_gin_config(mode, model_dir)
 

@@ -255,3 +255,18 @@ def run_poison_task(params, model_dir: str, mode: str = "train"):
     model, _ = ll.run_experiment(distribution_strategy=strategy, task=task, mode=mode,
                                  params=params, model_dir=model_dir)
     return model, task
+
+
+def train_mock(model_dir: str, train_steps: int, **trainer) -> None:
+    """Trains the `mock` experiment in-process (checkpoint every 10 steps, max_to_keep 10)."""
+    from lite_launcher import registry
+
+    params = registry.get_exp_config("mock")
+    params.trainer.override({"train_steps": train_steps, "steps_per_loop": 10,
+                             "summary_interval": 10, "checkpoint_interval": 10,
+                             "max_to_keep": 10, **trainer}, is_strict=True)
+    strategy = tf.distribute.get_strategy()
+    with strategy.scope():
+        task = registry.get_task(params.task, logging_dir=model_dir)
+    ll.run_experiment(distribution_strategy=strategy, task=task, mode="train", params=params,
+                      model_dir=model_dir)

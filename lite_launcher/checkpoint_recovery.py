@@ -1,0 +1,219 @@
+"""A trainer's start in a model_dir whose newest checkpoint may be broken.
+
+A checkpoint write can be cut short (kill -9, a full disk), a file truncated or flipped on
+storage, the `checkpoint` state file left empty. `prepare_model_dir` runs once when the chief
+trainer starts, holding the model_dir lock, before its `tf.train.CheckpointManager` reads the
+directory:
+
+- removes `checkpoint.tmp*` files left by an interrupted write of the state file;
+- reads the checkpoints on disk, newest first, every tensor (so a truncated data file, a
+  missing index or a checksum mismatch shows), until one reads: that is the one to resume;
+- moves each newer checkpoint that does not read into `model_dir/corrupt/<time>/` (never
+  deleting it), with one warning naming each and why. Moving them is needed: training resumes
+  at an older step and would write new checkpoints with those numbers over them;
+- rewrites the `checkpoint` state file when it is unreadable (the bad one is moved aside too)
+  or does not name the checkpoint to resume (e.g. a newer complete checkpoint whose state-file
+  update failed), so the manager continues from the newest checkpoint that reads.
+
+When checkpoints exist and none reads, `NoReadableCheckpointError` (the driver exits 1 with
+one line naming model_dir and the files tried) and nothing is moved.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Dict, List, Optional, Tuple
+
+import tensorflow as tf
+from absl import logging
+
+STATE_FILE = "checkpoint"
+CORRUPT_SUBDIR = "corrupt"
+_CHECKPOINT_FILE = re.compile(r"^ckpt-(\d+)\.(index|data-\d+-of-\d+)$")
+
+
+class NoReadableCheckpointError(RuntimeError):
+    """model_dir holds checkpoints but none of them reads (an environment failure: exit 1)."""
+
+
+def _first_line(error: BaseException, limit: int = 200) -> str:
+    text = (getattr(error, "message", None) or str(error)).strip()
+    # TF's eager-op decorations say nothing about the file.
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "", text)
+    line = text.splitlines()[0] if text else ""
+    line = f"{type(error).__name__}: {line}"
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def unreadable_reason(prefix: str) -> Optional[str]:
+    """Why the checkpoint `prefix` cannot be restored, or None when every tensor reads.
+
+    Reads each tensor once (checksums included), one at a time to bound memory.
+    """
+    if not tf.io.gfile.exists(prefix + ".index"):
+        return "its .index file is missing"
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        dtypes = reader.get_variable_to_dtype_map()
+        if not dtypes:
+            return "it holds no tensors"
+        with tf.device("CPU:0"):
+            for name, dtype in dtypes.items():
+                # RestoreV2 reads any dtype, variants (input iterator states) included.
+                tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name],
+                                     shape_and_slices=[""], dtypes=[dtype])
+    except Exception as error:  # pylint: disable=broad-except  (any failure: it does not read)
+        return _first_line(error)
+    return None
+
+
+def _checkpoints_on_disk(model_dir: str) -> Dict[int, List[str]]:
+    """{number: [file paths]} of the `ckpt-N.*` files in model_dir."""
+    files: Dict[int, List[str]] = {}
+    for name in tf.io.gfile.listdir(model_dir):
+        match = _CHECKPOINT_FILE.match(name)
+        if match:
+            files.setdefault(int(match.group(1)), []).append(os.path.join(model_dir, name))
+    return files
+
+
+def _read_state(model_dir: str) -> Tuple[Optional[object], Optional[str]]:
+    """(CheckpointState or None, why it is unreadable or None)."""
+    path = os.path.join(model_dir, STATE_FILE)
+    if not tf.io.gfile.exists(path):
+        return None, None
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            text = f.read()
+        if not text.strip():
+            return None, "it is empty"
+        # Returns None (after logging) for text that does not parse.
+        state = tf.compat.v1.train.get_checkpoint_state(model_dir)
+    except Exception as error:  # pylint: disable=broad-except
+        return None, _first_line(error)
+    if state is None or not state.model_checkpoint_path:
+        return None, "it does not parse as a checkpoint state"
+    return state, None
+
+
+def _remove_state_file_debris(model_dir: str) -> None:
+    for leftover in tf.io.gfile.glob(os.path.join(model_dir, STATE_FILE + ".tmp*")):
+        logging.warning("Removing %s, left by an interrupted write of the checkpoint state "
+                        "file.", leftover)
+        tf.io.gfile.remove(leftover)
+
+
+def _new_incident_dir(model_dir: str) -> str:
+    """A new `model_dir/corrupt/<UTC time>-pid<pid>[-n]` path: one per start that moves files."""
+    base = os.path.join(model_dir, CORRUPT_SUBDIR,
+                        time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-pid{os.getpid()}")
+    path, suffix = base, 1
+    while tf.io.gfile.exists(path):
+        suffix += 1
+        path = f"{base}-{suffix}"
+    return path
+
+
+def _move_aside(paths: List[str], destination: str) -> None:
+    tf.io.gfile.makedirs(destination)
+    for path in paths:
+        tf.io.gfile.rename(path, os.path.join(destination, os.path.basename(path)))
+
+
+def _write_state(model_dir: str, latest: int, numbers: List[int],
+                 timestamps: List[float]) -> None:
+    """Writes the state file as a CheckpointManager would (text proto, write then rename)."""
+    lines = [f'model_checkpoint_path: "ckpt-{latest}"']
+    lines += [f'all_model_checkpoint_paths: "ckpt-{n}"' for n in numbers]
+    lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in timestamps]
+    path = os.path.join(model_dir, STATE_FILE)
+    temporary = f"{path}.tmp-recovery-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def prepare_model_dir(model_dir: str) -> Optional[str]:
+    """Makes the newest readable checkpoint of `model_dir` the one its manager resumes from.
+
+    Call with the model_dir lock held, before building the trainer's CheckpointManager.
+
+    Returns:
+      The checkpoint prefix to resume from, or None when model_dir has no checkpoint.
+
+    Raises:
+      NoReadableCheckpointError: checkpoints exist and none reads.
+    """
+    if not tf.io.gfile.isdir(model_dir):
+        return None
+    _remove_state_file_debris(model_dir)
+    on_disk = _checkpoints_on_disk(model_dir)
+    state, state_problem = _read_state(model_dir)
+    listed = {}
+    if state is not None:
+        for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
+            match = re.search(r"ckpt-(\d+)$", path)
+            if match:
+                listed[int(match.group(1))] = path
+    numbers = sorted(set(on_disk) | set(listed), reverse=True)
+    if not numbers:
+        if state_problem:
+            logging.warning("Checkpoint state file %s is unreadable (%s) and model_dir has no "
+                            "checkpoint: starting from scratch.",
+                            os.path.join(model_dir, STATE_FILE), state_problem)
+        return None
+
+    skipped: List[Tuple[int, str]] = []
+    resume = None
+    for number in numbers:
+        prefix = os.path.join(model_dir, f"ckpt-{number}")
+        reason = (unreadable_reason(prefix) if number in on_disk
+                  else "listed in the checkpoint state file but missing on disk")
+        if reason is None:
+            resume = number
+            break
+        skipped.append((number, reason))
+    if resume is None:
+        tried = "; ".join(f"ckpt-{n} ({why})" for n, why in skipped)
+        raise NoReadableCheckpointError(
+            f"No checkpoint in model_dir {model_dir} can be restored; tried {tried}. "
+            f"Restore the files from a backup, or start in a new model_dir.")
+
+    resume_prefix = os.path.join(model_dir, f"ckpt-{resume}")
+    moved_to = None
+    if skipped or state_problem:
+        moved_to = _new_incident_dir(model_dir)
+    if skipped:
+        _move_aside([path for number, _ in skipped for path in on_disk.get(number, [])],
+                    moved_to)
+        logging.warning(
+            "Skipping %d newer checkpoint(s) of %s that cannot be restored: %s. Resuming from "
+            "ckpt-%d, the newest that reads; the skipped files were moved to %s (kept, out of "
+            "the way of the new checkpoints).", len(skipped), model_dir,
+            "; ".join(f"ckpt-{n}: {why}" for n, why in skipped), resume, moved_to)
+
+    state_latest = (re.search(r"ckpt-(\d+)$", state.model_checkpoint_path)
+                    if state is not None else None)
+    if state_problem is None and state_latest and int(state_latest.group(1)) == resume:
+        return resume_prefix
+    if state_problem is not None:
+        _move_aside([os.path.join(model_dir, STATE_FILE)], moved_to)
+    # The manager's list: what remains on disk up to the resumed checkpoint, oldest first.
+    kept = sorted(n for n in on_disk if n <= resume
+                  and tf.io.gfile.exists(os.path.join(model_dir, f"ckpt-{n}.index")))
+    if state is not None and state_problem is None:
+        kept = [n for n in kept if n in listed or n == resume]
+    timestamps = [tf.io.gfile.stat(os.path.join(model_dir, f"ckpt-{n}.index")).mtime_nsec / 1e9
+                  for n in kept]  # The manager's keep_checkpoint_every_n_hours reads them.
+    _write_state(model_dir, resume, kept, timestamps)
+    if state_problem is not None:
+        logging.warning("Checkpoint state file %s was unreadable (%s): rebuilt it from the "
+                        "checkpoints on disk (latest: ckpt-%d); the old file was moved to %s.",
+                        os.path.join(model_dir, STATE_FILE), state_problem, resume, moved_to)
+    else:
+        logging.warning("The checkpoint state file of %s named ckpt-%s; it now names ckpt-%d, "
+                        "the newest checkpoint that reads.", model_dir,
+                        state_latest.group(1) if state_latest else "?", resume)
+    return resume_prefix

@@ -1,0 +1,139 @@
+"""One trainer per model_dir: an exclusive OS lock on the model_dir directory.
+
+A training process holds `flock(LOCK_EX)` on the model_dir directory itself for as long as it
+may write there. The OS drops the lock when the process ends, however it ends (kill -9
+included), so a lock is never stale. Locking the directory, rather than a lock file in it,
+writes nothing: a run refused for bad input leaves model_dir exactly as it was.
+
+A second trainer is refused with `ModelDirLockedError` (a `ConfigError`: the driver prints one
+line and exits 2) naming the holder's pid and host (read from /proc/locks on Linux).
+Evaluation modes take no lock and are never refused; under multi-worker strategies only the
+chief locks. Caveat: on file systems without flock support (some NFS or FUSE mounts) the lock
+cannot be taken; that is logged, and two trainers are then not prevented.
+
+TensorFlow-free, so the driver can refuse a second trainer before importing TensorFlow.
+Holds are counted per process: the driver and `ExperimentRunner` may both hold one model_dir.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import socket
+import threading
+from typing import Dict, Optional, Tuple
+
+from lite_launcher.base_config import ConfigError
+
+_log = logging.getLogger("absl")
+
+# realpath -> [descriptor, hold count]; a process never refuses itself.
+_held: Dict[str, list] = {}
+_held_guard = threading.Lock()
+
+
+class ModelDirLockedError(ConfigError):
+    """Another training process holds the model_dir's lock."""
+
+
+def _key(model_dir: str) -> str:
+    return os.path.realpath(model_dir)
+
+
+def lockable(model_dir: str) -> bool:
+    """Whether `model_dir` is a local path (URLs such as gs://... cannot be flock-ed)."""
+    return "://" not in model_dir
+
+
+def _lock_holder(fd: int) -> Tuple[Optional[int], str]:
+    """(pid, host) of the process holding a flock on the file of `fd`, from /proc/locks."""
+    stat = os.fstat(fd)
+    device_inode = (f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:"
+                    f"{stat.st_ino}")
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4321 08:01:1234 0 EOF"; waiters have a "->" field.
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device_inode:
+            try:
+                pid = int(fields[4])
+            except ValueError:
+                continue
+            if pid > 0:
+                return pid, socket.gethostname()
+    return None, "unknown (not listed in /proc/locks: another host or container)"
+
+
+def hold(model_dir: str, create: bool = False) -> bool:
+    """Takes (or counts one more hold of) the exclusive lock on `model_dir`.
+
+    Args:
+      model_dir: The directory to lock.
+      create: Create the directory first. Without it, a model_dir that does not exist yet is
+        not locked (nothing there to protect, and nothing is created) and False is returned.
+
+    Returns:
+      Whether this process now holds the lock (False also for URLs and for file systems
+      without flock support).
+
+    Raises:
+      ModelDirLockedError: another process holds it.
+    """
+    if not lockable(model_dir):
+        return False
+    if create:
+        os.makedirs(model_dir, exist_ok=True)
+    if not os.path.isdir(model_dir):
+        return False
+    key = _key(model_dir)
+    with _held_guard:
+        entry = _held.get(key)
+        if entry is not None:
+            entry[1] += 1
+            return True
+        fd = os.open(key, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                pid, host = _lock_holder(fd)
+                os.close(fd)
+                holder = f"pid {pid} on host {host}" if pid else f"host {host}"
+                raise ModelDirLockedError(
+                    f"model_dir {model_dir} is in use by another trainer ({holder}); "
+                    f"two trainers would overwrite each other's checkpoints. Wait for it to "
+                    f"end or stop it, or train in another model_dir (evaluation modes may "
+                    f"share it).") from None
+            os.close(fd)
+            _log.warning("Cannot lock model_dir %s (%s): this file system does not support "
+                         "flock, so a second trainer on it would not be refused.", model_dir,
+                         error.strerror or error)
+            return False
+        _held[key] = [fd, 1]
+        return True
+
+
+def release(model_dir: str) -> None:
+    """Drops one hold taken by `hold`; the lock itself goes with the last one."""
+    if not lockable(model_dir):
+        return
+    key = _key(model_dir)
+    with _held_guard:
+        entry = _held.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _held[key]
+            os.close(entry[0])  # Closing the only descriptor releases the flock.
+
+
+def held(model_dir: str) -> bool:
+    """Whether this process holds the lock on `model_dir`."""
+    return lockable(model_dir) and _key(model_dir) in _held
