@@ -5,8 +5,8 @@ process resumes the chain's model_dir, trains (a checkpoint every 10 steps, max_
 and is killed with SIGKILL either a random time after training started or the moment a
 checkpoint write is seen in progress (new files in a `ckpt-N_temp` directory). After every
 kill the newest checkpoint listed in model_dir must be complete (every tensor readable, its
-global step equal to its number), and the next process must resume from exactly that
-checkpoint. A last process per chain trains 20 more steps and finishes.
+global step equal to its number), and the next process must resume from exactly the newest
+complete checkpoint on disk (that one, or a newer one whose state-file update the kill cut off). A last process per chain trains 20 more steps and finishes.
 """
 
 from __future__ import annotations
@@ -63,15 +63,35 @@ def _write_marks(model_dir):
     return marks
 
 
+def _readable(path):
+    """The global step of a checkpoint whose every tensor reads, else None."""
+    try:
+        tensors = read_checkpoint(path)
+    except (tf.errors.OpError, ValueError):
+        return None
+    return int(tensors["global_step/.ATTRIBUTES/VARIABLE_VALUE"])
+
+
 def _check_complete(model_dir):
-    """The newest listed checkpoint (None if none): every tensor reads, step == number."""
-    latest = tf.train.latest_checkpoint(model_dir)
-    if latest is None:
-        return None, 0
-    tensors = read_checkpoint(latest)
-    step = int(tensors["global_step/.ATTRIBUTES/VARIABLE_VALUE"])
-    assert latest.endswith(f"ckpt-{step}"), (latest, step)
-    return latest, step
+    """The checkpoint a restart must resume from (None if none) and its step.
+
+    The newest listed checkpoint must be complete (every tensor reads, step == number). A kill
+    between a finished write and the state-file update leaves a newer complete checkpoint on
+    disk; the restart resumes from that one (no finished step is thrown away).
+    """
+    listed = tf.train.latest_checkpoint(model_dir)
+    if listed is not None:
+        step = _readable(listed)
+        assert step is not None and listed.endswith(f"ckpt-{step}"), (listed, step)
+    numbers = sorted((int(name[len("ckpt-"):-len(".index")]) for name in os.listdir(model_dir)
+                      if name.startswith("ckpt-") and name.endswith(".index")), reverse=True)
+    for number in numbers:
+        path = os.path.join(model_dir, f"ckpt-{number}")
+        if _readable(path) == number:
+            assert listed is None or number >= _readable(listed), (path, listed)
+            return path, number
+    assert listed is None, listed
+    return None, 0
 
 
 def _expected_restore(log, latest, step):
