@@ -213,6 +213,42 @@ def test_eval_metrics_match_numpy():
     assert float(logs["validation_loss"]) == pytest.approx(np.mean(per_batch), rel=1e-5)
 
 
+
+class StatefulEvalTrainer(ll.Trainer):
+    """eval_begin starts a state; eval_reduce grows it by each step's per-replica losses."""
+
+    def eval_begin(self):
+        super().eval_begin()
+        return {"losses": tf.zeros([0]), "steps": tf.constant(0)}
+
+    def eval_reduce(self, state=None, step_outputs=None):
+        losses = tf.stack(step_outputs[self.task.loss])
+        return {"losses": tf.concat([state["losses"], losses], 0), "steps": state["steps"] + 1}
+
+    def eval_end(self, aggregated_logs=None):
+        logs = super().eval_end()
+        logs.update(aggregated_logs)
+        return logs
+
+
+@pytest.mark.parametrize("eval_tf_while_loop", [False, True])
+def test_stateful_evaluation_folds_every_step(eval_tf_while_loop):
+    # The state's tensor grows each step: the while loop must relax its shape invariant.
+    trainer = tiny.make_trainer(tiny.make_config(eval_tf_while_loop=eval_tf_while_loop,
+                                                 validation_steps=5),
+                                trainer_cls=StatefulEvalTrainer)
+    trainer.train(3)
+    logs = trainer.evaluate(5)
+    x, y = tiny.make_data()
+    logits = trainer.model(x).numpy()
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    per_batch = [-log_probs[i:i + 8][np.arange(8), y[i:i + 8]].mean() for i in range(0, 40, 8)]
+    assert int(logs["steps"]) == 5
+    np.testing.assert_allclose(logs["losses"].numpy(), per_batch, rtol=1e-5)
+    assert float(logs["validation_loss"]) == pytest.approx(np.mean(per_batch), rel=1e-5)
+
+
 # ------------------------------------------------------- passthrough logs
 
 
