@@ -21,6 +21,7 @@ import signal
 import threading
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -46,12 +47,6 @@ def _as_int(value) -> int:
     if isinstance(value, (tf.Tensor, tf.Variable)):
         value = value.numpy()
     return int(value)
-
-
-def _as_float(value) -> float:
-    if isinstance(value, (tf.Tensor, tf.Variable)):
-        value = value.numpy()
-    return float(value)
 
 
 class ConditionalAction:
@@ -161,10 +156,25 @@ class EMACheckpointing:
 # ---------------------------------------------------------------------------
 
 
+def _loss_value(loss) -> float:
+    """A loss of any shape (scalar, `[1]` as TFM's tests pass it, a list) as one float.
+
+    NaN when any element is NaN, else the largest element: the loss diverged if any part did.
+    """
+    if isinstance(loss, (tf.Tensor, tf.Variable)):
+        loss = loss.numpy()
+    values = np.asarray(loss, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("RecoveryCondition got an empty 'training_loss'; it needs at least one "
+                         "value.")
+    return float("nan") if np.isnan(values).any() else float(values.max())
+
+
 class RecoveryCondition:
     """True when the last train loop's loss diverged and a recovery should run.
 
-    Diverged means: `output["training_loss"]` is NaN (at any step), or above
+    Diverged means: `output["training_loss"]` (any shape: any NaN element, or the largest
+    element, decides) is NaN (at any step), or above
     `loss_upper_bound` once `global_step >= recovery_begin_steps` (TFM's rule). Each hit counts
     one trial; the hit that makes the count exceed `recovery_max_trials` raises RuntimeError
     instead of returning True (so `recovery_max_trials=0` fails at the first hit).
@@ -183,7 +193,7 @@ class RecoveryCondition:
             raise KeyError(
                 f"RecoveryCondition needs 'training_loss' in the train loop output; got keys "
                 f"{sorted(output or {})}.")
-        loss = _as_float(output["training_loss"])
+        loss = _loss_value(output["training_loss"])
         # The step is read only when the loss looks bad: one host read less per healthy loop.
         if math.isnan(loss):
             reason = f"the training loss is NaN at step {_as_int(self.global_step)}"

@@ -135,6 +135,22 @@ def test_recovery_without_checkpoints_is_a_config_error():
             TinyTrainer(), "", None)
 
 
+@pytest.mark.parametrize("loss, diverged", [
+    (tf.constant([np.nan]), True), ([float("nan")], True), (np.array([[0.2, np.nan]]), True),
+    (tf.constant([0.6]), True), ([0.2, 0.6], True), (np.array([0.2, 0.4]), False),
+    (tf.constant([[0.3]]), False)])
+def test_recovery_condition_takes_a_loss_of_any_shape(loss, diverged):
+    # TFM's own tests pass a loss of shape [1]; any NaN element, or the largest, decides.
+    condition = actions.RecoveryCondition(tf.Variable(0, dtype=tf.int64), loss_upper_bound=0.5,
+                                          recovery_max_trials=1)
+    assert condition({"training_loss": loss}) is diverged
+    if diverged:
+        with pytest.raises(RuntimeError, match="divergence 2"):
+            condition({"training_loss": loss})
+    with pytest.raises(ValueError, match="empty 'training_loss'"):
+        condition({"training_loss": []})
+
+
 def test_recovery_condition_needs_training_loss():
     condition = actions.RecoveryCondition(tf.Variable(0), loss_upper_bound=1.0)
     with pytest.raises(KeyError, match=r"'training_loss'.*\['loss'\]"):
