@@ -80,7 +80,7 @@ class EMACheckpointing:
     """
 
     def __init__(self, export_dir: str, optimizer, checkpoint: tf.train.Checkpoint,
-                 max_to_keep: int = 1, *, variables: Sequence[tf.Variable],
+                 max_to_keep: int = 1, *, variables: Optional[Sequence[tf.Variable]] = None,
                  global_step=None, strategy=None):
         """Creates the action.
 
@@ -89,8 +89,8 @@ class EMACheckpointing:
           optimizer: a Keras 3 optimizer built with `use_ema=True`.
           checkpoint: the checkpoint to save (it must track the model).
           max_to_keep: how many EMA checkpoints to keep.
-          variables: the model variables the optimizer averages (`model.trainable_variables`),
-            in the order the optimizer was built with.
+          variables: the model variables to swap with their averages; None (TFM's call):
+            every variable the optimizer was built with, i.e. all it averages.
           global_step: numbers the checkpoints; None: `optimizer.iterations`.
           strategy: decides which worker writes (chief only); None: the current strategy.
         """
@@ -100,7 +100,7 @@ class EMACheckpointing:
                 "EMACheckpointing needs an optimizer with EMA (Keras `use_ema=True`, "
                 "optimizer_config.ema in the config).")
         self._optimizer = optimizer
-        self._variables = list(variables)
+        self._variables = list(variables) if variables is not None else None
         self._checkpoint = checkpoint
         self._max_to_keep = max_to_keep
         self._global_step = global_step if global_step is not None else optimizer.iterations
@@ -122,13 +122,26 @@ class EMACheckpointing:
                 checkpoint_name=EMA_CHECKPOINT_NAME)
         return self._checkpoint_manager
 
+    def _averaged_variables(self, optimization) -> List[tf.Variable]:
+        if self._variables is not None:
+            return self._variables
+        # Read at save time: the optimizer may be built after this action is made.
+        inner = optimization._unwrap(self._optimizer)  # pylint: disable=protected-access
+        built = getattr(inner, "_trainable_variables", None)  # Keras 3: the build() list
+        if built is None:
+            raise RuntimeError(
+                f"EMACheckpointing cannot find the variables {type(inner).__name__} was built "
+                f"with; pass variables=model.trainable_variables.")
+        return list(built)
+
     def _swap(self, optimization):
+        variables = self._averaged_variables(optimization)
         # Cross-replica context of the training strategy: every replica's copy is swapped.
         if self._strategy is not None:
             with self._strategy.scope():
-                optimization.swap_ema_weights(self._optimizer, self._variables)
+                optimization.swap_ema_weights(self._optimizer, variables)
         else:
-            optimization.swap_ema_weights(self._optimizer, self._variables)
+            optimization.swap_ema_weights(self._optimizer, variables)
 
     def __call__(self, output: Output = None) -> Optional[str]:
         """Saves the EMA checkpoint; returns its path (None on non-chief workers)."""

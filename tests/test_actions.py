@@ -14,6 +14,7 @@ import tensorflow as tf
 import keras
 
 from lite_launcher import actions
+from lite_launcher import optimization
 from lite_launcher.base_config import ConfigError
 from lite_launcher.config import ExperimentConfig
 
@@ -196,6 +197,23 @@ def test_ema_checkpoint_holds_the_averages_and_model_weights_are_unchanged(tmp_p
         trainer.checkpoint, os.path.join(str(tmp_path), "ema_checkpoints"),
         max_to_keep=2).checkpoints == [
             os.path.join(str(tmp_path), "ema_checkpoints", f"average_weights-{s}") for s in (5, 6)]
+
+
+def test_ema_checkpointing_with_tfm_arguments_swaps_every_averaged_variable(tmp_path):
+    # TFM's signature: (export_dir, optimizer, checkpoint[, max_to_keep]), no variables=.
+    trainer = TinyTrainer(keras.optimizers.SGD(0.1, use_ema=True, ema_momentum=0.5))
+    trainer.train(3)
+    averages = [v.numpy() for v in optimization.ema_variables(trainer.optimizer)]
+    before = trainer.weights()
+    assert not np.allclose(before[0], averages[0])
+    action = actions.EMACheckpointing(str(tmp_path), trainer.optimizer, trainer.checkpoint)
+    path = action({})
+    for after, original in zip(trainer.weights(), before):
+        np.testing.assert_array_equal(after, original)
+    fresh = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    tf.train.Checkpoint(model=fresh).read(path).expect_partial()
+    for restored, average in zip(fresh.trainable_variables, averages):
+        np.testing.assert_array_equal(restored.numpy(), average)
 
 
 def test_no_ema_action_without_ema(tmp_path):
