@@ -477,8 +477,14 @@ def test_multi_worker_mirrored_two_processes_chief_writes_and_both_resume(tmp_pa
         event_files = os.listdir(model_dir / subdir)
         assert len(event_files) == 1, event_files
         assert f".{pids[0]}." in event_files[0]  # written by the chief's process
+    # The best checkpoint is named as TFM names it: by the checkpoint's save counter.
+    best = tf.train.latest_checkpoint(str(model_dir / "best"))
+    number = int(checkpoint_value(best, "save_counter/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert best == str(model_dir / "best" / f"best_ckpt-{number}")
     assert sorted(os.listdir(model_dir / "best")) == [
-        "best_ckpt-20.data-00000-of-00001", "best_ckpt-20.index", "checkpoint", "info.json"]
+        f"best_ckpt-{number}.data-00000-of-00001", f"best_ckpt-{number}.index", "checkpoint",
+        "info.json"]
+    assert int(checkpoint_value(best, "global_step/.ATTRIBUTES/VARIABLE_VALUE")) == 20
 
     # A restart of both resumes from the chief's ckpt-20 and trains on to 40.
     results, _ = run_two_workers(model_dir, tmp_path, "restart", train_steps=40)
