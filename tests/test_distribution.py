@@ -30,6 +30,7 @@ from lite_launcher.task import Task
 from lite_launcher.trainer import ExactMean, split_steps
 
 import tiny
+import xla_checks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CAPTURE_SCRIPT = ROOT / "tests" / "dist_workers" / "lite_train_capture.py"
@@ -173,6 +174,9 @@ def test_mirrored_xla_compiles_forward_backward_and_matches(digits_run):
     xla_trainer, xla_logs = digits_run("mirrored_xla")
     # Under MirroredStrategy only Task.compute_gradients is compiled; the update runs outside.
     assert xla_trainer._xla_train_step.__name__ == "split_train_step"
+    compiled = xla_checks.xla_compiled_calls(xla_trainer)
+    assert compiled and all("compute_gradients" in name for name in compiled), compiled
+    assert xla_checks.xla_compiled_calls(plain_trainer) == []
     assert int(xla_trainer.global_step.numpy()) == 40
     for a, b in zip(weights(plain_trainer), weights(xla_trainer)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -281,6 +285,8 @@ def test_inf_on_one_replica_skips_the_step_on_all_and_lowers_the_loss_scale(enab
     np.testing.assert_array_equal(kernel_0, kernel_1)
     assert np.abs(kernel_0 - before[0][0]).max() > 1e-4
     assert int(trainer.global_step.numpy()) == 2
+    compiled = xla_checks.xla_compiled_calls(trainer)
+    assert bool(compiled) == enable_xla, compiled
 
 
 # ------------------------------------------------------------------------------------------
