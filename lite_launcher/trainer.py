@@ -229,11 +229,6 @@ class Trainer:
             raise ConfigError(
                 "The parameter_server strategy needs trainer.train_tf_function=true and "
                 "trainer.eval_tf_function=true.")
-        if self._is_async and evaluate and trainer_config.validation_steps == -1:
-            # Its evaluation is one tf.while_loop of a fixed length (see create_eval_loop_fn).
-            raise ConfigError(
-                "The parameter_server strategy evaluates a fixed number of steps: set "
-                "trainer.validation_steps > 0 (it is -1, the whole validation set).")
 
         self._train_loop_fn = None
         # Calls the train loop function (through its traced graph once traced); and whether
