@@ -78,6 +78,14 @@ def main():
         results["eval_logs"] = sorted(logs)
         results["validation_loss"] = float(logs["validation_loss"])
         results["validation_loss_count"] = float(trainer.validation_loss.count.numpy())
+
+        # As TFM's _AsyncTrainer: an evaluation with a reduce state is refused.
+        trainer.eval_begin = lambda: {"sum": tf.constant(0.0)}
+        try:
+            trainer.evaluate(tf.constant(2))
+            results["stateful_error"] = None
+        except ValueError as error:
+            results["stateful_error"] = str(error)
     print(json.dumps(results))
 
 

@@ -110,6 +110,8 @@ def test_async_trainer_validate():
     assert {"acc", "validation_loss"} <= set(results["eval_logs"])
     assert results["validation_loss_count"] == 5.0
     assert results["validation_loss"] == pytest.approx(1.0)  # zeros in, bias 1 out
+    # As in TFM, an evaluation with a reduce state (eval_begin returning one) is refused.
+    assert "stateful evaluation" in results["stateful_error"]
 
 
 @pytest.mark.parametrize("strategy_name", ["default", "one_device", "mirrored"])
