@@ -536,7 +536,9 @@ def test_parameter_server_cluster_of_lite_train_processes_trains_and_evaluates(t
     override = ("runtime.distribution_strategy=parameter_server,runtime.enable_xla=true,"
                 "trainer.train_steps=200,trainer.steps_per_loop=100,"
                 "trainer.summary_interval=100,trainer.checkpoint_interval=100,"
-                "trainer.validation_interval=100,trainer.validation_steps=3")
+                "trainer.validation_interval=100,trainer.validation_steps=3,"
+                "trainer.best_checkpoint_export_subdir=best,"
+                "trainer.best_checkpoint_eval_metric=accuracy")
 
     def flags(mode, extra="", base=override):
         return ["--experiment=digits_mlp", f"--mode={mode}", f"--model_dir={model_dir}",
@@ -600,6 +602,11 @@ def test_parameter_server_cluster_of_lite_train_processes_trains_and_evaluates(t
             assert result["eval_validation_loss"][index] == pytest.approx(
                 expected[step]["validation_loss"], rel=1e-5), (mode, step)
     assert int(results["train_and_post_eval"]["global_step"]) == 200  # nothing more trained
+    # The best checkpoint export runs under parameter servers too.
+    best_step = max((100, 200), key=lambda step: expected[step]["accuracy"])
+    best = tf.train.latest_checkpoint(str(model_dir / "best"))
+    assert int(checkpoint_value(best, "global_step/.ATTRIBUTES/VARIABLE_VALUE")) == best_step
+    assert trained["eval_best_accuracy"][-1] == pytest.approx(expected[best_step]["accuracy"])
 
     assert "Serving as a worker/ps task" in server_logs[0].read_text()
     # XLA cannot read variables on the ps task: enable_xla is ignored there, with a warning.
