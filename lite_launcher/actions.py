@@ -22,6 +22,7 @@ import threading
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
 import gin
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -47,12 +48,6 @@ def _as_int(value) -> int:
     if isinstance(value, (tf.Tensor, tf.Variable)):
         value = value.numpy()
     return int(value)
-
-
-def _as_float(value) -> float:
-    if isinstance(value, (tf.Tensor, tf.Variable)):
-        value = value.numpy()
-    return float(value)
 
 
 class ConditionalAction:
@@ -86,7 +81,7 @@ class EMACheckpointing:
     """
 
     def __init__(self, export_dir: str, optimizer, checkpoint: tf.train.Checkpoint,
-                 max_to_keep: int = 1, *, variables: Sequence[tf.Variable],
+                 max_to_keep: int = 1, *, variables: Optional[Sequence[tf.Variable]] = None,
                  global_step=None, strategy=None):
         """Creates the action.
 
@@ -95,8 +90,8 @@ class EMACheckpointing:
           optimizer: a Keras 3 optimizer built with `use_ema=True`.
           checkpoint: the checkpoint to save (it must track the model).
           max_to_keep: how many EMA checkpoints to keep.
-          variables: the model variables the optimizer averages (`model.trainable_variables`),
-            in the order the optimizer was built with.
+          variables: the model variables to swap with their averages; None (TFM's call):
+            every variable the optimizer was built with, i.e. all it averages.
           global_step: numbers the checkpoints; None: `optimizer.iterations`.
           strategy: decides which worker writes (chief only); None: the current strategy.
         """
@@ -106,7 +101,7 @@ class EMACheckpointing:
                 "EMACheckpointing needs an optimizer with EMA (Keras `use_ema=True`, "
                 "optimizer_config.ema in the config).")
         self._optimizer = optimizer
-        self._variables = list(variables)
+        self._variables = list(variables) if variables is not None else None
         self._checkpoint = checkpoint
         self._max_to_keep = max_to_keep
         self._global_step = global_step if global_step is not None else optimizer.iterations
@@ -128,13 +123,26 @@ class EMACheckpointing:
                 checkpoint_name=EMA_CHECKPOINT_NAME)
         return self._checkpoint_manager
 
+    def _averaged_variables(self, optimization) -> List[tf.Variable]:
+        if self._variables is not None:
+            return self._variables
+        # Read at save time: the optimizer may be built after this action is made.
+        inner = optimization._unwrap(self._optimizer)  # pylint: disable=protected-access
+        built = getattr(inner, "_trainable_variables", None)  # Keras 3: the build() list
+        if built is None:
+            raise RuntimeError(
+                f"EMACheckpointing cannot find the variables {type(inner).__name__} was built "
+                f"with; pass variables=model.trainable_variables.")
+        return list(built)
+
     def _swap(self, optimization):
+        variables = self._averaged_variables(optimization)
         # Cross-replica context of the training strategy: every replica's copy is swapped.
         if self._strategy is not None:
             with self._strategy.scope():
-                optimization.swap_ema_weights(self._optimizer, self._variables)
+                optimization.swap_ema_weights(self._optimizer, variables)
         else:
-            optimization.swap_ema_weights(self._optimizer, self._variables)
+            optimization.swap_ema_weights(self._optimizer, variables)
 
     def __call__(self, output: Output = None) -> Optional[str]:
         """Saves the EMA checkpoint; returns its path (None on non-chief workers)."""
@@ -162,10 +170,25 @@ class EMACheckpointing:
 # ---------------------------------------------------------------------------
 
 
+def _loss_value(loss) -> float:
+    """A loss of any shape (scalar, `[1]` as TFM's tests pass it, a list) as one float.
+
+    NaN when any element is NaN, else the largest element: the loss diverged if any part did.
+    """
+    if isinstance(loss, (tf.Tensor, tf.Variable)):
+        loss = loss.numpy()
+    values = np.asarray(loss, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("RecoveryCondition got an empty 'training_loss'; it needs at least one "
+                         "value.")
+    return float("nan") if np.isnan(values).any() else float(values.max())
+
+
 class RecoveryCondition:
     """True when the last train loop's loss diverged and a recovery should run.
 
-    Diverged means: `output["training_loss"]` is NaN (at any step), or above
+    Diverged means: `output["training_loss"]` (any shape: any NaN element, or the largest
+    element, decides) is NaN (at any step), or above
     `loss_upper_bound` once `global_step >= recovery_begin_steps` (TFM's rule). Each hit counts
     one trial; the hit that makes the count exceed `recovery_max_trials` raises RuntimeError
     instead of returning True (so `recovery_max_trials=0` fails at the first hit).
@@ -184,7 +207,7 @@ class RecoveryCondition:
             raise KeyError(
                 f"RecoveryCondition needs 'training_loss' in the train loop output; got keys "
                 f"{sorted(output or {})}.")
-        loss = _as_float(output["training_loss"])
+        loss = _loss_value(output["training_loss"])
         # The step is read only when the loss looks bad: one host read less per healthy loop.
         if math.isnan(loss):
             reason = f"the training loss is NaN at step {_as_int(self.global_step)}"

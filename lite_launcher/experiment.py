@@ -115,8 +115,16 @@ class ExperimentRunner:
         if self._locks_model_dir:
             self._hold_model_dir(create=False)
         # A trainer passed in (the forked-driver path) is used as is.
+        evaluates = ("eval" in mode) or run_post_eval
+        parameter_servers = isinstance(self.strategy,
+                                       tf.distribute.experimental.ParameterServerStrategy)
+        if evaluates and parameter_servers and params.trainer.validation_steps == -1:
+            # Refused before training: its evaluation is one tf.while_loop of a fixed length.
+            raise ConfigError(
+                "The parameter_server strategy evaluates a fixed number of steps: set "
+                "trainer.validation_steps > 0 (it is -1, the whole validation set).")
         self._trainer = trainer or self._build_trainer(
-            task, train=mode_trains(mode), evaluate=("eval" in mode) or run_post_eval)
+            task, train=mode_trains(mode), evaluate=evaluates)
         self._checkpoint_manager = self._maybe_build_checkpoint_manager()
         self._summary_manager = summary_manager
         self._eval_summary_manager = eval_summary_manager

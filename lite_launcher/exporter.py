@@ -2,18 +2,22 @@
 
 After each evaluation the Trainer hands the eval logs to `BestCheckpointExporter`. When the
 chosen metric beats the best seen so far, the current checkpoint is written to
-`<model_dir>/<best_checkpoint_export_subdir>/best_ckpt-<step>` and its metrics to `info.json`
+`<model_dir>/<best_checkpoint_export_subdir>/best_ckpt-<N>` and its metrics to `info.json`
 in the same directory. The record is read back on restart, so a resumed run keeps comparing
 against the best of the earlier runs.
 
-On disk (compatible with TFM's layout):
+On disk (TFM's layout and names):
     info.json          the best evaluation's scalar metrics + "best_ckpt_global_step"
-    best_ckpt-<step>.* the best checkpoint (written with `tf.train.Checkpoint.write`)
+    best_ckpt-<N>.*    the best checkpoint; N is the checkpoint's `save_counter` after this
+                       save, as TFM's `CheckpointManager(..., checkpoint_name="best_ckpt")`
+                       numbers it (the first export of a fresh checkpoint is `best_ckpt-1`;
+                       regular saves of the same checkpoint count too)
     checkpoint         state file, so `tf.train.latest_checkpoint(dir)` finds the best one
 
 Order of writes (a crash at any point leaves a consistent best): the new checkpoint files,
 then `info.json` (replaced atomically; this is the commit), then the state file, then the
-old checkpoint's files are deleted.
+old checkpoint's files are deleted. (When N names the current best already, e.g. the export
+of another `tf.train.Checkpoint` object, its files are overwritten in place, as in TFM.)
 """
 
 from __future__ import annotations
@@ -255,7 +259,7 @@ class BestCheckpointExporter:
         Raises:
           ConfigError: `metric_name` is not in `eval_logs`, or not a number.
         """
-        step = int(_scalar(global_step))
+        step = int(_scalar(global_step))  # for the log lines
         new_value = self._metric_value(eval_logs)
         if self._best_ckpt_logs is not None:
             old_value = self._metric_value(self._best_ckpt_logs)
@@ -265,14 +269,33 @@ class BestCheckpointExporter:
                 return False
             logging.info("[BestCheckpointExporter] %s = %s at step %d beats %s: exporting.",
                          self._metric_name, new_value, step, old_value)
-        record = _scalar_logs(eval_logs)
-        record[STEP_KEY] = step
-        self._export(checkpoint, record, step, write_logs)
+        record = self._record(eval_logs, step)
+        self._export(checkpoint, record, write_logs)
         self._best_ckpt_logs = record
         return True
 
-    def _export(self, checkpoint, record, step, write_logs):
-        name = f"{BEST_CHECKPOINT_NAME}-{step}"
+    @staticmethod
+    def _record(eval_logs: Mapping[str, Any], global_step) -> Dict[str, Any]:
+        # As TFM: the scalar logs with every number a float, the step included.
+        record = _scalar_logs(eval_logs)
+        record[STEP_KEY] = float(_scalar(global_step))
+        return record
+
+    def export_best_eval_metric(self, eval_logs: Mapping[str, Any], global_step) -> None:
+        """Writes `eval_logs` (their scalar leaves) and `global_step` to `info.json` (TFM's API).
+
+        Non-scalar logs (images, ...) are left out; every number is written as a float. Only
+        the chief writes.
+        """
+        if is_chief(self._strategy):
+            atomic_write_text(self.best_ckpt_logs_path,
+                              json.dumps(self._record(eval_logs, global_step), indent=4) + "\n")
+
+    def _export(self, checkpoint, record, write_logs):
+        # The number TFM's CheckpointManager.save() would give: the checkpoint's save counter,
+        # incremented (on every worker, so that all agree on the name).
+        number = int(checkpoint.save_counter.assign_add(1).numpy())
+        name = f"{BEST_CHECKPOINT_NAME}-{number}"
         chief = is_chief(self._strategy)
         with worker_save_dir(self._export_dir, self._strategy) as directory:
             checkpoint.write(os.path.join(directory, name))
@@ -322,12 +345,6 @@ class BestCheckpointExporter:
     @property
     def best_ckpt_path(self) -> Optional[str]:
         """Prefix of the best checkpoint (for `Checkpoint.restore`), or None if none yet."""
-        if self._best_ckpt_logs is not None and STEP_KEY in self._best_ckpt_logs:
-            step = int(self._best_ckpt_logs[STEP_KEY])
-            prefix = os.path.join(self._export_dir, f"{BEST_CHECKPOINT_NAME}-{step}")
-            if tf.io.gfile.exists(prefix + ".index"):
-                return prefix
-        # A directory written by TFM (names numbered by save count, not step).
         return tf.train.latest_checkpoint(self._export_dir)
 
     export_ckpt_path = best_ckpt_path

@@ -262,9 +262,11 @@ def while_loop_with_state(step_fn: StepFn):
     def loop_fn(iterator, num_steps, state, reduce_fn: ReduceFn):
         _require_tensor(num_steps)
         for _ in tf.range(num_steps):
+            # AutoGraph takes loop options only from the loop body's first statement: anything
+            # before it (even the relaxed shapes) stops the loop's conversion.
+            tf.autograph.experimental.set_loop_options(
+                shape_invariants=[(state, tf.nest.map_structure(_relaxed_shape, state))])
             with tf.name_scope(""):
-                relaxed = tf.nest.map_structure(_relaxed_shape, state)
-                tf.autograph.experimental.set_loop_options(shape_invariants=[(state, relaxed)])
                 state = reduce_fn(state, step_fn(iterator))
         return state
 

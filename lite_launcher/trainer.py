@@ -585,17 +585,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval
     def create_eval_loop_fn(self, has_state: bool):
-        """Builds `loop_fn(iterator, num_steps, state=None, reduce_fn=None)` for evaluation."""
-        loop_fn = loops.make_eval_loop(self.eval_step, has_state=has_state, **self._eval_options)
+        """Builds `loop_fn(iterator, num_steps, state=None, reduce_fn=None)` for evaluation.
+
+        Under parameter servers the whole evaluation is one `tf.while_loop` in a `tf.function`
+        (whatever `eval_tf_while_loop` says: the coordinator schedules only `tf.function`s),
+        scheduled as one closure, so that it reads the validation set from the top as one
+        device would; `eval_end` joins it and reads the metrics on the ps tasks. As in TFM, a
+        stateful evaluation (`eval_begin` returning a state) is not supported there.
+        """
         if self._is_async:
             if has_state:
-                raise ValueError("A stateful eval loop is not supported in async (PS) training.")
+                raise ValueError(
+                    "A stateful evaluation (eval_begin returning a state) is not supported "
+                    "with the parameter_server strategy: keep eval state in metrics.")
+            if (type(self._task).aggregate_logs is not Task.aggregate_logs
+                    or type(self).eval_reduce is not Trainer.eval_reduce):
+                logging.warning(
+                    "With the parameter_server strategy the evaluation runs on a worker as one "
+                    "tf.while_loop: eval_reduce / %s.aggregate_logs are not called (as in TFM).",
+                    type(self._task).__name__)
+            loop_fn = tf.function(loops.while_loop(self.eval_step))
 
             def async_loop_fn(iterator, num_steps, state=None, reduce_fn=None):
-                del state, reduce_fn
+                del reduce_fn
                 self._coordinator.schedule(loop_fn, args=(iterator, num_steps))
+                return state
             return async_loop_fn
-        return loop_fn
+        return loops.make_eval_loop(self.eval_step, has_state=has_state, **self._eval_options)
+
+    def _eval_loop_in_graph(self) -> bool:
+        """Whether the eval loop is a tf.while_loop (fixed step count, tensor `num_steps`)."""
+        return self._eval_options["use_tf_while_loop"] or self._is_async
 
     def evaluate(self, num_steps):
         """Runs `num_steps` eval steps (-1: until the dataset ends); returns `eval_end()`'s logs.
@@ -603,7 +623,11 @@ class Trainer:
         The eval iterator is made anew for each evaluation, so each one starts at the top of
         the validation set.
         """
-        if self._eval_options["use_tf_while_loop"] and int(num_steps) == -1:
+        if self._eval_loop_in_graph() and int(num_steps) == -1:
+            if self._is_async:
+                raise ValueError(
+                    "evaluate(-1) (until the dataset ends) is not supported with the "
+                    "parameter_server strategy: set trainer.validation_steps > 0.")
             raise ValueError(
                 "evaluate(-1) (until the dataset ends) is not supported with "
                 "eval_tf_while_loop=True: set validation_steps > 0 or eval_tf_while_loop=False.")
@@ -614,9 +638,9 @@ class Trainer:
             self._eval_loop_has_state = has_state
         # The only reference to this evaluation's iterator, so it can be handed over below.
         eval_iters = [tf.nest.map_structure(iter, self.eval_dataset)]
-        if self._eval_options["use_tf_while_loop"] and not isinstance(num_steps, tf.Tensor):
+        if self._eval_loop_in_graph() and not isinstance(num_steps, tf.Tensor):
             num_steps = tf.constant(num_steps, dtype=tf.int32)
-        if self._eval_options["use_tf_while_loop"] and not has_state:
+        if self._eval_loop_in_graph() and not has_state:
             self._eval_loop_fn(eval_iters[0], num_steps)
         else:
             state = self._eval_loop_fn(eval_iters[0], num_steps, state=state,

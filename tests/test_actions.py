@@ -14,6 +14,7 @@ import tensorflow as tf
 import keras
 
 from lite_launcher import actions
+from lite_launcher import optimization
 from lite_launcher.base_config import ConfigError
 from lite_launcher.config import ExperimentConfig
 
@@ -135,6 +136,22 @@ def test_recovery_without_checkpoints_is_a_config_error():
             TinyTrainer(), "", None)
 
 
+@pytest.mark.parametrize("loss, diverged", [
+    (tf.constant([np.nan]), True), ([float("nan")], True), (np.array([[0.2, np.nan]]), True),
+    (tf.constant([0.6]), True), ([0.2, 0.6], True), (np.array([0.2, 0.4]), False),
+    (tf.constant([[0.3]]), False)])
+def test_recovery_condition_takes_a_loss_of_any_shape(loss, diverged):
+    # TFM's own tests pass a loss of shape [1]; any NaN element, or the largest, decides.
+    condition = actions.RecoveryCondition(tf.Variable(0, dtype=tf.int64), loss_upper_bound=0.5,
+                                          recovery_max_trials=1)
+    assert condition({"training_loss": loss}) is diverged
+    if diverged:
+        with pytest.raises(RuntimeError, match="divergence 2"):
+            condition({"training_loss": loss})
+    with pytest.raises(ValueError, match="empty 'training_loss'"):
+        condition({"training_loss": []})
+
+
 def test_recovery_condition_needs_training_loss():
     condition = actions.RecoveryCondition(tf.Variable(0), loss_upper_bound=1.0)
     with pytest.raises(KeyError, match=r"'training_loss'.*\['loss'\]"):
@@ -180,6 +197,23 @@ def test_ema_checkpoint_holds_the_averages_and_model_weights_are_unchanged(tmp_p
         trainer.checkpoint, os.path.join(str(tmp_path), "ema_checkpoints"),
         max_to_keep=2).checkpoints == [
             os.path.join(str(tmp_path), "ema_checkpoints", f"average_weights-{s}") for s in (5, 6)]
+
+
+def test_ema_checkpointing_with_tfm_arguments_swaps_every_averaged_variable(tmp_path):
+    # TFM's signature: (export_dir, optimizer, checkpoint[, max_to_keep]), no variables=.
+    trainer = TinyTrainer(keras.optimizers.SGD(0.1, use_ema=True, ema_momentum=0.5))
+    trainer.train(3)
+    averages = [v.numpy() for v in optimization.ema_variables(trainer.optimizer)]
+    before = trainer.weights()
+    assert not np.allclose(before[0], averages[0])
+    action = actions.EMACheckpointing(str(tmp_path), trainer.optimizer, trainer.checkpoint)
+    path = action({})
+    for after, original in zip(trainer.weights(), before):
+        np.testing.assert_array_equal(after, original)
+    fresh = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    tf.train.Checkpoint(model=fresh).read(path).expect_partial()
+    for restored, average in zip(fresh.trainable_variables, averages):
+        np.testing.assert_array_equal(restored.numpy(), average)
 
 
 def test_no_ema_action_without_ema(tmp_path):

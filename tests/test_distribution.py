@@ -30,6 +30,7 @@ from lite_launcher.task import Task
 from lite_launcher.trainer import ExactMean, split_steps
 
 import tiny
+import xla_checks
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CAPTURE_SCRIPT = ROOT / "tests" / "dist_workers" / "lite_train_capture.py"
@@ -173,6 +174,9 @@ def test_mirrored_xla_compiles_forward_backward_and_matches(digits_run):
     xla_trainer, xla_logs = digits_run("mirrored_xla")
     # Under MirroredStrategy only Task.compute_gradients is compiled; the update runs outside.
     assert xla_trainer._xla_train_step.__name__ == "split_train_step"
+    compiled = xla_checks.xla_compiled_calls(xla_trainer)
+    assert compiled and all("compute_gradients" in name for name in compiled), compiled
+    assert xla_checks.xla_compiled_calls(plain_trainer) == []
     assert int(xla_trainer.global_step.numpy()) == 40
     for a, b in zip(weights(plain_trainer), weights(xla_trainer)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -281,6 +285,8 @@ def test_inf_on_one_replica_skips_the_step_on_all_and_lowers_the_loss_scale(enab
     np.testing.assert_array_equal(kernel_0, kernel_1)
     assert np.abs(kernel_0 - before[0][0]).max() > 1e-4
     assert int(trainer.global_step.numpy()) == 2
+    compiled = xla_checks.xla_compiled_calls(trainer)
+    assert bool(compiled) == enable_xla, compiled
 
 
 # ------------------------------------------------------------------------------------------
@@ -457,6 +463,8 @@ def test_multi_worker_mirrored_two_processes_chief_writes_and_both_resume(tmp_pa
     model_dir = tmp_path / "model"
     results, pids = run_two_workers(model_dir, tmp_path, "first", train_steps=20)
     chief, other = results
+    # The default path, as users run it: each inner loop and its metric reads are one graph.
+    assert bool(chief["fused"]) and bool(other["fused"])
     assert int(chief["global_step"]) == int(other["global_step"]) == 20
     # 10 steps a loop, one loss per replica (2 in sync: one on each worker), summed on read.
     np.testing.assert_array_equal(chief["loss_counts"], [20.0, 20.0])
@@ -475,8 +483,14 @@ def test_multi_worker_mirrored_two_processes_chief_writes_and_both_resume(tmp_pa
         event_files = os.listdir(model_dir / subdir)
         assert len(event_files) == 1, event_files
         assert f".{pids[0]}." in event_files[0]  # written by the chief's process
+    # The best checkpoint is named as TFM names it: by the checkpoint's save counter.
+    best = tf.train.latest_checkpoint(str(model_dir / "best"))
+    number = int(checkpoint_value(best, "save_counter/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert best == str(model_dir / "best" / f"best_ckpt-{number}")
     assert sorted(os.listdir(model_dir / "best")) == [
-        "best_ckpt-20.data-00000-of-00001", "best_ckpt-20.index", "checkpoint", "info.json"]
+        f"best_ckpt-{number}.data-00000-of-00001", f"best_ckpt-{number}.index", "checkpoint",
+        "info.json"]
+    assert int(checkpoint_value(best, "global_step/.ATTRIBUTES/VARIABLE_VALUE")) == 20
 
     # A restart of both resumes from the chief's ckpt-20 and trains on to 40.
     results, _ = run_two_workers(model_dir, tmp_path, "restart", train_steps=40)
@@ -495,58 +509,112 @@ def test_multi_worker_mirrored_two_processes_chief_writes_and_both_resume(tmp_pa
                                 "global_step/.ATTRIBUTES/VARIABLE_VALUE")) == 40
 
 
+def default_strategy_eval(model_dir, step, validation_steps):
+    """digits_mlp's evaluation of `model_dir`/ckpt-`step` in this process, default strategy."""
+    params = digits_params(200)
+    params.trainer.validation_steps = validation_steps
+    task = ll.get_task(params.task)
+    trainer = ll.Trainer(params, task, task.build_model(),
+                         task.create_optimizer(params.trainer.optimizer_config, params.runtime),
+                         train=False)
+    trainer.checkpoint.restore(str(model_dir / f"ckpt-{step}")).expect_partial()
+    assert int(trainer.global_step.numpy()) == step
+    return {k: float(v) for k, v in trainer.evaluate(validation_steps).items()}
+
+
 @pytest.mark.slow
-def test_parameter_server_cluster_of_lite_train_processes_counts_exactly(tmp_path):
+def test_parameter_server_cluster_of_lite_train_processes_trains_and_evaluates(tmp_path):
+    """One cluster (2 workers, 1 ps) serves four chiefs in turn: train_and_eval, eval (with
+    eval_tf_while_loop), continuous_eval and train_and_post_eval. Every evaluation equals the
+    default strategy's on the same checkpoint: the 3 validation batches differ (297 digits,
+    batch 128), so an evaluation read out of order or split across workers would not."""
     ports = free_ports(4)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
                "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"],
                "ps": [f"127.0.0.1:{ports[3]}"]}
     model_dir = tmp_path / "model"
-    flags = ["--experiment=mlp_tiny", "--mode=train", f"--model_dir={model_dir}",
-             "--params_override=runtime.distribution_strategy=parameter_server,"
-             "runtime.enable_xla=true,trainer.train_steps=200,trainer.steps_per_loop=100,"
-             "trainer.summary_interval=100,trainer.checkpoint_interval=100"]
-    # The same lite-train command on every task: workers and ps serve, the chief trains.
+    override = ("runtime.distribution_strategy=parameter_server,runtime.enable_xla=true,"
+                "trainer.train_steps=200,trainer.steps_per_loop=100,"
+                "trainer.summary_interval=100,trainer.checkpoint_interval=100,"
+                "trainer.validation_interval=100,trainer.validation_steps=3,"
+                "trainer.best_checkpoint_export_subdir=best,"
+                "trainer.best_checkpoint_eval_metric=accuracy")
+
+    def flags(mode, extra="", base=override):
+        return ["--experiment=digits_mlp", f"--mode={mode}", f"--model_dir={model_dir}",
+                f"--params_override={base}{extra}"]
+
+    chief_env = process_env({"cluster": cluster, "task": {"type": "chief", "index": 0}})
+    # The same lite-train command on every task: workers and ps serve, the chiefs train.
     servers, server_logs = [], []
     for job in ("worker", "ps"):
         for index in range(len(cluster[job])):
             server_logs.append(tmp_path / f"{job}{index}.log")
-            servers.append(start(lite_train_command() + flags, process_env(
+            servers.append(start(lite_train_command() + flags("train"), process_env(
                 {"cluster": cluster, "task": {"type": job, "index": index}}),
                 server_logs[-1]))
-    output = tmp_path / "chief.npz"
-    chief_log = tmp_path / "chief.log"
-    chief = start([sys.executable, str(CAPTURE_SCRIPT), str(output)] + flags,
-                  process_env({"cluster": cluster, "task": {"type": "chief", "index": 0}}),
-                  chief_log)
+    runs = [("train_and_eval", ""), ("eval", ",trainer.eval_tf_while_loop=true"),
+            ("continuous_eval", ""), ("train_and_post_eval", "")]
+    results = {}
     try:
-        finish([chief], [chief_log])
+        for mode, extra in runs:
+            output, log = tmp_path / f"{mode}.npz", tmp_path / f"{mode}.log"
+            chief = start([sys.executable, str(CAPTURE_SCRIPT), str(output)]
+                          + flags(mode, extra), chief_env, log)
+            finish([chief], [log])
+            results[mode] = dict(np.load(output))
         # The servers are still serving (a worker/ps lite-train never exits by itself).
         for server, log in zip(servers, server_logs):
             assert server.poll() is None, f"{log}:\n{log.read_text()[-3000:]}"
-        # The coordinator schedules tf.functions only: a second chief asking for eager train
-        # loops is refused with one line (exit 2) before it trains.
-        refused = subprocess.run(
-            lite_train_command() + flags[:-1] + [flags[-1] + ",trainer.train_tf_function=false,"
-                                                 "trainer.train_tf_while_loop=false"],
-            cwd=ROOT, env=process_env({"cluster": cluster, "task": {"type": "chief", "index": 0}}),
-            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+        # The coordinator schedules tf.functions only: a chief asking for eager train loops,
+        # or for the whole validation set (a while loop needs a step count), is refused with
+        # one line (exit 2) before it trains.
+        whole_validation_set = override.replace("validation_steps=3", "validation_steps=-1")
+        refused = [subprocess.run(
+            lite_train_command() + flags("train_and_eval", extra, base), cwd=ROOT,
+            env=chief_env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
+            for extra, base in [
+                (",trainer.train_tf_function=false,trainer.train_tf_while_loop=false", override),
+                ("", whole_validation_set)]]
     finally:
         for server in servers:
             server.kill()
             server.wait()
-    result = dict(np.load(output))
+    trained = results["train_and_eval"]
     # Each 100-step loop ran as 2 concurrent 50-step closures; no update was lost.
-    assert int(result["global_step"]) == 200
-    np.testing.assert_array_equal(result["loss_counts"], [100.0, 100.0])
+    assert int(trained["global_step"]) == 200
+    np.testing.assert_array_equal(trained["loss_counts"], [100.0, 100.0])
     prefix = str(model_dir / "ckpt-200")
     assert int(checkpoint_value(prefix, "global_step/.ATTRIBUTES/VARIABLE_VALUE")) == 200
-    assert "Serving as a worker/ps task" in server_logs[0].read_text()
-    # XLA cannot read variables on the ps task: enable_xla is ignored there, with a warning.
-    assert "runtime.enable_xla has no effect with the parameter_server" in chief_log.read_text()
-    assert refused.returncode == 2, refused.stderr[-3000:]
-    assert refused.stderr.strip().splitlines()[-1] == (
-        "lite-train: error: The parameter_server strategy needs trainer.train_tf_function=true "
-        "and trainer.eval_tf_function=true.")
     assert sorted(glob.glob(str(model_dir / "ckpt-*.index"))) == [
         str(model_dir / "ckpt-100.index"), str(model_dir / "ckpt-200.index")]
+
+    expected = {step: default_strategy_eval(model_dir, step, 3) for step in (100, 200)}
+    assert expected[200]["accuracy"] > 0.5  # trained: not a comparison of initial models
+    evaluations = [("train_and_eval", [100, 200])] + [
+        (mode, [200]) for mode in ("eval", "continuous_eval", "train_and_post_eval")]
+    for mode, steps in evaluations:
+        result = results[mode]
+        np.testing.assert_array_equal(result["eval_global_step"], steps, err_msg=mode)
+        for index, step in enumerate(steps):
+            assert result["eval_accuracy"][index] == pytest.approx(
+                expected[step]["accuracy"], abs=1e-6), (mode, step)
+            assert result["eval_validation_loss"][index] == pytest.approx(
+                expected[step]["validation_loss"], rel=1e-5), (mode, step)
+    assert int(results["train_and_post_eval"]["global_step"]) == 200  # nothing more trained
+    # The best checkpoint export runs under parameter servers too.
+    best_step = max((100, 200), key=lambda step: expected[step]["accuracy"])
+    best = tf.train.latest_checkpoint(str(model_dir / "best"))
+    assert int(checkpoint_value(best, "global_step/.ATTRIBUTES/VARIABLE_VALUE")) == best_step
+    assert trained["eval_best_accuracy"][-1] == pytest.approx(expected[best_step]["accuracy"])
+
+    assert "Serving as a worker/ps task" in server_logs[0].read_text()
+    # XLA cannot read variables on the ps task: enable_xla is ignored there, with a warning.
+    assert "runtime.enable_xla has no effect with the parameter_server" in (
+        tmp_path / "train_and_eval.log").read_text()
+    assert [r.returncode for r in refused] == [2, 2], [r.stderr[-3000:] for r in refused]
+    assert [r.stderr.strip().splitlines()[-1] for r in refused] == [
+        "lite-train: error: The parameter_server strategy needs trainer.train_tf_function=true "
+        "and trainer.eval_tf_function=true.",
+        "lite-train: error: The parameter_server strategy evaluates a fixed number of steps: "
+        "set trainer.validation_steps > 0 (it is -1, the whole validation set)."]

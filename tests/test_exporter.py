@@ -58,6 +58,8 @@ def test_exports_the_best_checkpoint(tmp_path, comp, metrics, best_step, best_va
     kernel, step = _restored_kernel(exporter.best_ckpt_path)
     assert step == best_step
     np.testing.assert_array_equal(kernel, np.full((3, 2), best_step, np.float32))
+    # Named as TFM's CheckpointManager numbers it: the checkpoint's saves so far.
+    assert exporter.best_ckpt_path == os.path.join(export_dir, f"best_ckpt-{sum(exported)}")
     # Only one checkpoint is kept, and TF's state file points at it.
     assert tf.train.latest_checkpoint(export_dir) == exporter.best_ckpt_path
     assert len(tf.io.gfile.glob(os.path.join(export_dir, "best_ckpt-*.index"))) == 1
@@ -90,10 +92,13 @@ def test_restart_reads_the_record_and_keeps_the_better_checkpoint(tmp_path):
     with open(os.path.join(export_dir, "info.json")) as f:
         assert json.load(f)["best_ckpt_global_step"] == 20
 
-    # A better one does, and the old files go.
+    # A better one does, and the old files go. (A new checkpoint object: its first save is
+    # number 1, as with TFM.)
+    assert best_path == os.path.join(export_dir, "best_ckpt-2")
     assert _run_evals(second, [0.1, 0.1, 0.95]) == [False, False, True]
-    assert second.best_ckpt_path == os.path.join(export_dir, "best_ckpt-30")
-    assert not tf.io.gfile.glob(os.path.join(export_dir, "best_ckpt-20*"))
+    assert second.best_ckpt_path == os.path.join(export_dir, "best_ckpt-1")
+    assert _restored_kernel(second.best_ckpt_path)[1] == 30
+    assert not tf.io.gfile.glob(os.path.join(export_dir, "best_ckpt-2*"))
 
 
 def test_missing_metric_names_the_metric_and_available_keys(tmp_path):
@@ -165,7 +170,7 @@ def test_failed_export_keeps_the_old_record(tmp_path, monkeypatch):
     assert exporter.best_ckpt_logs["best_ckpt_global_step"] == 10
     restarted = exporter_lib.BestCheckpointExporter(export_dir, "accuracy", "higher")
     assert restarted.best_ckpt_logs["best_ckpt_global_step"] == 10
-    assert restarted.best_ckpt_path == os.path.join(export_dir, "best_ckpt-10")
+    assert restarted.best_ckpt_path == os.path.join(export_dir, "best_ckpt-1")
 
 
 def test_non_chief_worker_writes_nothing_to_export_dir(tmp_path):
@@ -210,5 +215,42 @@ def test_record_of_another_metric_is_replaced(tmp_path):
     assert switched.best_ckpt_logs is None
     _, _, checkpoint = _tiny_setup()
     assert switched.maybe_export_checkpoint(checkpoint, {"top5": 0.1}, 50)
-    assert tf.train.latest_checkpoint(export_dir) == os.path.join(export_dir, "best_ckpt-50")
-    assert tf.io.gfile.glob(os.path.join(export_dir, "best_ckpt-10*")) == []
+    assert tf.train.latest_checkpoint(export_dir) == os.path.join(export_dir, "best_ckpt-1")
+    assert len(tf.io.gfile.glob(os.path.join(export_dir, "best_ckpt-*.index"))) == 1
+    assert _restored_kernel(switched.best_ckpt_path)[1] == 0  # this checkpoint's step
+    with open(os.path.join(export_dir, "info.json")) as f:
+        assert json.load(f) == {"top5": 0.1, "best_ckpt_global_step": 50.0}
+
+
+def test_best_checkpoint_number_counts_the_regular_saves_too(tmp_path):
+    # TFM's exporter saves the trainer's checkpoint with a CheckpointManager: the number is
+    # the checkpoint's save counter, which the run's regular checkpoints advance as well.
+    model, step, checkpoint = _tiny_setup()
+    manager = tf.train.CheckpointManager(checkpoint, str(tmp_path / "model"), max_to_keep=5)
+    for current in (10, 20):
+        step.assign(current)
+        manager.save(checkpoint_number=current)
+    exporter = exporter_lib.BestCheckpointExporter(str(tmp_path / "best"), "accuracy", "higher")
+    assert exporter.maybe_export_checkpoint(checkpoint, {"accuracy": 0.5}, step)
+    assert exporter.best_ckpt_path == str(tmp_path / "best" / "best_ckpt-3")
+    step.assign(30)
+    manager.save(checkpoint_number=30)
+    assert exporter.maybe_export_checkpoint(checkpoint, {"accuracy": 0.6}, step)
+    assert exporter.best_ckpt_path == str(tmp_path / "best" / "best_ckpt-5")
+    assert sorted(os.listdir(tmp_path / "best")) == [
+        "best_ckpt-5.data-00000-of-00001", "best_ckpt-5.index", "checkpoint", "info.json"]
+    # The regular checkpoints keep their step numbers and their state file.
+    assert manager.checkpoints == [str(tmp_path / "model" / f"ckpt-{s}") for s in (10, 20, 30)]
+    assert _restored_kernel(exporter.best_ckpt_path)[1] == 30
+
+
+def test_export_best_eval_metric_writes_scalar_logs_as_floats(tmp_path):
+    exporter = exporter_lib.BestCheckpointExporter(str(tmp_path), "coco|AP", "higher")
+    exporter.export_best_eval_metric(
+        {"coco": {"AP": tf.constant(0.25), "image": tf.zeros([4, 4, 1])}, "count": 3}, 100)
+    with open(tmp_path / "info.json") as f:
+        text = f.read()
+    assert json.loads(text) == {"coco": {"AP": 0.25}, "count": 3.0,
+                                "best_ckpt_global_step": 100.0}
+    assert '"best_ckpt_global_step": 100.0' in text  # a float, as TFM writes it
+    assert exporter.best_ckpt_logs is None  # writing the record does not change the best

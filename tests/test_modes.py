@@ -658,10 +658,12 @@ def test_best_exporter_picks_the_right_checkpoint(tmp_path, comp, expected_step)
     assert info["best_ckpt_global_step"] == expected_step
     assert info["validation_loss"] == pytest.approx(losses[expected_step], rel=1e-6)
     exported = tf.train.latest_checkpoint(str(tmp_path / "best"))
-    assert exported.endswith(f"best_ckpt-{expected_step}")
+    # Named as TFM names it: best_ckpt-<the checkpoint's save counter after this save>.
+    number = int(checkpoint_values(exported)["save_counter/.ATTRIBUTES/VARIABLE_VALUE"])
+    assert exported == str(tmp_path / "best" / f"best_ckpt-{number}")
     assert sorted(os.listdir(tmp_path / "best")) == sorted(
-        ["checkpoint", "info.json", f"best_ckpt-{expected_step}.index",
-         f"best_ckpt-{expected_step}.data-00000-of-00001"])
+        ["checkpoint", "info.json", f"best_ckpt-{number}.index",
+         f"best_ckpt-{number}.data-00000-of-00001"])
     # The exported weights are those of the regular checkpoint at that step.
     regular = checkpoint_values(str(tmp_path / f"ckpt-{expected_step}"))
     best = checkpoint_values(exported)

@@ -8,6 +8,7 @@ import tensorflow as tf
 import lite_launcher as ll
 from lite_launcher import loops
 import tiny
+import xla_checks
 
 
 def _numpy_logs(logs):
@@ -213,6 +214,42 @@ def test_eval_metrics_match_numpy():
     assert float(logs["validation_loss"]) == pytest.approx(np.mean(per_batch), rel=1e-5)
 
 
+
+class StatefulEvalTrainer(ll.Trainer):
+    """eval_begin starts a state; eval_reduce grows it by each step's per-replica losses."""
+
+    def eval_begin(self):
+        super().eval_begin()
+        return {"losses": tf.zeros([0]), "steps": tf.constant(0)}
+
+    def eval_reduce(self, state=None, step_outputs=None):
+        losses = tf.stack(step_outputs[self.task.loss])
+        return {"losses": tf.concat([state["losses"], losses], 0), "steps": state["steps"] + 1}
+
+    def eval_end(self, aggregated_logs=None):
+        logs = super().eval_end()
+        logs.update(aggregated_logs)
+        return logs
+
+
+@pytest.mark.parametrize("eval_tf_while_loop", [False, True])
+def test_stateful_evaluation_folds_every_step(eval_tf_while_loop):
+    # The state's tensor grows each step: the while loop must relax its shape invariant.
+    trainer = tiny.make_trainer(tiny.make_config(eval_tf_while_loop=eval_tf_while_loop,
+                                                 validation_steps=5),
+                                trainer_cls=StatefulEvalTrainer)
+    trainer.train(3)
+    logs = trainer.evaluate(5)
+    x, y = tiny.make_data()
+    logits = trainer.model(x).numpy()
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    per_batch = [-log_probs[i:i + 8][np.arange(8), y[i:i + 8]].mean() for i in range(0, 40, 8)]
+    assert int(logs["steps"]) == 5
+    np.testing.assert_allclose(logs["losses"].numpy(), per_batch, rtol=1e-5)
+    assert float(logs["validation_loss"]) == pytest.approx(np.mean(per_batch), rel=1e-5)
+
+
 # ------------------------------------------------------- passthrough logs
 
 
@@ -325,7 +362,10 @@ def test_xla_matches_non_xla():
     config.runtime.enable_xla = True
     xla = tiny.make_trainer(config)
     xla.train(tf.constant(5))
-    assert xla._xla_train_step is not None
+    # The loop that ran calls the task's whole step compiled by XLA; the plain one does not.
+    compiled = xla_checks.xla_compiled_calls(xla)
+    assert len(compiled) == 1 and "train_step" in compiled[0], compiled
+    assert xla_checks.xla_compiled_calls(plain) == []
     for a, b in zip(plain.model.weights, xla.model.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
 
