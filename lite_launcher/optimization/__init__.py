@@ -77,7 +77,12 @@ _LAZY = {
 _ALIASES = {"_unwrap": ("loss_scale", "unwrap_loss_scale")}
 
 
+_SUBMODULES = ("optimizer_factory", "lr_schedule", "optimizers", "ema_optimizer", "loss_scale")
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:  # `optimization.lr_schedule` before anything imported it
+        return importlib.import_module(f"{__name__}.{name}")
     module, attribute = _ALIASES.get(name, (_LAZY.get(name), name))
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -90,4 +95,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

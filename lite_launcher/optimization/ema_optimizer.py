@@ -24,7 +24,12 @@ _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
 
 class EMAScheduleMixin:
-    """Keras EMA with TFM's `start_step` and `dynamic_decay` (see `EMAConfig`)."""
+    """Keras EMA with TFM's `start_step` and `dynamic_decay` (see `EMAConfig`), and optional
+    averages of non-trainable variables.
+
+    Put it first among the bases of a Keras optimizer class (`class MyOptWithEMASchedule(
+    EMAScheduleMixin, MyOpt)`); without `use_ema` it changes nothing.
+    """
 
     def __init__(self, *args, ema_dynamic_decay=True, ema_start_step=0,
                  ema_trainable_weights_only=True, **kwargs):
@@ -79,7 +84,7 @@ class EMAScheduleMixin:
                 "ema_trainable_weights_only": self.ema_trainable_weights_only}
 
 
-# The built-in optimizers with TFM's EMA schedule (a registered optimizer brings its own).
+# The built-in optimizers with TFM's EMA schedule (`register_optimizer_cls` takes a user's).
 @_register
 class SGDWithEMASchedule(EMAScheduleMixin, keras.optimizers.SGD):
     """`keras.optimizers.SGD` with TFM's EMA schedule."""
