@@ -1093,9 +1093,31 @@ class RegTestLrConfig(opt_lib.LrConfig):
 
 
 @dataclasses.dataclass
+class HoldWarmupConfig(ll.Config):
+    steps: int = 1
+    rate: float = 0.05
+
+
+class HoldWarmup(keras.optimizers.schedules.LearningRateSchedule):
+    """Test warmup: `rate` for the first `steps` steps, then the schedule."""
+
+    def __init__(self, schedule, steps, rate):
+        self.schedule, self.steps, self.rate = schedule, steps, rate
+
+    def __call__(self, step):
+        return tf.where(tf.cast(step, tf.int64) < self.steps, self.rate, self.schedule(step))
+
+
+@dataclasses.dataclass
+class RegTestWarmupConfig(opt_lib.WarmupConfig):
+    regtest_hold: HoldWarmupConfig = dataclasses.field(default_factory=HoldWarmupConfig)
+
+
+@dataclasses.dataclass
 class RegTestOptimizationConfig(opt_lib.OptimizationConfig):
     optimizer: RegTestOptimizerConfig = dataclasses.field(default_factory=RegTestOptimizerConfig)
     learning_rate: RegTestLrConfig = dataclasses.field(default_factory=RegTestLrConfig)
+    warmup: RegTestWarmupConfig = dataclasses.field(default_factory=RegTestWarmupConfig)
 
 
 @pytest.fixture
@@ -1103,9 +1125,11 @@ def registered_test_classes():
     factory_lib = opt_lib.optimizer_factory
     opt_lib.register_optimizer_cls("regtest_scaled", ScaledSGD)
     opt_lib.register_learning_rate_cls("regtest_halving", Halving)
+    opt_lib.register_warmup_cls("regtest_hold", HoldWarmup)
     yield
     factory_lib.OPTIMIZERS_CLS.pop("regtest_scaled")
     factory_lib.LR_CLS.pop("regtest_halving")
+    factory_lib.WARMUP_CLS.pop("regtest_hold")
 
 
 def _regtest_config(**ema):
@@ -1149,3 +1173,11 @@ def test_registering_a_key_twice_is_a_value_error():
         opt_lib.register_learning_rate_cls("cosine", Halving)
     with pytest.raises(ValueError, match="'linear' is already registered"):
         opt_lib.register_warmup_cls("linear", opt_lib.LinearWarmup)
+
+
+def test_registered_warmup_wraps_the_schedule(registered_test_classes):
+    config = _regtest_config()
+    config.override({"warmup": {"type": "regtest_hold", "regtest_hold": {"steps": 3}}})
+    lr = opt_lib.OptimizerFactory(config).build_learning_rate()
+    assert isinstance(lr, HoldWarmup) and isinstance(lr.schedule, Halving)
+    np.testing.assert_allclose(schedule_values(lr, [0, 2, 3, 4]), [0.05, 0.05, 0.4, 0.2])

@@ -480,6 +480,8 @@ def _check_learning_rate(oneof: LrConfig) -> None:
 
 def _check_warmup(oneof: WarmupConfig) -> None:
     _check_type(oneof, "warmup")
+    if "warmup_steps" not in oneof.get().field_names():
+        return  # a registered warmup (`register_warmup_cls`) checks its own fields
     key = f"warmup.{oneof.type}.warmup_steps"
     steps = _require(oneof.get().warmup_steps, key, "a number of steps")
     if steps < 0:
