@@ -23,12 +23,15 @@ _EXPORTS = {
     "override_config": "lite_launcher.config",
     "OptimizationConfig": "lite_launcher.optimization",
     "OptimizerFactory": "lite_launcher.optimization",
-    # registries
+    "register_optimizer_cls": "lite_launcher.optimization",
+    "register_learning_rate_cls": "lite_launcher.optimization",
+    "register_warmup_cls": "lite_launcher.optimization",
+    # registries; the lookups come with the built-in experiments registered
     "register_config_factory": "lite_launcher.registry",
-    "get_exp_config": "lite_launcher.registry",
-    "registered_experiments": "lite_launcher.registry",
+    "get_exp_config": "lite_launcher.registry_imports",
+    "registered_experiments": "lite_launcher.registry_imports",
     "register_task_cls": "lite_launcher.registry",
-    "get_task": "lite_launcher.registry",
+    "get_task": "lite_launcher.registry_imports",
     # task / trainer / controller / experiment
     "Task": "lite_launcher.task",
     "Trainer": "lite_launcher.trainer",

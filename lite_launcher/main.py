@@ -225,6 +225,7 @@ def load_registrations(registry_imports) -> None:
     """
     from lite_launcher import experiment  # noqa: F401  pylint: disable=unused-import
     from lite_launcher import registry
+    import lite_launcher.registry_imports  # noqa: F401  (registers the built-ins)
 
     registry.load_entry_point_plugins()
     registry.import_registry_modules(registry_imports)
@@ -269,7 +270,7 @@ class ExperimentParser:
 
     def base_experiment(self):
         """A fresh config of `--experiment`."""
-        from lite_launcher import registry
+        from lite_launcher import registry_imports as registry  # the built-ins registered
 
         if not self._flag("experiment"):
             raise ConfigError("--experiment is required; see --list_experiments.")

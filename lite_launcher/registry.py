@@ -1,7 +1,11 @@
 """Registries: experiment configs by name, and task classes by config type.
 
 `register_config_factory(name)` / `get_exp_config(name)` follow TFM's exp_factory;
-`register_task_cls(config_cls)` / `get_task(task_config)` follow TFM's task_factory.
+`register_task_cls(config_cls)` / `get_task(task_config)` follow TFM's task_factory. The
+registries hold what has been registered, nothing more: modules register their experiments
+when imported, and the built-in ones are imported by `lite_launcher.registry_imports` (as
+TFM's `registry_imports`), which the driver and the top-level `ll.get_exp_config` /
+`ll.get_task` / `ll.registered_experiments` load.
 """
 
 from __future__ import annotations
@@ -123,25 +127,19 @@ def register_config_factory(name: str):
     return decorator
 
 
-def _ensure_builtins_loaded() -> None:
-    # The built-in experiments register themselves on import.
-    importlib.import_module("lite_launcher.experiments")
-
-
 def registered_experiments() -> List[str]:
     """Names of all registered experiments, sorted."""
-    _ensure_builtins_loaded()
     return sorted(_EXPERIMENTS)
 
 
 def get_exp_config(name: str):
     """Returns a fresh config of experiment `name` (a new object on each call)."""
-    _ensure_builtins_loaded()
     if name not in _EXPERIMENTS:
         known = ", ".join(sorted(_EXPERIMENTS)) or "(none)"
         raise UnknownEntryError(
             f"Unknown experiment {name!r}.{_closest(name, _EXPERIMENTS)} "
-            f"Registered experiments: {known}. Use --registry_imports to load your own.")
+            f"Registered experiments: {known}. Use --registry_imports to load your own (the "
+            f"built-ins register on `import lite_launcher.registry_imports`).")
     config = _EXPERIMENTS[name]()
     # A deep copy, so that a factory returning a shared object still gives a fresh config.
     return copy.deepcopy(config)
@@ -163,7 +161,6 @@ def register_task_cls(task_config_cls: type):
 
 def get_task_cls(task_config_cls: type) -> Type:
     """The Task class registered for `task_config_cls` or its nearest registered base class."""
-    _ensure_builtins_loaded()
     # Walk the MRO so a config subclass finds its parent's task, as in TFM.
     for cls in getattr(task_config_cls, "__mro__", (task_config_cls,)):
         if cls in _TASKS:

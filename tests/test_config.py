@@ -103,8 +103,9 @@ def _tfm_fields(snapshot, name):
 
 
 def _lite_config_classes():
-    from lite_launcher import config as config_lib, optimization
-    modules = (config_lib, optimization)
+    from lite_launcher import config as config_lib
+    from lite_launcher.optimization import configs as optimization_configs
+    modules = (config_lib, optimization_configs)
     return {cls.__name__: cls for module in modules for cls in vars(module).values()
             if isinstance(cls, type) and issubclass(cls, Config) and cls.__module__ ==
             module.__name__}

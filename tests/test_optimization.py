@@ -3,6 +3,7 @@
 Expected numbers are computed here with numpy from the closed forms (TFM's semantics).
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import lite_launcher as ll
 from lite_launcher import optimization as opt_lib
 from lite_launcher.base_config import ConfigError
 
@@ -1017,3 +1019,165 @@ def test_lamb_exclusions_match_the_layer_in_the_variable_path():
     excluded, kept = one_step("layer_norm", 0.5), one_step("dense_kept", 0.5)
     np.testing.assert_array_equal(excluded, one_step("layer_norm_ref", 0.0))
     assert not np.allclose(kept, excluded)  # the kept layer is decayed
+
+
+# ------------------------------------- Offset and the factory's registration (issue 13)
+def test_offset_shifts_any_keras_schedule_and_round_trips():
+    cosine = keras.optimizers.schedules.CosineDecay(1.0, 10, alpha=0.1)
+    shifted = opt_lib.Offset(cosine, offset=3)
+    steps = [0, 2, 3, 5, 13, 20]
+    s = np.maximum(np.array(steps) - 3.0, 0.0)
+    expected = 0.9 * 0.5 * (1 + np.cos(np.pi * np.minimum(s, 10) / 10)) + 0.1
+    np.testing.assert_allclose(schedule_values(shifted, steps), expected, rtol=1e-6)
+    restored = keras.optimizers.schedules.deserialize(
+        json.loads(json.dumps(keras.optimizers.schedules.serialize(shifted))))
+    assert type(restored) is opt_lib.Offset and restored.offset == 3
+    np.testing.assert_allclose(schedule_values(restored, steps), expected, rtol=1e-6)
+
+
+def test_tfm_offset_names_are_offsets_with_tfm_style_configs():
+    lr = opt_lib.ExponentialDecayWithOffset(0.4, 5, 0.5, staircase=True, offset=2)
+    assert isinstance(lr, opt_lib.Offset)
+    config = lr.get_config()  # the Keras schedule's fields plus offset, as TFM's
+    assert config["initial_learning_rate"] == 0.4 and config["offset"] == 2
+    again = opt_lib.ExponentialDecayWithOffset.from_config(config)
+    steps = [0, 2, 6, 7, 12, 30]
+    expected = 0.4 * 0.5 ** np.floor(np.maximum(np.array(steps) - 2, 0) / 5)
+    np.testing.assert_allclose(schedule_values(lr, steps), expected, rtol=1e-6)
+    np.testing.assert_allclose(schedule_values(again, steps), expected, rtol=1e-6)
+
+
+class ScaledSGD(keras.optimizers.Optimizer):
+    """Test optimizer: var -= learning_rate * scale * gradient."""
+
+    def __init__(self, learning_rate=0.01, scale=1.0, name="ScaledSGD", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.scale = scale
+
+    def update_step(self, gradient, variable, learning_rate):
+        self.assign_sub(variable, learning_rate * self.scale * gradient)
+
+
+class ScaledSGDWithEMASchedule(opt_lib.EMAScheduleMixin, ScaledSGD):
+    pass
+
+
+@dataclasses.dataclass
+class ScaledSGDConfig(opt_lib.BaseOptimizerConfig):
+    scale: float = 2.0
+
+
+@dataclasses.dataclass
+class HalvingLrConfig(ll.Config):
+    learning_rate: float = 0.8
+    every: int = 2
+
+
+class Halving(keras.optimizers.schedules.LearningRateSchedule):
+    def __init__(self, learning_rate, every):
+        self.learning_rate, self.every = learning_rate, every
+
+    def __call__(self, step):
+        halvings = tf.floor(tf.cast(step, tf.float32) / self.every)
+        return self.learning_rate * tf.pow(0.5, halvings)
+
+
+@dataclasses.dataclass
+class RegTestOptimizerConfig(opt_lib.OptimizerConfig):
+    regtest_scaled: ScaledSGDConfig = dataclasses.field(default_factory=ScaledSGDConfig)
+
+
+@dataclasses.dataclass
+class RegTestLrConfig(opt_lib.LrConfig):
+    regtest_halving: HalvingLrConfig = dataclasses.field(default_factory=HalvingLrConfig)
+
+
+@dataclasses.dataclass
+class HoldWarmupConfig(ll.Config):
+    steps: int = 1
+    rate: float = 0.05
+
+
+class HoldWarmup(keras.optimizers.schedules.LearningRateSchedule):
+    """Test warmup: `rate` for the first `steps` steps, then the schedule."""
+
+    def __init__(self, schedule, steps, rate):
+        self.schedule, self.steps, self.rate = schedule, steps, rate
+
+    def __call__(self, step):
+        return tf.where(tf.cast(step, tf.int64) < self.steps, self.rate, self.schedule(step))
+
+
+@dataclasses.dataclass
+class RegTestWarmupConfig(opt_lib.WarmupConfig):
+    regtest_hold: HoldWarmupConfig = dataclasses.field(default_factory=HoldWarmupConfig)
+
+
+@dataclasses.dataclass
+class RegTestOptimizationConfig(opt_lib.OptimizationConfig):
+    optimizer: RegTestOptimizerConfig = dataclasses.field(default_factory=RegTestOptimizerConfig)
+    learning_rate: RegTestLrConfig = dataclasses.field(default_factory=RegTestLrConfig)
+    warmup: RegTestWarmupConfig = dataclasses.field(default_factory=RegTestWarmupConfig)
+
+
+@pytest.fixture
+def registered_test_classes():
+    factory_lib = opt_lib.optimizer_factory
+    opt_lib.register_optimizer_cls("regtest_scaled", ScaledSGD)
+    opt_lib.register_learning_rate_cls("regtest_halving", Halving)
+    opt_lib.register_warmup_cls("regtest_hold", HoldWarmup)
+    yield
+    factory_lib.OPTIMIZERS_CLS.pop("regtest_scaled")
+    factory_lib.LR_CLS.pop("regtest_halving")
+    factory_lib.WARMUP_CLS.pop("regtest_hold")
+
+
+def _regtest_config(**ema):
+    return RegTestOptimizationConfig().override({
+        "optimizer": {"type": "regtest_scaled", "regtest_scaled": {"scale": 3.0}},
+        "learning_rate": {"type": "regtest_halving"},
+        **({"ema": ema} if ema else {})})
+
+
+def test_registered_optimizer_and_schedule_are_built_from_their_config(registered_test_classes):
+    factory = opt_lib.OptimizerFactory(_regtest_config())
+    lr = factory.build_learning_rate()
+    optimizer = factory.build_optimizer(lr)
+    assert type(optimizer) is ScaledSGD and optimizer.scale == 3.0
+    np.testing.assert_allclose(schedule_values(lr, [0, 1, 2, 5]), [0.8, 0.8, 0.4, 0.2])
+    var = keras.Variable(np.ones(2, "float32"))
+    expected = np.ones(2)
+    for step in range(3):
+        optimizer.apply_gradients([(tf.constant([1.0, -2.0]), var)])
+        expected -= [0.8, 0.8, 0.4][step] * 3.0 * np.array([1.0, -2.0])
+    np.testing.assert_allclose(var.numpy(), expected, rtol=1e-6)
+
+
+def test_registered_optimizer_needs_an_ema_class_for_tfms_ema_schedule(registered_test_classes):
+    factory = opt_lib.OptimizerFactory(_regtest_config(average_decay=0.5))
+    with pytest.raises(ConfigError, match=r"optimizer\.regtest_scaled.*register_optimizer_cls"):
+        factory.build_optimizer(0.1)
+    plain_ema = opt_lib.OptimizerFactory(_regtest_config(average_decay=0.5,
+                                                         dynamic_decay=False))
+    assert type(plain_ema.build_optimizer(0.1)) is ScaledSGD  # Keras's own EMA suffices
+    opt_lib.optimizer_factory.OPTIMIZERS_CLS.pop("regtest_scaled")
+    opt_lib.register_optimizer_cls("regtest_scaled", ScaledSGD, ema_cls=ScaledSGDWithEMASchedule)
+    optimizer = factory.build_optimizer(0.1)
+    assert type(optimizer) is ScaledSGDWithEMASchedule and optimizer.ema_dynamic_decay
+
+
+def test_registering_a_key_twice_is_a_value_error():
+    with pytest.raises(ValueError, match="'sgd' is already registered"):
+        opt_lib.register_optimizer_cls("sgd", ScaledSGD)
+    with pytest.raises(ValueError, match="'cosine' is already registered"):
+        opt_lib.register_learning_rate_cls("cosine", Halving)
+    with pytest.raises(ValueError, match="'linear' is already registered"):
+        opt_lib.register_warmup_cls("linear", opt_lib.LinearWarmup)
+
+
+def test_registered_warmup_wraps_the_schedule(registered_test_classes):
+    config = _regtest_config()
+    config.override({"warmup": {"type": "regtest_hold", "regtest_hold": {"steps": 3}}})
+    lr = opt_lib.OptimizerFactory(config).build_learning_rate()
+    assert isinstance(lr, HoldWarmup) and isinstance(lr.schedule, Halving)
+    np.testing.assert_allclose(schedule_values(lr, [0, 2, 3, 4]), [0.05, 0.05, 0.4, 0.2])

@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture
 def clean_registry():
     """Removes whatever a test registers (experiments, tasks, imported modules)."""
-    registry.registered_experiments()  # built-ins first, so they are not removed
+    importlib.import_module("lite_launcher.registry_imports")  # built-ins first, so they stay
     experiments = dict(registry._EXPERIMENTS)  # pylint: disable=protected-access
     tasks = dict(registry._TASKS)  # pylint: disable=protected-access
     modules = set(sys.modules)
@@ -381,3 +381,20 @@ def test_an_error_raised_inside_a_gin_configurable_stays_one_clean_line(capsys):
     assert capsys.readouterr().err == (
         "lite-train: error: The trainer needs `task.train_data` to build the training dataset "
         "(or pass train_dataset=, or train=False).\n")
+
+
+def test_registry_knows_no_built_ins_until_registry_imports_loads_them():
+    """One-way dependency: `registry` imports no experiments; `registry_imports` (which the
+    driver and `ll.get_exp_config` load) registers the built-ins."""
+    code = textwrap.dedent("""
+        import sys
+        from lite_launcher import registry
+        print(registry.registered_experiments(), "lite_launcher.experiments" in sys.modules)
+        import lite_launcher as ll
+        mock = ll.get_exp_config("mock")
+        print(mock.task.workload, "digits_mlp" in registry.registered_experiments())
+    """)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, env=_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[:2] == ["[] False", "mock True"]

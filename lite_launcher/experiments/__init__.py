@@ -1,8 +1,9 @@
-"""Built-in experiments; importing this package registers them.
+"""Built-in experiments; importing this package registers them (`registry_imports` does).
 
 - `digits_mlp`, `digits_cnn`: handwritten digits, offline, seconds on a CPU (`digits`).
-- `mlp_tiny`, `cnn_small`, `mock`: the benchmark workloads of bench/WORKLOADS.md (`workloads`).
-- `image_classification`, `resnet_imagenet`, `mobilenet_imagenet`: TFM's vision family (`lite_launcher.vision`).
+- `mlp_tiny`, `cnn_small`, `mock`: the fixed-batch benchmark workloads (`workloads`).
+- `image_classification`, `resnet_imagenet`, `mobilenet_imagenet`: TFM's vision family
+  (`lite_launcher.vision`).
 """
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)

@@ -1,4 +1,4 @@
-"""The benchmark workloads of bench/WORKLOADS.md: `mlp_tiny`, `cnn_small` and `mock`.
+"""The benchmark workloads `mlp_tiny`, `cnn_small` and `mock`, as registered experiments.
 
 Each serves one fixed batch made with `numpy.random.default_rng(seed)` repeated forever, so
 input cost is ~0 and a run measures the training loop. `make_workload_batch` and
@@ -113,7 +113,8 @@ class WorkloadTaskConfig(TaskConfig):
 
 @register_task_cls(WorkloadTaskConfig)
 class WorkloadTask(Task):
-    """Serves one fixed batch forever; loss and metric as WORKLOADS.md prescribes."""
+    """Serves one fixed batch forever; loss: sparse cross-entropy (`mock`: the mean output);
+    metric: accuracy."""
 
     def build_model(self) -> keras.Model:
         return build_workload_model(self.task_config.workload, seed=self.task_config.seed)
@@ -164,7 +165,7 @@ def _workload_experiment(name: str) -> ExperimentConfig:
         "learning_rate": {"type": "constant", "constant": {"learning_rate": spec.learning_rate}},
     })
     config = ExperimentConfig(task=task, trainer=trainer)
-    # WORKLOADS.md: the default strategy on one device.
+    # The benchmarks measure the training loop on one device, with the default strategy.
     config.runtime.distribution_strategy = "off"
     return config
 

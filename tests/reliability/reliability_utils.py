@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 import lite_launcher as ll
+import lite_launcher.registry_imports  # noqa: F401  (the built-ins, for registry.get_exp_config)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ERROR_PREFIX = "lite-train: error: "

@@ -1,0 +1,134 @@
+"""TFM's layer-adaptive optimizers, LAMB and LARS, written as Keras 3 optimizers."""
+
+from __future__ import annotations
+
+import re
+
+import keras
+from keras import ops
+
+_register = keras.saving.register_keras_serializable(package="lite_launcher")
+
+
+def _path_matches(patterns, variable) -> bool:
+    """Whether a regex of `patterns` is found in the variable's path (`dense/kernel`), the
+    Keras 3 counterpart of TFM's variable names (`dense/kernel:0`)."""
+    path = re.sub(r":\d+$", "", getattr(variable, "path", None) or variable.name)
+    return any(re.search(p, path) for p in patterns)
+
+
+def _trust_ratio(variable, direction, coefficient=1.0):
+    """`coefficient * ||variable|| / ||direction||`, or 1 where either norm is 0."""
+    w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+    d_norm = ops.sqrt(ops.sum(ops.square(direction)))
+    return ops.where(w_norm > 0, ops.where(d_norm > 0, coefficient * w_norm / d_norm, 1.0), 1.0)
+
+
+@_register
+class LAMB(keras.optimizers.Lamb):
+    """TFM's LAMB on Keras 3: Keras `Lamb` plus L2 decay inside the trust ratio.
+
+    update = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * var (unless the variable
+    matches `exclude_from_weight_decay`); var -= ratio * lr * update, with the trust ratio
+    ||var|| / ||update|| (1 where either is 0, or for `exclude_from_layer_adaptation`).
+    Patterns are regexes searched in the variable path (`dense/kernel`).
+    """
+
+    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 weight_decay_rate=0.0, exclude_from_weight_decay=None,
+                 exclude_from_layer_adaptation=None, name="LAMB", **kwargs):
+        super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
+                         epsilon=epsilon, name=name, **kwargs)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+        self.exclude_from_layer_adaptation = list(
+            exclude_from_layer_adaptation or self.exclude_from_weight_decay)
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        step = ops.cast(self.iterations + 1, dtype)
+        beta_1 = ops.cast(self.beta_1, dtype)
+        beta_2 = ops.cast(self.beta_2, dtype)
+        m = self._momentums[self._get_variable_index(variable)]
+        v = self._velocities[self._get_variable_index(variable)]
+        self.assign_add(m, (gradient - m) * (1.0 - beta_1))
+        self.assign_add(v, (ops.square(gradient) - v) * (1.0 - beta_2))
+        m_hat = m / (1.0 - ops.power(beta_1, step))
+        v_hat = v / (1.0 - ops.power(beta_2, step))
+        update = m_hat / (ops.sqrt(v_hat) + self.epsilon)
+        if self.weight_decay_rate and not _path_matches(self.exclude_from_weight_decay,
+                                                        variable):
+            update = update + self.weight_decay_rate * variable
+        if _path_matches(self.exclude_from_layer_adaptation, variable):
+            ratio = ops.cast(1.0, dtype)
+        else:
+            w_norm = ops.sqrt(ops.sum(ops.square(variable)))
+            u_norm = ops.sqrt(ops.sum(ops.square(update)))
+            ratio = ops.where(w_norm > 0, ops.where(u_norm > 0, w_norm / u_norm, 1.0), 1.0)
+        self.assign_sub(variable, ratio * lr * update)
+
+    def get_config(self):
+        return {**super().get_config(), "weight_decay_rate": self.weight_decay_rate,
+                "exclude_from_weight_decay": self.exclude_from_weight_decay,
+                "exclude_from_layer_adaptation": self.exclude_from_layer_adaptation}
+
+@_register
+class LARS(keras.optimizers.Optimizer):
+    """TFM's LARS on Keras 3 (layer-wise adaptive rate scaling; see `LARSConfig`).
+
+    g += weight_decay_rate * w (unless excluded). Classic momentum:
+    v = momentum * v + lr * ratio * g with ratio = eeta * ||w|| / ||g||, w -= v (Nesterov:
+    w -= momentum * v + lr * ratio * g). Otherwise v = momentum * v + g, u = v (Nesterov:
+    momentum * v + g), w -= lr * ratio * u with ratio = eeta * ||w|| / ||u||. The ratio is 1
+    where a norm is 0 or the variable is excluded from layer adaptation. Patterns are
+    regexes searched in the variable path (`dense/kernel`).
+    """
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
+                 nesterov=False, classic_momentum=True, exclude_from_weight_decay=None,
+                 exclude_from_layer_adaptation=None, name="LARS", **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        self.momentum = float(momentum)
+        self.weight_decay_rate = float(weight_decay_rate)
+        self.eeta = float(eeta)
+        self.nesterov = bool(nesterov)
+        self.classic_momentum = bool(classic_momentum)
+        self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+        self.exclude_from_layer_adaptation = list(
+            exclude_from_layer_adaptation or self.exclude_from_weight_decay)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self.momentums = self.add_optimizer_variables(variables, "momentum")
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        grad = ops.cast(gradient, dtype)
+        velocity = self.momentums[self._get_variable_index(variable)]
+        momentum = ops.cast(self.momentum, dtype)
+        if self.weight_decay_rate and not _path_matches(self.exclude_from_weight_decay,
+                                                        variable):
+            grad = grad + self.weight_decay_rate * variable
+        adapt = not _path_matches(self.exclude_from_layer_adaptation, variable)
+        if self.classic_momentum:
+            scaled_lr = lr * _trust_ratio(variable, grad, self.eeta) if adapt else lr
+            next_v = momentum * velocity + scaled_lr * grad
+            update = momentum * next_v + scaled_lr * grad if self.nesterov else next_v
+        else:
+            next_v = momentum * velocity + grad
+            raw = momentum * next_v + grad if self.nesterov else next_v
+            update = (lr * _trust_ratio(variable, raw, self.eeta) if adapt else lr) * raw
+        self.assign_sub(variable, update)
+        self.assign(velocity, next_v)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum,
+                "weight_decay_rate": self.weight_decay_rate, "eeta": self.eeta,
+                "nesterov": self.nesterov, "classic_momentum": self.classic_momentum,
+                "exclude_from_weight_decay": self.exclude_from_weight_decay,
+                "exclude_from_layer_adaptation": self.exclude_from_layer_adaptation}

@@ -1,0 +1,12 @@
+"""Registers the built-in experiments and tasks on import, as TFM's `registry_imports`.
+
+The driver imports it before parsing flags; the top-level `ll.get_exp_config`, `ll.get_task`
+and `ll.registered_experiments` are the registry's lookups taken from here, so they find the
+built-ins. The built-ins: `digits_mlp`, `digits_cnn`, `mlp_tiny`, `cnn_small`, `mock`
+(`lite_launcher.experiments`) and `image_classification`, `resnet_imagenet`,
+`mobilenet_imagenet` (`lite_launcher.vision`).
+"""
+
+import lite_launcher.experiments  # noqa: F401  (registers the built-ins)
+from lite_launcher.registry import (  # noqa: F401  (the lookups, built-ins loaded)
+    get_exp_config, get_task, get_task_cls, registered_experiments)
