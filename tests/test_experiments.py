@@ -243,7 +243,7 @@ def test_digits_default_config_trains_above_90_percent(name):
     assert config.trainer.train_steps * config.task.train_data.global_batch_size <= 64 * 600
 
 
-# ----- benchmark workloads (bench/WORKLOADS.md) -------------------------------
+# ----- benchmark workloads (mlp_tiny, cnn_small, mock) ----------------------------
 
 
 @pytest.mark.parametrize("name,input_shape,batch,weights,params,momentum", [
