@@ -32,7 +32,7 @@ import lite_launcher as ll  # noqa: E402
 def measure_row(workload_name, row, loops, model_dir):
     """Runs one row through `ll.run_experiment`; returns the result dict."""
     workload = workloads.get(workload_name)
-    mode, trainer_overrides = workloads.run_plan(workload, row, loops)
+    mode, trainer_overrides, save_summary = workloads.run_plan(workload, row, loops, "lite")
     params = ll.get_exp_config(workload_name)
     params.override({"trainer": trainer_overrides})
     params.validate()
@@ -48,6 +48,7 @@ def measure_row(workload_name, row, loops, model_dir):
         model_dir=model_dir,
         train_actions=[clock.train_action],
         eval_actions=[clock.eval_action],
+        save_summary=save_summary,
     )
     versions = {"tensorflow": tf.__version__, "keras": keras.__version__,
                 "lite_launcher": ll.__version__}
