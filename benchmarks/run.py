@@ -88,15 +88,17 @@ def _run_rows_process(argv, rows, timeout_s):
     return results
 
 
-def measure_rows(side, workload, rows, smoke=False, python=sys.executable, timeout_s=600):
+def measure_rows(side, workload, rows, smoke=False, python=sys.executable, timeout_s=600,
+                 extra_args=()):
     """Measures `rows` of `workload` in one new process run with `python`: through
     `ll.run_experiment` (lite_workloads.py) for side 'lite', TFM's `train_lib.run_experiment`
-    (tfm_workloads.py, TFM's venv) for side 'tfm'."""
+    (tfm_workloads.py, TFM's venv) for side 'tfm'. `extra_args` go to the row script
+    (`--loops N`, `--runtime JSON`)."""
     script = {"lite": "lite_workloads.py", "tfm": "tfm_workloads.py"}[side]
     with tempfile.TemporaryDirectory(prefix=f"{side}_bench_") as model_dir:
         argv = [python, os.path.join(_HERE, script), "--workload", workload,
                 "--rows", *rows, "--model_dir", model_dir] + (["--smoke"] if smoke else [])
-        return _run_rows_process(argv, rows, timeout_s)
+        return _run_rows_process(argv + list(extra_args), rows, timeout_s)
 
 
 def measure_raw(workload, smoke=False, python=sys.executable, timeout_s=600):

@@ -243,6 +243,7 @@ def row_result(side, workload, row, loops, clock, spl, versions):
 def rows_main(measure_row, temp_prefix, description, argv=None):
     """The command line shared by each framework's row script: measure rows, print results."""
     import argparse
+    import json
     import os
     import tempfile
 
@@ -258,9 +259,14 @@ def rows_main(measure_row, temp_prefix, description, argv=None):
     parser.add_argument("--smoke", action="store_true", help="fewest loops that still time")
     parser.add_argument("--model_dir", default=None,
                         help="parent of each row's model_dir (default: a fresh temporary folder)")
+    parser.add_argument("--runtime", type=json.loads, default=None,
+                        help="JSON overrides of the `runtime` config (gpu_rows.py: num_gpus, "
+                        "distribution_strategy, enable_xla, mixed_precision_dtype)")
     args = parser.parse_args(argv)
     parent = args.model_dir or tempfile.mkdtemp(prefix=temp_prefix)
     for row in args.rows:
         loops = args.loops or timed_loops(get(args.workload), row, args.smoke)
-        result = measure_row(args.workload, row, loops, os.path.join(parent, row))
-        measure.emit(dict(result, summaries=row not in NO_SUMMARY_ROWS))
+        result = measure_row(args.workload, row, loops, os.path.join(parent, row),
+                             runtime=args.runtime)
+        measure.emit(dict(result, summaries=row not in NO_SUMMARY_ROWS,
+                          runtime=args.runtime or {}))
