@@ -6,7 +6,7 @@
 #   3. the XLA and mixed-precision tests (pytest -k, see TESTS below);
 #   4. the benchmark's train rows on the GPU (benchmarks/gpu_rows.py): runtime.num_gpus=1,
 #      XLA off and on, float32 / float16 / bfloat16, for cnn_small, mlp_tiny and mock.
-# Everything it prints is also written under $OUT (default: gpu_check_out/ at the repo root):
+# Everything it prints is also written under $OUT (default: bench_out/gpu_check/, ignored by git):
 # gpu_check.log, devices.txt, nvidia-smi.txt, tests.txt, gpu_rows.json, gpu_rows.md.
 # Sized to finish in under 8 minutes with the wheels downloadable: the rows stop starting new
 # processes after ROWS_BUDGET_S (default 240) seconds and record the rest as skipped.
@@ -24,7 +24,7 @@ if [[ "${1:-}" == "--cpu-dry-run" ]]; then
 fi
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo_root}"
-out="${OUT:-${repo_root}/gpu_check_out}"
+out="${OUT:-${repo_root}/bench_out/gpu_check}"
 mkdir -p "${out}"
 exec > >(tee -a "${out}/gpu_check.log") 2>&1
 started=$(date +%s)
@@ -40,7 +40,7 @@ if [[ -n "${PYTHON:-}" ]]; then
   python_bin="${PYTHON}"
   echo "using ${python_bin} as it is (PYTHON is set)"
 else
-  venv="${GPU_CHECK_VENV:-${repo_root}/.gpu_venv}"
+  venv="${GPU_CHECK_VENV:-${repo_root}/bench_out/gpu_venv}"
   python3 -m venv "${venv}" || exit 1
   python_bin="${venv}/bin/python"
   tf_spec="tensorflow[and-cuda]"
