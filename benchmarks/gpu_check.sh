@@ -85,6 +85,9 @@ rows_args=(--out "${out}" --budget_s "${ROWS_BUDGET_S:-240}")
 if [[ "${dry_run}" == 1 ]]; then
   rows_args+=(--cpu)
 fi
+# ROWS_ARGS: more gpu_rows.py options, e.g. "--workloads mock --dtypes float16" for a short run.
+read -r -a extra_rows_args <<< "${ROWS_ARGS:-}"
+rows_args+=("${extra_rows_args[@]}")
 if ! TF_CPP_MIN_LOG_LEVEL=2 "${python_bin}" benchmarks/gpu_rows.py "${rows_args[@]}"; then
   echo "FAILED: some train rows (see gpu_rows.md / gpu_rows.json)"
   failures=$((failures + 1))
