@@ -184,7 +184,8 @@ def markdown(data, source=None):
         f"From {what}: {meta['date']} UTC, commit `{meta.get('commit', '?')[:10]}`"
         f"{' (uncommitted changes)' if meta.get('dirty') else ''}, {meta['machine']}, "
         f"{meta['rounds']} round(s) in {meta.get('elapsed_s', 0) / 60:.0f} min, "
-        f"load average {meta.get('loadavg_start', '?')} at the start. Median [min–max] over "
+        f"load average (1, 5, 15 min) {meta.get('loadavg_start', '?')} at the start and "
+        f"{meta.get('loadavg_end', '?')} at the end. Median [min–max] over "
         f"rounds; every ratio is computed within a round. Order of the sides reversed every "
         f"other round.")
     if meta.get("label"):

@@ -145,3 +145,17 @@ def test_report_updates_only_the_marked_block(tmp_path):
     unmarked.write_text("no markers\n")
     with pytest.raises(ValueError, match="bench-results"):
         report.update_file(str(unmarked), "x")
+
+
+def test_gpu_rows_lists_combinations_skipped_for_time_without_failing(tmp_path):
+    import gpu_rows
+
+    assert gpu_rows.main(["--out", str(tmp_path), "--cpu", "--budget_s", "-1",
+                          "--workloads", "mock", "--dtypes", "float16"]) == 0
+    data = json.loads((tmp_path / "gpu_rows.json").read_text())
+    assert [(r["dtype"], r["enable_xla"]) for r in data["records"]] == \
+        [("float16", False), ("float16", True)]
+    assert data["meta"]["skipped_combinations"] == 2 and data["meta"]["failed_rows"] == 0
+    assert "skipped: the -1 s budget was spent" in (tmp_path / "gpu_rows.md").read_text()
+    assert gpu_rows.runtime_overrides("bfloat16", True, cpu=False) == {
+        "num_gpus": 1, "enable_xla": True, "mixed_precision_dtype": "bfloat16"}
