@@ -179,8 +179,12 @@ def round_plan(workload, args, pythons, round_index):
 
 
 def run_rounds(args, pythons, log=print):
-    """Runs all rounds; returns a list of records {round, workload, row, side, env, ...}."""
+    """Runs the rounds; returns (records {round, workload, row, side, env, ...}, rounds run).
+
+    A round starts only if the mean round time so far says it ends within `args.max_minutes`.
+    """
     records = []
+    started = time.perf_counter()
     framework_rows = [r for r in args.rows if r in workloads.FRAMEWORK_ROWS]
 
     def record(round_index, workload, row, side, env, result):
@@ -199,7 +203,14 @@ def run_rounds(args, pythons, log=print):
         else:
             log(f"{prefix} {result['steps_per_sec']:10.1f} steps/s")
 
+    rounds_run = 0
     for round_index in range(args.rounds):
+        elapsed = time.perf_counter() - started
+        if round_index and elapsed * (round_index + 1) / round_index > 60.0 * args.max_minutes:
+            log(f"stopping after {round_index} round(s): another would end after "
+                f"--max_minutes {args.max_minutes:g}")
+            break
+        rounds_run += 1
         for workload in args.workloads:
             for side, env, kind in round_plan(workload, args, pythons, round_index):
                 python = pythons[env]
@@ -214,7 +225,7 @@ def run_rounds(args, pythons, log=print):
                 else:
                     record(round_index, workload, "driver", side, env,
                            measure_driver(side, workload, python, args.timeout))
-    return records
+    return records, rounds_run
 
 
 def _versions(records):
@@ -248,6 +259,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds, the order of the sides reversed every other one "
                         "(default 3: ~12 min on 2 cores with the TFM venv)")
+    parser.add_argument("--max_minutes", type=float, default=15.0,
+                        help="start no round that would end after this many minutes "
+                        "(judged on the mean round so far; default 15)")
     parser.add_argument("--workloads", nargs="+", default=None,
                         choices=sorted(workloads.WORKLOADS),
                         help="default: all (with --smoke: " + " ".join(workloads.SMOKE_WORKLOADS)
@@ -291,7 +305,7 @@ def main(argv=None):
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     started = time.time()
     loadavg_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    records = run_rounds(args, pythons, log=lambda msg: print(msg, flush=True))
+    records, rounds_run = run_rounds(args, pythons, log=lambda msg: print(msg, flush=True))
     meta = {
         "date": now.strftime("%Y-%m-%d %H:%M"),
         "commit": commit,
@@ -301,7 +315,8 @@ def main(argv=None):
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s), {platform.system()}",
         "loadavg_start": loadavg_start,
         "loadavg_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
-        "rounds": args.rounds,
+        "rounds": rounds_run,
+        "rounds_requested": args.rounds,
         "smoke": args.smoke,
         "workloads": args.workloads,
         "rows": args.rows,

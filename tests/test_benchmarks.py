@@ -159,3 +159,19 @@ def test_gpu_rows_lists_combinations_skipped_for_time_without_failing(tmp_path):
     assert "skipped: the -1 s budget was spent" in (tmp_path / "gpu_rows.md").read_text()
     assert gpu_rows.runtime_overrides("bfloat16", True, cpu=False) == {
         "num_gpus": 1, "enable_xla": True, "mixed_precision_dtype": "bfloat16"}
+
+
+def test_run_starts_no_round_that_would_end_after_max_minutes(monkeypatch):
+    clock = [0.0]
+
+    def fake_raw(workload, smoke, python, timeout_s):
+        clock[0] += 100.0  # each round: one 100 s process
+        return {"steps_per_sec": 1.0}
+
+    monkeypatch.setattr(run.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(run, "measure_raw", fake_raw)
+    args = types.SimpleNamespace(rows=["raw"], rounds=10, workloads=["mock"], smoke=False,
+                                 timeout=1, max_minutes=10.0)
+    records, rounds_run = run.run_rounds(args, {"project": "py"}, log=lambda msg: None)
+    # After 6 rounds (600 s) a 7th would end at 700 s > 600 s.
+    assert rounds_run == 6 and len(records) == 6 and clock[0] == 600.0
