@@ -190,9 +190,9 @@ def markdown(data, source=None):
         f"other round.")
     if meta.get("label"):
         lines += ["", f"**{meta['label']}**"]
-    if meta.get("rounds_requested", meta["rounds"]) > meta["rounds"]:
-        lines += ["", f"**{meta['rounds']} of {meta['rounds_requested']} rounds**: the time cap "
-                  f"(`--max_minutes`) stopped the run."]
+    if meta.get("stopped"):
+        lines += ["", f"**{meta['rounds']} of {meta['rounds_requested']} round(s)**, "
+                  f"{meta['stopped']} (the time cap; a stopped round lacks its last processes)."]
     if meta.get("smoke"):
         lines += ["", "**Smoke run**: fewest loops, the figures are not meaningful."]
     if not meta.get("tfm"):

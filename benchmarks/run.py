@@ -181,7 +181,8 @@ def round_plan(workload, args, pythons, round_index):
 def run_rounds(args, pythons, log=print):
     """Runs the rounds; returns (records {round, workload, row, side, env, ...}, rounds run).
 
-    A round starts only if the mean round time so far says it ends within `args.max_minutes`.
+    A round starts only if the mean round time so far says it ends within `args.max_minutes`;
+    past that time no further process starts, even within a round (the report says so).
     """
     records = []
     started = time.perf_counter()
@@ -213,6 +214,10 @@ def run_rounds(args, pythons, log=print):
         rounds_run += 1
         for workload in args.workloads:
             for side, env, kind in round_plan(workload, args, pythons, round_index):
+                if time.perf_counter() - started > 60.0 * args.max_minutes:
+                    log(f"stopping in round {round_index + 1}: past --max_minutes "
+                        f"{args.max_minutes:g}")
+                    return records, rounds_run
                 python = pythons[env]
                 if kind == "raw":
                     record(round_index, workload, "raw", "raw", env,
@@ -305,7 +310,14 @@ def main(argv=None):
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     started = time.time()
     loadavg_start = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    records, rounds_run = run_rounds(args, pythons, log=lambda msg: print(msg, flush=True))
+    stops = []
+
+    def log(msg):
+        print(msg, flush=True)
+        if msg.startswith("stopping"):
+            stops.append(msg)
+
+    records, rounds_run = run_rounds(args, pythons, log=log)
     meta = {
         "date": now.strftime("%Y-%m-%d %H:%M"),
         "commit": commit,
@@ -317,6 +329,7 @@ def main(argv=None):
         "loadavg_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": rounds_run,
         "rounds_requested": args.rounds,
+        "stopped": "; ".join(stops),
         "smoke": args.smoke,
         "workloads": args.workloads,
         "rows": args.rows,

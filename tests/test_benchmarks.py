@@ -175,3 +175,19 @@ def test_run_starts_no_round_that_would_end_after_max_minutes(monkeypatch):
     records, rounds_run = run.run_rounds(args, {"project": "py"}, log=lambda msg: None)
     # After 6 rounds (600 s) a 7th would end at 700 s > 600 s.
     assert rounds_run == 6 and len(records) == 6 and clock[0] == 600.0
+
+
+def test_run_starts_no_process_past_max_minutes_even_within_a_round(monkeypatch):
+    clock = [0.0]
+
+    def fake_raw(workload, smoke, python, timeout_s):
+        clock[0] += 400.0
+        return {"steps_per_sec": 1.0}
+
+    monkeypatch.setattr(run.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(run, "measure_raw", fake_raw)
+    args = types.SimpleNamespace(rows=["raw"], rounds=3, smoke=False, timeout=1,
+                                 workloads=["mock", "mlp_tiny", "cnn_small"], max_minutes=10.0)
+    records, rounds_run = run.run_rounds(args, {"project": "py"}, log=lambda msg: None)
+    # 400 s, 800 s: the third process would start past 600 s.
+    assert rounds_run == 1 and [r["workload"] for r in records] == ["mock", "mlp_tiny"]
