@@ -192,7 +192,7 @@ def markdown(data, source=None):
         lines += ["", f"**{meta['label']}**"]
     if meta.get("stopped"):
         lines += ["", f"**{meta['rounds']} of {meta['rounds_requested']} round(s)**, "
-                  f"{meta['stopped']} (the time cap; a stopped round lacks its last processes)."]
+                  f"{meta['stopped']} (the time cap)."]
     if meta.get("smoke"):
         lines += ["", "**Smoke run**: fewest loops, the figures are not meaningful."]
     if not meta.get("tfm"):
