@@ -29,17 +29,21 @@ import tensorflow as tf  # noqa: E402
 import lite_launcher as ll  # noqa: E402
 
 
-def measure_row(workload_name, row, loops, model_dir):
-    """Runs one row through `ll.run_experiment`; returns the result dict."""
+def measure_row(workload_name, row, loops, model_dir, runtime=None):
+    """Runs one row through `ll.run_experiment`; returns the result dict. `runtime`: overrides
+    of the runtime config (device, XLA, mixed precision), as lite-train's driver applies them."""
     workload = workloads.get(workload_name)
-    mode, trainer_overrides = workloads.run_plan(workload, row, loops)
+    mode, trainer_overrides, save_summary = workloads.run_plan(workload, row, loops, "lite")
     params = ll.get_exp_config(workload_name)
-    params.override({"trainer": trainer_overrides})
+    params.override({"trainer": trainer_overrides, "runtime": runtime or {}})
     params.validate()
+    # Before any model is built, as the driver does; float32 (the default) when unset.
+    ll.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+    # 'off' in the registered experiments (WORKLOADS.md: the default strategy): None.
+    strategy = ll.get_distribution_strategy(params.runtime.distribution_strategy,
+                                            num_gpus=params.runtime.num_gpus)
     task = ll.get_task(params.task, logging_dir=model_dir)
     clock = measure.LoopClock()
-    # 'off' in the registered experiments (WORKLOADS.md: the default strategy).
-    strategy = ll.get_distribution_strategy(params.runtime.distribution_strategy)
     ll.run_experiment(
         distribution_strategy=strategy,
         task=task,
@@ -48,11 +52,15 @@ def measure_row(workload_name, row, loops, model_dir):
         model_dir=model_dir,
         train_actions=[clock.train_action],
         eval_actions=[clock.eval_action],
+        save_summary=save_summary,
     )
     versions = {"tensorflow": tf.__version__, "keras": keras.__version__,
                 "lite_launcher": ll.__version__}
-    return workloads.row_result("lite", workload, row, loops, clock,
-                                trainer_overrides["steps_per_loop"], versions)
+    result = workloads.row_result("lite", workload, row, loops, clock,
+                                  trainer_overrides["steps_per_loop"], versions)
+    result["gpu_devices"] = [d.name for d in tf.config.list_logical_devices("GPU")]
+    result["dtype_policy"] = keras.mixed_precision.global_policy().name
+    return result
 
 
 def main(argv=None):

@@ -97,6 +97,17 @@ def eval_rate(train_times, eval_times, eval_steps, skip=1):
     return len(durations) * eval_steps / sum(durations)
 
 
+def eval_wall_rate(train_times, eval_steps, skip=1):
+    """Eval steps/sec over whole cycles of mode train_and_eval with 1-step train loops: cycle
+    k runs from train loop k's end to train loop k+1's end, so it holds evaluation k with
+    everything done after it (its summaries, destroying its iterator wherever that happens)
+    and one 1-step train loop. The first `skip` cycles (tracing) are excluded."""
+    durations = [b - a for a, b in zip(train_times[skip:], train_times[skip + 1:])]
+    if not durations:
+        raise ValueError(f"need more than {skip + 1} train loops, got {len(train_times)}")
+    return len(durations) * eval_steps / sum(durations)
+
+
 def eval_ms(train_times, eval_times):
     """Duration of every evaluation (including the first), in ms."""
     return [round(1000.0 * (e - t), 3) for t, e in zip(train_times, eval_times)]

@@ -96,12 +96,13 @@ for _name in workloads.WORKLOADS:
         lambda _name=_name: _experiment_config(_name))
 
 
-def measure_row(workload_name, row, loops, model_dir):
-    """Runs one row through `train_lib.run_experiment`; returns the result dict."""
+def measure_row(workload_name, row, loops, model_dir, runtime=None):
+    """Runs one row through `train_lib.run_experiment`; returns the result dict. `runtime`:
+    overrides of the runtime config (only the default, CPU, is benchmarked on this side)."""
     workload = workloads.get(workload_name)
-    mode, trainer_overrides = workloads.run_plan(workload, row, loops)
+    mode, trainer_overrides, save_summary = workloads.run_plan(workload, row, loops, "tfm")
     params = exp_factory.get_exp_config(workload_name)
-    params.override({"trainer": trainer_overrides}, is_strict=True)
+    params.override({"trainer": trainer_overrides, "runtime": runtime or {}}, is_strict=True)
     params.validate()
     params.lock()
     task = task_factory.get_task(params.task, logging_dir=model_dir)
@@ -116,6 +117,7 @@ def measure_row(workload_name, row, loops, model_dir):
         model_dir=model_dir,
         train_actions=[clock.train_action],
         eval_actions=[clock.eval_action],
+        save_summary=save_summary,
     )
     versions = {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__}
     return workloads.row_result("tfm", workload, row, loops, clock,

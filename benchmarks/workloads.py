@@ -48,11 +48,11 @@ class Workload:
 
 WORKLOADS = {
     "mlp_tiny": Workload("mlp_tiny", (32,), 64, 0.0,
-                         train_loops=150, train1_loops=1000, eval_repeats=20),
+                         train_loops=150, train1_loops=600, eval_repeats=20),
     "cnn_small": Workload("cnn_small", (32, 32, 3), 128, 0.9,
-                          train_loops=4, train1_loops=40, eval_repeats=5, long_warmup=1),
+                          train_loops=3, train1_loops=30, eval_repeats=4, long_warmup=1),
     "mock": Workload("mock", (2,), 2, 0.0,
-                     train_loops=150, train1_loops=1000, eval_repeats=20),
+                     train_loops=150, train1_loops=600, eval_repeats=20),
 }
 
 # Smoke runs (CI): the same rows, with the fewest loops that still exclude tracing.
@@ -65,7 +65,13 @@ SMOKE_WORKLOADS = ("mlp_tiny", "mock")
 DRIVER_STEPS = 20
 
 # Rows measured through a framework (lite_launcher or TFM). `raw` is measured by raw_loop.py.
-FRAMEWORK_ROWS = ("train100", "train1", "eval")
+# Every row writes the train (and eval) summaries of every outer loop on both sides, as Orbit
+# does whenever a summary dir is set, except `train1_nosum` (save_summary=False on both).
+FRAMEWORK_ROWS = ("train100", "train1", "train1_nosum", "eval")
+# The rows that write no summaries.
+NO_SUMMARY_ROWS = ("train1_nosum",)
+# The sides a row can be run by: lite_launcher and TFM (`raw` has its own script).
+FRAMEWORK_SIDES = ("lite", "tfm")
 
 
 def get(name):
@@ -78,7 +84,7 @@ def get(name):
 def timed_loops(workload, row, smoke=False):
     """Number of timed outer loops (or evaluations, for `eval`) for `row` of `workload`."""
     key = {"train100": "train_loops", "raw": "train_loops", "train1": "train1_loops",
-           "eval": "eval_repeats"}[row]
+           "train1_nosum": "train1_loops", "eval": "eval_repeats"}[row]
     return SMOKE_LOOPS[key] if smoke else getattr(workload, key)
 
 
@@ -153,29 +159,42 @@ def optimizer_config(workload):
     }
 
 
-def run_plan(workload, row, loops):
-    """What a framework run of `row` does: (mode, trainer overrides).
+def run_plan(workload, row, loops, side):
+    """What `side` ('lite' or 'tfm') runs for `row`: (mode, trainer overrides, save_summary).
 
-    Identical for lite_launcher and TFM. Train rows run `warmup_loops() + loops` outer loops
-    in mode 'train'; the timer excludes the warm-up loops. The eval row runs mode
-    'train_and_eval' with one-step train loops and an evaluation of EVAL_STEPS steps after
-    each, `1 + loops` evaluations in all; the first (tracing) is excluded. Checkpoint and
-    summary intervals never fire.
+    The same work on both sides. Train rows run `warmup_loops() + loops` outer loops in mode
+    'train'; the timer excludes the warm-up loops. The eval row runs mode 'train_and_eval'
+    with one-step train loops and an evaluation of EVAL_STEPS steps after each, `2 + loops`
+    evaluations in all: the first (tracing) is excluded, and the last is followed by no train
+    loop, so the wall window (train action to the next train action) sees `loops` of them.
+    Checkpoint intervals never fire (both sides save one checkpoint after the last loop,
+    outside every timed window).
+
+    Summaries: with a summary dir, Orbit writes and flushes the train outputs after every
+    outer loop whatever `summary_interval` is (that interval only gates in-graph `tf.summary`
+    calls, and these tasks make none), and the eval outputs after every evaluation. This
+    branch of lite_launcher writes train outputs only when `summary_interval` is due, so its
+    side gets `summary_interval = steps_per_loop`: a write every loop, like Orbit's. (The
+    Controller change that writes loop outputs every loop by default makes this a no-op.)
+    `train1_nosum` passes save_summary=False to both `run_experiment`s: no summaries at all.
     """
+    if side not in FRAMEWORK_SIDES:
+        raise ValueError(f"unknown side {side!r}; expected one of {FRAMEWORK_SIDES}")
     if row == "train100":
         spl, train_steps = LONG_LOOP, LONG_LOOP * (warmup_loops(workload, row) + loops)
         mode = "train"
-    elif row == "train1":
+    elif row in ("train1", "train1_nosum"):
         spl, train_steps = 1, warmup_loops(workload, row) + loops
         mode = "train"
     elif row == "driver":
         spl, train_steps = 1, DRIVER_STEPS
         mode = "train"
     elif row == "eval":
-        spl, train_steps = 1, 1 + loops
+        spl, train_steps = 1, 2 + loops
         mode = "train_and_eval"
     else:
         raise ValueError(f"unknown row {row!r}; expected one of {FRAMEWORK_ROWS} or driver")
+    save_summary = row not in NO_SUMMARY_ROWS
     trainer = {
         "steps_per_loop": spl,
         "train_steps": train_steps,
@@ -185,10 +204,10 @@ def run_plan(workload, row, loops):
         "eval_tf_while_loop": False,
         "validation_steps": EVAL_STEPS,
         "validation_interval": 1 if row == "eval" else NEVER,
-        "summary_interval": NEVER,
+        "summary_interval": spl if (side == "lite" and save_summary) else NEVER,
         "checkpoint_interval": NEVER,
     }
-    return mode, trainer
+    return mode, trainer, save_summary
 
 
 def row_result(side, workload, row, loops, clock, spl, versions):
@@ -206,8 +225,13 @@ def row_result(side, workload, row, loops, clock, spl, versions):
         "versions": versions,
     }
     if row == "eval":
+        # Two windows: the evaluation call (train action -> eval action: the train loop's
+        # summary write and the evaluation) and the wall (train action -> next train action:
+        # also the eval summaries, everything the evaluation leaves to do, such as destroying
+        # its iterator, and one 1-step train loop, the same on both sides).
         result["steps_per_sec"] = measure.eval_rate(clock.train_times, clock.eval_times,
                                                     EVAL_STEPS)
+        result["wall_steps_per_sec"] = measure.eval_wall_rate(clock.train_times, EVAL_STEPS)
         result["eval_ms"] = measure.eval_ms(clock.train_times, clock.eval_times)
     else:
         skip = warmup_loops(workload, row)
@@ -219,6 +243,7 @@ def row_result(side, workload, row, loops, clock, spl, versions):
 def rows_main(measure_row, temp_prefix, description, argv=None):
     """The command line shared by each framework's row script: measure rows, print results."""
     import argparse
+    import json
     import os
     import tempfile
 
@@ -234,8 +259,14 @@ def rows_main(measure_row, temp_prefix, description, argv=None):
     parser.add_argument("--smoke", action="store_true", help="fewest loops that still time")
     parser.add_argument("--model_dir", default=None,
                         help="parent of each row's model_dir (default: a fresh temporary folder)")
+    parser.add_argument("--runtime", type=json.loads, default=None,
+                        help="JSON overrides of the `runtime` config (gpu_rows.py: num_gpus, "
+                        "distribution_strategy, enable_xla, mixed_precision_dtype)")
     args = parser.parse_args(argv)
     parent = args.model_dir or tempfile.mkdtemp(prefix=temp_prefix)
     for row in args.rows:
         loops = args.loops or timed_loops(get(args.workload), row, args.smoke)
-        measure.emit(measure_row(args.workload, row, loops, os.path.join(parent, row)))
+        result = measure_row(args.workload, row, loops, os.path.join(parent, row),
+                             runtime=args.runtime)
+        measure.emit(dict(result, summaries=row not in NO_SUMMARY_ROWS,
+                          runtime=args.runtime or {}))

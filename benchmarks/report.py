@@ -1,0 +1,291 @@
+"""Renders a benchmark results file (written by run.py) as markdown: figures, ratios, targets.
+
+    .venv/bin/python benchmarks/report.py benchmarks/results/2026-12-01-abc1234.json
+    .venv/bin/python benchmarks/report.py RESULTS.json --update README.md benchmarks/README.md
+
+The first prints the report; `--update` also replaces, in each named file, the text between
+the lines `<!-- bench-results:start -->` and `<!-- bench-results:end -->` with it, so the
+README tables are always regenerated from one committed results file, which they name.
+
+Everything is recomputed from the file's per-process records: each ratio within one round,
+then median [min–max] over rounds; each target is judged on the median (a miss is reported
+as a miss). Standard library only.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+START_MARKER = "<!-- bench-results:start -->"
+END_MARKER = "<!-- bench-results:end -->"
+
+# Where each side ran: the project's environment (lite_launcher's TensorFlow) or TFM's venv
+# (TFM's TensorFlow, where lite_launcher and the raw loop also run, so that lite/TFM compares
+# launchers on one TensorFlow).
+ENVS = ("project", "tfm")
+# Columns: (side, env).
+LITE_P, LITE_T, TFM, RAW_P, RAW_T = (("lite", "project"), ("lite", "tfm"), ("tfm", "tfm"),
+                                     ("raw", "project"), ("raw", "tfm"))
+COLUMNS = (LITE_P, LITE_T, TFM, RAW_P, RAW_T)
+
+# Measures: name -> (row in the records, key of the figure, title, digits).
+MEASURES = {
+    "train100": ("train100", "steps_per_sec", "train, steps_per_loop=100, summaries every loop "
+                 "(steps/s)", 0),
+    "train1": ("train1", "steps_per_sec", "train, steps_per_loop=1, summaries every loop "
+               "(steps/s)", 0),
+    "train1_nosum": ("train1_nosum", "steps_per_sec", "train, steps_per_loop=1, no summaries "
+                     "(steps/s)", 0),
+    "eval_wall": ("eval", "wall_steps_per_sec", "eval, validation_steps=100, wall: evaluation "
+                  "+ teardown + 1-step train loop (steps/s)", 0),
+    "eval": ("eval", "steps_per_sec", "eval, validation_steps=100, evaluation call only "
+             "(steps/s)", 0),
+    "raw": ("raw", "steps_per_sec", "raw loop, 100-step calls (steps/s)", 0),
+    "first_step": ("driver", "first_step_s", "driver: process start → first finished step (s)",
+                   2),
+    "peak_rss": ("driver", "peak_rss_mib", "driver: peak RSS (MiB)", 0),
+}
+# Per outer loop cost beyond the steps: 1/r(spl=1) - 1/r(spl=100), in ms.
+OUTER_LOOPS = {
+    "outer_loop": ("train1", "outer loop: 1/r(spl=1) − 1/r(spl=100), summaries (ms)"),
+    "outer_loop_nosum": ("train1_nosum",
+                         "outer loop: 1/r(spl=1, no summaries) − 1/r(spl=100) (ms)"),
+}
+
+# Targets (issue 12): (workload, ratio name, comparison, threshold). Ratio names are
+# "<measure> <side>@<env>/<side>@<env>". lite/TFM targets compare lite_launcher on TFM's
+# TensorFlow with TFM; lite/raw targets hold in each environment.
+TARGETS = (
+    [(w, f"train100 lite@{env}/raw@{env}", ">=", 0.97)
+     for env in ENVS for w in ("mlp_tiny", "cnn_small", "mock")]
+    + [(w, f"{row} lite@tfm/tfm@tfm", ">=", 5.0)
+       for row in ("train1", "train1_nosum") for w in ("mlp_tiny", "mock")]
+    + [(w, "eval_wall lite@tfm/tfm@tfm", ">=", 2.5) for w in ("mlp_tiny", "mock")]
+    + [("mock", "first_step lite@tfm/tfm@tfm", "<=", 0.8)]
+    + [(w, "peak_rss lite@tfm/tfm@tfm", "<=", 1.0) for w in ("mlp_tiny", "cnn_small", "mock")]
+)
+
+
+def col_name(column):
+    side, env = column
+    return f"{side}@{env}"
+
+
+def stats(values):
+    """median / min / max / n of the values that are not None; None if there are none."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def summarize(records, rounds, workload_names):
+    """Every figure and per-round ratio of each workload, as median [min, max] over rounds.
+
+    Returns {workload: {"values": {"<measure>/<side>@<env>": stats}, "ratios": {name: stats}}}.
+    """
+    table = {}
+    for r in records:
+        if "error" not in r:
+            key = (r["round"], r["workload"], r["row"], r["side"], r.get("env", "project"))
+            table.setdefault(key, []).append(r)
+
+    def value(i, w, measure, column):
+        row, key = MEASURES[measure][:2]
+        # The mean where a round measured a figure twice.
+        found = [r[key] for r in table.get((i, w, row) + column, []) if r.get(key) is not None]
+        return statistics.fmean(found) if found else None
+
+    def outer_loop_ms(i, w, spl1_measure, column):
+        r1, r100 = value(i, w, spl1_measure, column), value(i, w, "train100", column)
+        return None if not r1 or not r100 else 1000.0 * (1.0 / r1 - 1.0 / r100)
+
+    def ratio(a, b):
+        return None if a is None or not b else a / b
+
+    summary = {}
+    for w in workload_names:
+        values, ratios = {}, {}
+        for measure in MEASURES:
+            for column in COLUMNS:
+                values[f"{measure}/{col_name(column)}"] = stats(
+                    [value(i, w, measure, column) for i in range(rounds)])
+        for name, (spl1_measure, _) in OUTER_LOOPS.items():
+            for column in COLUMNS:
+                values[f"{name}/{col_name(column)}"] = stats(
+                    [outer_loop_ms(i, w, spl1_measure, column) for i in range(rounds)])
+        for measure in MEASURES:
+            if measure == "raw":
+                continue
+            for lite in (LITE_T, LITE_P):
+                ratios[f"{measure} {col_name(lite)}/{col_name(TFM)}"] = stats(
+                    [ratio(value(i, w, measure, lite), value(i, w, measure, TFM))
+                     for i in range(rounds)])
+        for lite, raw in ((LITE_P, RAW_P), (LITE_T, RAW_T)):
+            ratios[f"train100 {col_name(lite)}/{col_name(raw)}"] = stats(
+                [ratio(value(i, w, "train100", lite), value(i, w, "raw", raw))
+                 for i in range(rounds)])
+        summary[w] = {"values": values, "ratios": ratios}
+    return summary
+
+
+def check_targets(summary):
+    """Each target judged on its median; 'not measured' when a side is missing."""
+    checks = []
+    for w, name, op, threshold in TARGETS:
+        if w not in summary:
+            continue
+        s = summary[w]["ratios"].get(name)
+        if s is None:
+            status, median = "not measured", None
+        else:
+            median = s["median"]
+            ok = median >= threshold if op == ">=" else median <= threshold
+            status = "pass" if ok else "MISS"
+        checks.append({"workload": w, "target": f"{name} {op} {threshold}", "median": median,
+                       "min": None if s is None else s["min"],
+                       "max": None if s is None else s["max"], "status": status})
+    return checks
+
+
+def _fmt(s, digits=0):
+    if s is None:
+        return "—"
+    fmt = f"{{:,.{digits}f}}"
+    if s["n"] == 1:
+        return fmt.format(s["median"])
+    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}–{fmt.format(s['max'])}]"
+
+
+def column_labels(meta):
+    """'lite TF 2.21'-style headers from the versions each side reported."""
+    versions = meta.get("versions", {})
+
+    def tf_of(column):
+        v = versions.get(col_name(column), {}).get("tensorflow")
+        return f"TF {'.'.join(v.split('.')[:2])}" if v else f"{column[1]} env"
+
+    names = {"lite": "lite", "tfm": "TFM", "raw": "raw"}
+    return {column: f"{names[column[0]]} {tf_of(column)}" for column in COLUMNS}
+
+
+def markdown(data, source=None):
+    """The report of one results file as markdown (tables and targets)."""
+    meta, records = data["meta"], data["records"]
+    summary = summarize(records, meta["rounds"], meta["workloads"])
+    checks = check_targets(summary)
+    labels = column_labels(meta)
+    lines = []
+    what = f"`{source}`" if source else "this run"
+    lines.append(
+        f"From {what}: {meta['date']} UTC, commit `{meta.get('commit', '?')[:10]}`"
+        f"{' (uncommitted changes)' if meta.get('dirty') else ''}, {meta['machine']}, "
+        f"{meta['rounds']} round(s) in {meta.get('elapsed_s', 0) / 60:.0f} min, "
+        f"load average (1, 5, 15 min) {meta.get('loadavg_start', '?')} at the start and "
+        f"{meta.get('loadavg_end', '?')} at the end. Median [min–max] over "
+        f"rounds; every ratio is computed within a round. Order of the sides reversed every "
+        f"other round.")
+    if meta.get("label"):
+        lines += ["", f"**{meta['label']}**"]
+    if meta.get("stopped"):
+        lines += ["", f"**{meta['rounds']} of {meta['rounds_requested']} round(s)**, "
+                  f"{meta['stopped']} (the time cap)."]
+    if meta.get("smoke"):
+        lines += ["", "**Smoke run**: fewest loops, the figures are not meaningful."]
+    if not meta.get("tfm"):
+        lines += ["", "**TFM was not measured** (no TFM environment: "
+                  "`bash benchmarks/setup_tfm_env.sh`)."]
+    failures = [r for r in records if "error" in r]
+    if failures:
+        lines += ["", f"**{len(failures)} measurement(s) failed** (see `error` in the records)."]
+    lines += ["", "Versions: " + "; ".join(
+        f"{labels[c]}: " + ", ".join(f"{k} {v}" for k, v in
+                                     meta.get("versions", {}).get(col_name(c), {}).items())
+        for c in COLUMNS if col_name(c) in meta.get("versions", {})) + "."]
+
+    tfm = col_name(TFM)
+    # Only the sides and ratios this run measured.
+    columns = [c for c in COLUMNS if any(
+        s["values"][f"{m}/{col_name(c)}"] is not None for s in summary.values() for m in MEASURES)]
+    ratio_columns = [(lite, f"{labels[lite]} / TFM") for lite in (LITE_T, LITE_P)
+                     if TFM in columns and lite in columns]
+    lite_raw_pairs = [(lite, raw) for lite, raw in ((LITE_T, RAW_T), (LITE_P, RAW_P))
+                      if lite in columns and raw in columns]
+    header = [labels[c] for c in columns] + [title for _, title in ratio_columns]
+    header += [f"{labels[lite]} / raw" for lite, _ in lite_raw_pairs]
+    lines += ["", "| workload | measure | " + " | ".join(header) + " |",
+              "|---|---|" + "---|" * len(header)]
+    for w, s in summary.items():
+        v, ratios = s["values"], s["ratios"]
+        for measure, (_, _, title, digits) in MEASURES.items():
+            if all(v[f"{measure}/{col_name(c)}"] is None for c in columns):
+                continue
+            cells = [_fmt(v[f"{measure}/{col_name(c)}"], digits) for c in columns]
+            cells += ["" if measure == "raw" else
+                      _fmt(ratios[f"{measure} {col_name(lite)}/{tfm}"], 2)
+                      for lite, _ in ratio_columns]
+            cells += [_fmt(ratios[f"train100 {col_name(lite)}/{col_name(raw)}"], 3)
+                      if measure == "train100" else "" for lite, raw in lite_raw_pairs]
+            lines.append(f"| {w} | {title} | " + " | ".join(cells) + " |")
+        for name, (_, title) in OUTER_LOOPS.items():
+            cells = [_fmt(v[f"{name}/{col_name(c)}"], 3) for c in columns]
+            if any(cell != "—" for cell in cells):
+                cells += [""] * (len(header) - len(cells))
+                lines.append(f"| {w} | {title} | " + " | ".join(cells) + " |")
+
+    lines += ["", "Targets (issue 12), judged on the median of the per-round ratios; lite/TFM "
+              f"targets use {labels[LITE_T]} (TFM's TensorFlow):", "",
+              "| workload | target | median [min–max] | status |", "|---|---|---|---|"]
+    for c in checks:
+        s = None if c["median"] is None else {"median": c["median"], "min": c["min"],
+                                               "max": c["max"], "n": 2}
+        lines.append(f"| {c['workload']} | {c['target']} | {_fmt(s, 3)} | {c['status']} |")
+    passed = sum(c["status"] == "pass" for c in checks)
+    lines += ["", f"{passed} of {len(checks)} targets pass."]
+    return "\n".join(lines) + "\n", summary, checks
+
+
+def display_path(path, repo_root):
+    """`path` relative to the repository root when it lies inside it, else absolute."""
+    path = os.path.abspath(path)
+    inside = os.path.commonpath([path, os.path.abspath(repo_root)]) == os.path.abspath(repo_root)
+    return os.path.relpath(path, repo_root) if inside else path
+
+
+def update_file(path, text):
+    """Replaces the text between START_MARKER and END_MARKER lines in `path` with `text`."""
+    with open(path) as f:
+        content = f.read()
+    start, end = content.find(START_MARKER), content.find(END_MARKER)
+    if start < 0 or end < start:
+        raise ValueError(f"{path}: no '{START_MARKER}' ... '{END_MARKER}' block to replace; "
+                         f"add the two marker lines where the results belong")
+    start += len(START_MARKER)
+    with open(path, "w") as f:
+        f.write(content[:start] + "\n" + text + content[end:])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", help="a results file written by benchmarks/run.py")
+    parser.add_argument("--update", nargs="+", default=[], metavar="FILE",
+                        help="replace the bench-results block of these files (README.md, "
+                        "benchmarks/README.md) with the report")
+    args = parser.parse_args(argv)
+    with open(args.results) as f:
+        data = json.load(f)
+    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = display_path(args.results, repo_root)
+    text, _, _ = markdown(data, source=source)
+    print(text)
+    for path in args.update:
+        update_file(path, text)
+        print(f"updated {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
