@@ -129,6 +129,14 @@ class TrainerConfig(Config):
                 "trainer.eval_tf_while_loop requires trainer.eval_tf_function: set "
                 "eval_tf_function=true or eval_tf_while_loop=false.")
 
+    def validate_evaluation(self, parameter_servers: bool) -> None:
+        """Checks the evaluation settings against the strategy (called by the runner, which
+        knows it): under parameter servers an evaluation is one tf.while_loop of fixed length."""
+        if parameter_servers and self.validation_steps == -1:
+            raise ConfigError(
+                "The parameter_server strategy evaluates a fixed number of steps: set "
+                "trainer.validation_steps > 0 (it is -1, the whole validation set).")
+
     def _validate(self):
         if self.steps_per_loop < 1:
             raise ConfigError(

@@ -35,6 +35,7 @@ from typing import Any, Callable, List, Optional
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher.base_config import ConfigError
 from lite_launcher.task import Task
 
 StepFn = Callable[[Any], Any]
@@ -474,6 +475,19 @@ class TrainLoop:
         if self._iterator is None:
             self._iterator = make_iterator(self._dataset)
         return self._iterator
+
+    def make_saveable_iterator(self, strategy_name: str):
+        """`make_iterator()`, refused with a one-line ConfigError when it cannot be saved."""
+        iterator = self.make_iterator()
+        if not all(isinstance(it, tf.__internal__.tracking.Trackable)
+                   for it in tf.nest.flatten(iterator)):
+            # tf.distribute's iterators (any strategy but the default) cannot be saved.
+            raise ConfigError(
+                f"trainer.checkpoint_train_iterator needs a tf.data iterator that can be "
+                f"saved, but the {strategy_name} input iterator cannot: set "
+                f"runtime.distribution_strategy to 'off' or "
+                f"trainer.checkpoint_train_iterator to false.")
+        return iterator
 
     @property
     def dataset(self):

@@ -1,12 +1,14 @@
-"""`Trainer`: TFM's base_trainer semantics (with Orbit's StandardTrainer/StandardEvaluator) on Keras 3.
+"""`Trainer`: what one train / eval step is, as TFM's base_trainer.Trainer, on Keras 3.
 
-The Trainer executes steps through overridable hooks and knows nothing about checkpoint
-schedules, summaries or the outer loop (that is the Controller's job). The Controller only calls
-`train(num_steps)` and `evaluate(num_steps)`.
+Its one job: the trainer's state (model, optimizer, global step, metrics, checkpoint) and the
+overridable hooks. How `num_steps` steps run (loop shape, graph calls, iterators,
+parameter-server scheduling) is `loops.py`'s; checkpoint schedules, summaries and the outer
+loop are the Controller's, which calls only `train(num_steps)` and `evaluate(num_steps)`.
 
-Train:  train_loop_begin() -> loop of train_step(iterator) -> train_loop_end() -> logs
-Eval:   eval_begin() -> loop of eval_step(iterator) [+ eval_reduce(state, outputs)]
-        -> eval_end(aggregated_logs) -> logs
+Train:  train_loop_begin() -> TrainLoop.run: train_step(iterator) x num_steps
+        -> train_loop_end() -> logs   (train_step -> task.train_step -> optimizer update)
+Eval:   eval_begin() -> EvalLoop.run: eval_step(iterator) [+ eval_reduce(state, outputs)]
+        x num_steps -> eval_end(aggregated_logs) -> logs
 """
 
 from __future__ import annotations
@@ -148,8 +150,39 @@ def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
+class _AsyncTrainer:
+    """The parameter-server part of the Trainer, as TFM's `_AsyncTrainer`: the coordinator."""
+
+    def init_async(self):
+        """Creates a `ClusterCoordinator` when the strategy is a ParameterServerStrategy."""
+        self._is_async = _is_async(self._strategy)
+        self._coordinator = None
+        if self._is_async:
+            self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
+                self._strategy)
+
+    def coordinator_for_async(self):
+        """The `ClusterCoordinator` of an async (parameter-server) run (TFM's API)."""
+        if not self._coordinator:
+            raise ValueError("No coordinator: this trainer does not run a ParameterServerStrategy.")
+        return self._coordinator
+
+    def join(self):
+        """Waits for all scheduled steps of an async run; a no-op otherwise."""
+        if self._is_async:
+            self._coordinator.join()
+
+    def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
+        """A distributed dataset for this trainer's strategy (per-worker under PS)."""
+        if self._is_async:
+            def per_worker_dataset_fn():
+                return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
+            return self._coordinator.create_per_worker_dataset(tf.function(per_worker_dataset_fn))
+        return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
+
+
 @gin.configurable  # as TFM's: a gin file may set its arguments
-class Trainer:
+class Trainer(_AsyncTrainer):
     """Runs a `Task`'s train and validation steps; TFM's `base_trainer.Trainer` on Keras 3.
 
     Build it inside `strategy.scope()`: the strategy is taken from
@@ -215,14 +248,19 @@ class Trainer:
             self._build_train_loop_fn, train_dataset,
             tensor_num_steps=trainer_config.train_tf_while_loop)
         self._eval_loop = loops.EvalLoop(
-            self.create_eval_loop_fn, scheduled=self._is_async,
+            lambda has_state: self.create_eval_loop_fn(has_state), scheduled=self._is_async,
             in_graph=trainer_config.eval_tf_while_loop or self._is_async)
         self._eval_dataset = validation_dataset
 
         checkpoint_items = dict(getattr(model, "checkpoint_items", None) or {})
         if getattr(trainer_config, "checkpoint_train_iterator", False) and train_dataset is not None:
+            if self._is_async:
+                raise ConfigError(
+                    "trainer.checkpoint_train_iterator is not supported with the "
+                    "parameter_server strategy (per-worker iterators cannot be saved).")
             # The iterator must exist before the checkpoint is restored, so it is made here.
-            checkpoint_items["train_iterator"] = self._saveable_train_iterator()
+            checkpoint_items["train_iterator"] = self._train_loop.make_saveable_iterator(
+                type(self._strategy).__name__)
         self._checkpoint = tf.train.Checkpoint(
             global_step=self._global_step, model=model, optimizer=optimizer, **checkpoint_items)
 
@@ -251,22 +289,6 @@ class Trainer:
                 "The trainer needs `task.validation_data` to build the validation dataset (or "
                 "pass validation_dataset=, or evaluate=False).")
 
-    def _saveable_train_iterator(self):
-        if self._is_async:
-            raise ConfigError(
-                "trainer.checkpoint_train_iterator is not supported with the "
-                "parameter_server strategy (per-worker iterators cannot be saved).")
-        iterator = self._train_loop.make_iterator()
-        if not all(isinstance(it, tf.__internal__.tracking.Trackable)
-                   for it in tf.nest.flatten(iterator)):
-            # tf.distribute's iterators (any strategy but the default) cannot be saved.
-            raise ConfigError(
-                f"trainer.checkpoint_train_iterator needs a tf.data iterator that can be "
-                f"saved, but the {type(self._strategy).__name__} input iterator cannot: "
-                f"set runtime.distribution_strategy to 'off' or "
-                f"trainer.checkpoint_train_iterator to false.")
-        return iterator
-
     def _build_optimizer_slots(self):
         # Under MirroredStrategy, slot variables must be created eagerly in the strategy scope
         # before the first tf.function step (a variable created inside a replica context of a
@@ -281,54 +303,20 @@ class Trainer:
             optimization.average_non_trainable_variables(optimizer,
                                                          self._model.non_trainable_variables)
 
-    # -------------------------------------------------------------- async (PS)
-    def init_async(self):
-        """Creates a `ClusterCoordinator` when the strategy is a ParameterServerStrategy."""
-        self._is_async = _is_async(self._strategy)
-        self._coordinator = None
-        if self._is_async:
-            self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
-                self._strategy)
-
-    def coordinator_for_async(self):
-        """The `ClusterCoordinator` of an async (parameter-server) run (TFM's API)."""
-        if not self._coordinator:
-            raise ValueError("No coordinator: this trainer does not run a ParameterServerStrategy.")
-        return self._coordinator
-
-    def join(self):
-        """Waits for all scheduled steps of an async run; a no-op otherwise."""
-        if self._is_async:
-            self._coordinator.join()
-
-    def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
-        """A distributed dataset for this trainer's strategy (per-worker under PS)."""
-        if self._is_async:
-            def per_worker_dataset_fn():
-                return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
-            return self._coordinator.create_per_worker_dataset(tf.function(per_worker_dataset_fn))
-        return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
-
-    # -------------------------------------------------------------- properties
-    @property
-    def strategy(self):
-        return self._strategy
-
-    @property
-    def config(self):
-        return self._config
-
-    @property
-    def task(self):
-        return self._task
-
-    @property
-    def model(self):
-        return self._model
-
-    @property
-    def optimizer(self):
-        return self._optimizer
+    # ------------------------------------------------------------- properties
+    # Read-only views of the trainer's state, named as TFM's.
+    strategy = property(lambda self: self._strategy)
+    config = property(lambda self: self._config)
+    task = property(lambda self: self._task)
+    model = property(lambda self: self._model)
+    optimizer = property(lambda self: self._optimizer)
+    global_step = property(lambda self: self._global_step)
+    checkpoint = property(lambda self: self._checkpoint)
+    checkpoint_exporter = property(lambda self: self._checkpoint_exporter)
+    train_loss = property(lambda self: self._train_loss)
+    validation_loss = property(lambda self: self._validation_loss)
+    train_metrics = property(lambda self: self._train_metrics)
+    validation_metrics = property(lambda self: self._validation_metrics)
 
     @property
     def optimizers(self) -> Dict[str, Any]:
@@ -341,34 +329,6 @@ class Trainer:
         if isinstance(opt, (list, tuple)):
             return {getattr(o, "name", None) or f"optimizer_{i}": o for i, o in enumerate(opt)}
         return {"": opt}
-
-    @property
-    def global_step(self):
-        return self._global_step
-
-    @property
-    def checkpoint(self):
-        return self._checkpoint
-
-    @property
-    def checkpoint_exporter(self):
-        return self._checkpoint_exporter
-
-    @property
-    def train_loss(self):
-        return self._train_loss
-
-    @property
-    def validation_loss(self):
-        return self._validation_loss
-
-    @property
-    def train_metrics(self):
-        return self._train_metrics
-
-    @property
-    def validation_metrics(self):
-        return self._validation_metrics
 
     @property
     def train_dataset(self):
@@ -411,9 +371,11 @@ class Trainer:
 
     # ----------------------------------------------------------------- train
     def train(self, num_steps):
-        """Runs `num_steps` training steps and returns `train_loop_end()`'s logs.
+        """Runs `train_step` `num_steps` times and returns `train_loop_end()`'s logs.
 
-        `num_steps` may be an int or a scalar int32 tensor (a tensor never retraces).
+        `num_steps` may be an int or a scalar int32 tensor (a tensor never retraces). The
+        `TrainLoop` repeats `train_step` (below) as the loop options say; the step itself is
+        `task.train_step` on each replica (task.py), which applies the optimizer update.
         """
         self.train_loop_begin()
         logs = self._train_loop.run(num_steps)
