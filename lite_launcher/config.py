@@ -129,10 +129,17 @@ class TrainerConfig(Config):
                 "trainer.eval_tf_while_loop requires trainer.eval_tf_function: set "
                 "eval_tf_function=true or eval_tf_while_loop=false.")
 
-    def validate_evaluation(self, parameter_servers: bool) -> None:
-        """Checks the evaluation settings against the strategy (called by the runner, which
-        knows it): under parameter servers an evaluation is one tf.while_loop of fixed length."""
-        if parameter_servers and self.validation_steps == -1:
+    def validate_for_strategy(self, parameter_servers: bool, evaluates: bool = True) -> None:
+        """Checks the settings that depend on the strategy, which the caller knows (the config
+        need not name it): under parameter servers the coordinator schedules only
+        tf.functions, and an evaluation is one tf.while_loop of a fixed length."""
+        if not parameter_servers:
+            return
+        if not (self.train_tf_function and self.eval_tf_function):
+            raise ConfigError(
+                "The parameter_server strategy needs trainer.train_tf_function=true and "
+                "trainer.eval_tf_function=true.")
+        if evaluates and self.validation_steps == -1:
             raise ConfigError(
                 "The parameter_server strategy evaluates a fixed number of steps: set "
                 "trainer.validation_steps > 0 (it is -1, the whole validation set).")

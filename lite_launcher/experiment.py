@@ -119,10 +119,11 @@ class ExperimentRunner:
             self._hold_model_dir(create=False)
         # A trainer passed in (the forked-driver path) is used as is.
         evaluates = ("eval" in mode) or run_post_eval
-        if evaluates:
-            # Refused before training (the check needs the strategy, which the config is not).
-            params.trainer.validate_evaluation(parameter_servers=isinstance(
-                self.strategy, tf.distribute.experimental.ParameterServerStrategy))
+        # Refused before training (these checks need the strategy).
+        params.trainer.validate_for_strategy(
+            parameter_servers=isinstance(self.strategy,
+                                         tf.distribute.experimental.ParameterServerStrategy),
+            evaluates=evaluates)
         self._trainer = trainer or self._build_trainer(
             task, train=mode_trains(mode), evaluate=evaluates)
         self._checkpoint_manager = self._maybe_build_checkpoint_manager()

@@ -253,7 +253,7 @@ class Trainer(_AsyncTrainer):
         self._eval_dataset = validation_dataset
 
         checkpoint_items = dict(getattr(model, "checkpoint_items", None) or {})
-        if getattr(trainer_config, "checkpoint_train_iterator", False) and train_dataset is not None:
+        if trainer_config.checkpoint_train_iterator and train_dataset is not None:
             if self._is_async:
                 raise ConfigError(
                     "trainer.checkpoint_train_iterator is not supported with the "
@@ -274,12 +274,9 @@ class Trainer(_AsyncTrainer):
         # The loop options are checked by the config (the one implementation of that check),
         # also for a config built in code that never went through validate().
         config.trainer.validate_loop_options()
-        if _is_async(self._strategy) and not (config.trainer.train_tf_function
-                                              and config.trainer.eval_tf_function):
-            # ClusterCoordinator.schedule only runs tf.functions on the workers.
-            raise ConfigError(
-                "The parameter_server strategy needs trainer.train_tf_function=true and "
-                "trainer.eval_tf_function=true.")
+        # validation_steps is the runner's: evaluate(-1) itself is refused by the EvalLoop.
+        config.trainer.validate_for_strategy(parameter_servers=_is_async(self._strategy),
+                                             evaluates=False)
         if check_train_data and getattr(config.task, "train_data", None) is None:
             raise ConfigError(
                 "The trainer needs `task.train_data` to build the training dataset (or pass "

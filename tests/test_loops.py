@@ -91,9 +91,15 @@ def test_runner_validates_a_config_built_in_code(tmp_path):
     assert not os.path.exists(model_dir) or os.listdir(model_dir) == []
 
 
-def test_validate_evaluation_refuses_a_whole_set_evaluation_under_parameter_servers():
-    trainer_config = ll.TrainerConfig(validation_steps=-1)
-    trainer_config.validate_evaluation(parameter_servers=False)
+def test_strategy_checks_refuse_what_parameter_servers_cannot_run():
+    whole_set = ll.TrainerConfig(validation_steps=-1)
+    whole_set.validate_for_strategy(parameter_servers=False)
+    whole_set.validate_for_strategy(parameter_servers=True, evaluates=False)
     with pytest.raises(ll.ConfigError, match="validation_steps > 0"):
-        trainer_config.validate_evaluation(parameter_servers=True)
-    ll.TrainerConfig(validation_steps=5).validate_evaluation(parameter_servers=True)
+        whole_set.validate_for_strategy(parameter_servers=True)
+    ll.TrainerConfig(validation_steps=5).validate_for_strategy(parameter_servers=True)
+    eager = ll.TrainerConfig(validation_steps=5, train_tf_function=False,
+                             train_tf_while_loop=False)
+    eager.validate_for_strategy(parameter_servers=False)
+    with pytest.raises(ll.ConfigError, match="needs trainer.train_tf_function=true"):
+        eager.validate_for_strategy(parameter_servers=True, evaluates=False)
