@@ -115,6 +115,35 @@ class TrainerConfig(Config):
     checkpoint_train_iterator: bool = False
     continuous_eval_all_checkpoints: bool = False
 
+    def validate_loop_options(self) -> None:
+        """Checks that each tf.while_loop inner loop runs inside a tf.function.
+
+        Part of `validate()`; the Trainer also calls it, for a config built in code.
+        """
+        if self.train_tf_while_loop and not self.train_tf_function:
+            raise ConfigError(
+                "trainer.train_tf_while_loop requires trainer.train_tf_function: set "
+                "train_tf_function=true or train_tf_while_loop=false.")
+        if self.eval_tf_while_loop and not self.eval_tf_function:
+            raise ConfigError(
+                "trainer.eval_tf_while_loop requires trainer.eval_tf_function: set "
+                "eval_tf_function=true or eval_tf_while_loop=false.")
+
+    def validate_for_strategy(self, parameter_servers: bool, evaluates: bool = True) -> None:
+        """Checks the settings that depend on the strategy, which the caller knows (the config
+        need not name it): under parameter servers the coordinator schedules only
+        tf.functions, and an evaluation is one tf.while_loop of a fixed length."""
+        if not parameter_servers:
+            return
+        if not (self.train_tf_function and self.eval_tf_function):
+            raise ConfigError(
+                "The parameter_server strategy needs trainer.train_tf_function=true and "
+                "trainer.eval_tf_function=true.")
+        if evaluates and self.validation_steps == -1:
+            raise ConfigError(
+                "The parameter_server strategy evaluates a fixed number of steps: set "
+                "trainer.validation_steps > 0 (it is -1, the whole validation set).")
+
     def _validate(self):
         if self.steps_per_loop < 1:
             raise ConfigError(
@@ -143,14 +172,7 @@ class TrainerConfig(Config):
                 "trainer.validation_steps is -1 (whole dataset) but trainer.eval_tf_while_loop "
                 "is true: a tf.while_loop needs a fixed number of steps; set validation_steps "
                 "> 0 or eval_tf_while_loop=false.")
-        if self.train_tf_while_loop and not self.train_tf_function:
-            raise ConfigError(
-                "trainer.train_tf_while_loop requires trainer.train_tf_function: set "
-                "train_tf_function=true or train_tf_while_loop=false.")
-        if self.eval_tf_while_loop and not self.eval_tf_function:
-            raise ConfigError(
-                "trainer.eval_tf_while_loop requires trainer.eval_tf_function: set "
-                "eval_tf_function=true or eval_tf_while_loop=false.")
+        self.validate_loop_options()
         if self.train_steps < 0:
             raise ConfigError(f"trainer.train_steps ({self.train_steps}) must be >= 0.")
         if self.validation_interval < 1:

@@ -96,6 +96,9 @@ class ExperimentRunner:
                  enable_async_checkpointing: bool = False,
                  continuous_eval_max_wait_s: Optional[float] = None):
         check_mode(mode)
+        # The runtime trusts a validated config: checked here once for callers that built it
+        # in code (the driver's parse_configuration already validated it).
+        params.validate()
         if not model_dir:
             raise ConfigError("model_dir must be set (--model_dir=DIR).")
         self.strategy = distribution_strategy or tf.distribute.get_strategy()
@@ -116,13 +119,11 @@ class ExperimentRunner:
             self._hold_model_dir(create=False)
         # A trainer passed in (the forked-driver path) is used as is.
         evaluates = ("eval" in mode) or run_post_eval
-        parameter_servers = isinstance(self.strategy,
-                                       tf.distribute.experimental.ParameterServerStrategy)
-        if evaluates and parameter_servers and params.trainer.validation_steps == -1:
-            # Refused before training: its evaluation is one tf.while_loop of a fixed length.
-            raise ConfigError(
-                "The parameter_server strategy evaluates a fixed number of steps: set "
-                "trainer.validation_steps > 0 (it is -1, the whole validation set).")
+        # Refused before training (these checks need the strategy).
+        params.trainer.validate_for_strategy(
+            parameter_servers=isinstance(self.strategy,
+                                         tf.distribute.experimental.ParameterServerStrategy),
+            evaluates=evaluates)
         self._trainer = trainer or self._build_trainer(
             task, train=mode_trains(mode), evaluate=evaluates)
         self._checkpoint_manager = self._maybe_build_checkpoint_manager()

@@ -1,18 +1,20 @@
-"""`Trainer`: TFM's base_trainer semantics (with Orbit's StandardTrainer/StandardEvaluator) on Keras 3.
+"""`Trainer`: what one train / eval step is, as TFM's base_trainer.Trainer, on Keras 3.
 
-The Trainer executes steps through overridable hooks and knows nothing about checkpoint
-schedules, summaries or the outer loop (that is the Controller's job). The Controller only calls
-`train(num_steps)` and `evaluate(num_steps)`.
+Its one job: the trainer's state (model, optimizer, global step, metrics, checkpoint) and the
+overridable hooks. How `num_steps` steps run (loop shape, graph calls, iterators,
+parameter-server scheduling) is `loops.py`'s; checkpoint schedules, summaries and the outer
+loop are the Controller's, which calls only `train(num_steps)` and `evaluate(num_steps)`.
 
-Train:  train_loop_begin() -> loop of train_step(iterator) -> train_loop_end() -> logs
-Eval:   eval_begin() -> loop of eval_step(iterator) [+ eval_reduce(state, outputs)]
-        -> eval_end(aggregated_logs) -> logs
+Train:  train_loop_begin() -> TrainLoop.run: train_step(iterator) x num_steps
+        -> train_loop_end() -> logs   (train_step -> task.train_step -> optimizer update)
+Eval:   eval_begin() -> EvalLoop.run: eval_step(iterator) [+ eval_reduce(state, outputs)]
+        x num_steps -> eval_end(aggregated_logs) -> logs
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import gin
 import keras
@@ -136,22 +138,6 @@ def after_inputs(step_fn):
     return wrapped
 
 
-def split_steps(num_steps: int, parts: int):
-    """`num_steps` split into at most `parts` positive chunks differing by at most one."""
-    parts = max(1, min(parts, num_steps))
-    base, extra = divmod(num_steps, parts)
-    return [base + 1 if i < extra else base for i in range(parts)] if num_steps > 0 else []
-
-
-def _num_workers(strategy) -> int:
-    """The worker tasks of a parameter-server strategy's cluster (1 when unknown)."""
-    # ParameterServerStrategy keeps its resolver private (TF 2.21: `cluster_resolver` is None).
-    resolver = strategy.cluster_resolver or getattr(strategy, "_cluster_resolver", None)
-    if resolver is None:
-        return 1
-    return max(1, resolver.cluster_spec().num_tasks("worker"))
-
-
 def _non_empty(inputs) -> tf.Tensor:
     """0.0 when a replica's batch is empty, else 1.0 (also when it holds no tensors)."""
     tensors = [t for t in tf.nest.flatten(inputs) if tf.is_tensor(t)]
@@ -164,14 +150,46 @@ def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
+class _AsyncTrainer:
+    """The parameter-server part of the Trainer, as TFM's `_AsyncTrainer`: the coordinator."""
+
+    def init_async(self):
+        """Creates a `ClusterCoordinator` when the strategy is a ParameterServerStrategy."""
+        self._is_async = _is_async(self._strategy)
+        self._coordinator = None
+        if self._is_async:
+            self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
+                self._strategy)
+
+    def coordinator_for_async(self):
+        """The `ClusterCoordinator` of an async (parameter-server) run (TFM's API)."""
+        if not self._coordinator:
+            raise ValueError("No coordinator: this trainer does not run a ParameterServerStrategy.")
+        return self._coordinator
+
+    def join(self):
+        """Waits for all scheduled steps of an async run; a no-op otherwise."""
+        if self._is_async:
+            self._coordinator.join()
+
+    def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
+        """A distributed dataset for this trainer's strategy (per-worker under PS)."""
+        if self._is_async:
+            def per_worker_dataset_fn():
+                return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
+            return self._coordinator.create_per_worker_dataset(tf.function(per_worker_dataset_fn))
+        return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
+
+
 @gin.configurable  # as TFM's: a gin file may set its arguments
-class Trainer:
+class Trainer(_AsyncTrainer):
     """Runs a `Task`'s train and validation steps; TFM's `base_trainer.Trainer` on Keras 3.
 
     Build it inside `strategy.scope()`: the strategy is taken from
     `tf.distribute.get_strategy()`. Override any hook (`train_step`, `eval_step`,
     `next_train_inputs`, `next_eval_inputs`, `train_loop_begin`, `train_loop_end`,
-    `eval_begin`, `eval_end`, `eval_reduce`) to customise one part.
+    `eval_begin`, `eval_end`, `eval_reduce`) to customise one part. How the steps of one call
+    run (loop shape, graph calls, iterators, parameter-server scheduling) is `loops.py`'s job.
 
     Args:
       config: an `ExperimentConfig` (needs `trainer` and `task`).
@@ -197,16 +215,14 @@ class Trainer:
         self._model = model
         self._optimizer = optimizer
         self._checkpoint_exporter = checkpoint_exporter
+        # As TFM's (which sets TPU XLA options here): passed to every `strategy.run` of
+        # `train_step`, so a subclass may set other `tf.distribute.RunOptions`.
         self._runtime_options = tf.distribute.RunOptions()
         trainer_config = config.trainer
 
         self.init_async()
         self._global_step = create_global_step()
         self._build_optimizer_slots()
-
-        checkpoint_items = dict(getattr(model, "checkpoint_items", None) or {})
-        self._checkpoint = tf.train.Checkpoint(
-            global_step=self._global_step, model=model, optimizer=optimizer, **checkpoint_items)
 
         # Exact means: parameter-server workers update them concurrently.
         self._train_loss = ExactMean("training_loss")
@@ -219,28 +235,7 @@ class Trainer:
                                    use_tf_while_loop=trainer_config.train_tf_while_loop)
         self._eval_options = dict(use_tf_function=trainer_config.eval_tf_function,
                                   use_tf_while_loop=trainer_config.eval_tf_while_loop)
-        if trainer_config.train_tf_while_loop and not trainer_config.train_tf_function:
-            raise ConfigError(
-                "trainer.train_tf_while_loop=true needs trainer.train_tf_function=true.")
-        if trainer_config.eval_tf_while_loop and not trainer_config.eval_tf_function:
-            raise ConfigError(
-                "trainer.eval_tf_while_loop=true needs trainer.eval_tf_function=true.")
-        if self._is_async and not (trainer_config.train_tf_function
-                                   and trainer_config.eval_tf_function):
-            # ClusterCoordinator.schedule only runs tf.functions on the workers.
-            raise ConfigError(
-                "The parameter_server strategy needs trainer.train_tf_function=true and "
-                "trainer.eval_tf_function=true.")
-
-        self._train_loop_fn = None
-        # Calls the train loop function (through its traced graph once traced); and whether
-        # that function also runs `_loop_end_logs` (see `_fuses_loop_end`).
-        self._train_loop_call = None
-        self._train_loop_fused = False
-        self._eval_loop_fn = None
-        self._eval_loop_has_state = None
-        self._train_iter = None
-        self._eval_iter = None
+        self._train_loop_fused = False  # decided on the first train() (see _fuses_loop_end)
         self._train_loop_end_fn = None
         self._xla_train_step = None
 
@@ -249,36 +244,39 @@ class Trainer:
         if evaluate and validation_dataset is None:
             validation_dataset = self.distribute_dataset(task.build_inputs,
                                                          config.task.validation_data)
-        self._train_dataset = train_dataset
+        self._train_loop = loops.TrainLoop(
+            self._build_train_loop_fn, train_dataset,
+            tensor_num_steps=trainer_config.train_tf_while_loop)
+        self._eval_loop = loops.EvalLoop(
+            lambda has_state: self.create_eval_loop_fn(has_state), scheduled=self._is_async,
+            in_graph=trainer_config.eval_tf_while_loop or self._is_async)
         self._eval_dataset = validation_dataset
 
-        if getattr(trainer_config, "checkpoint_train_iterator", False) and train_dataset is not None:
+        checkpoint_items = dict(getattr(model, "checkpoint_items", None) or {})
+        if trainer_config.checkpoint_train_iterator and train_dataset is not None:
             if self._is_async:
                 raise ConfigError(
                     "trainer.checkpoint_train_iterator is not supported with the "
                     "parameter_server strategy (per-worker iterators cannot be saved).")
             # The iterator must exist before the checkpoint is restored, so it is made here.
-            self._train_iter = tf.nest.map_structure(iter, train_dataset)
-            if not all(isinstance(iterator, tf.__internal__.tracking.Trackable)
-                       for iterator in tf.nest.flatten(self._train_iter)):
-                # tf.distribute's iterators (any strategy but the default) cannot be saved.
-                raise ConfigError(
-                    f"trainer.checkpoint_train_iterator needs a tf.data iterator that can be "
-                    f"saved, but the {type(self._strategy).__name__} input iterator cannot: "
-                    f"set runtime.distribution_strategy to 'off' or "
-                    f"trainer.checkpoint_train_iterator to false.")
-            self._checkpoint = tf.train.Checkpoint(
-                global_step=self._global_step, model=model, optimizer=optimizer,
-                train_iterator=self._train_iter, **checkpoint_items)
+            checkpoint_items["train_iterator"] = self._train_loop.make_saveable_iterator(
+                type(self._strategy).__name__)
+        self._checkpoint = tf.train.Checkpoint(
+            global_step=self._global_step, model=model, optimizer=optimizer, **checkpoint_items)
 
     # ------------------------------------------------------------------ setup
-    @staticmethod
-    def _validate_params(config, check_train_data: bool, check_validation_data: bool):
+    def _validate_params(self, config, check_train_data: bool, check_validation_data: bool):
         for attribute in ("trainer", "task"):
             if getattr(config, attribute, None) is None:
                 raise ConfigError(
                     f"The trainer requires the configuration to have a `{attribute}` section; "
                     f"got {type(config).__name__} without it.")
+        # The loop options are checked by the config (the one implementation of that check),
+        # also for a config built in code that never went through validate().
+        config.trainer.validate_loop_options()
+        # validation_steps is the runner's: evaluate(-1) itself is refused by the EvalLoop.
+        config.trainer.validate_for_strategy(parameter_servers=_is_async(self._strategy),
+                                             evaluates=False)
         if check_train_data and getattr(config.task, "train_data", None) is None:
             raise ConfigError(
                 "The trainer needs `task.train_data` to build the training dataset (or pass "
@@ -290,7 +288,8 @@ class Trainer:
 
     def _build_optimizer_slots(self):
         # Under MirroredStrategy, slot variables must be created eagerly in the strategy scope
-        # before the first tf.function step (see KERAS3_NOTES.md).
+        # before the first tf.function step (a variable created inside a replica context of a
+        # traced step fails).
         trainable = self._model.trainable_variables if self._model is not None else []
         if not trainable:
             return
@@ -301,54 +300,20 @@ class Trainer:
             optimization.average_non_trainable_variables(optimizer,
                                                          self._model.non_trainable_variables)
 
-    # -------------------------------------------------------------- async (PS)
-    def init_async(self):
-        """Creates a `ClusterCoordinator` when the strategy is a ParameterServerStrategy."""
-        self._is_async = _is_async(self._strategy)
-        self._coordinator = None
-        if self._is_async:
-            self._coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
-                self._strategy)
-
-    def coordinator_for_async(self):
-        """The `ClusterCoordinator` of an async (parameter-server) run."""
-        if not self._coordinator:
-            raise ValueError("No coordinator: this trainer does not run a ParameterServerStrategy.")
-        return self._coordinator
-
-    def join(self):
-        """Waits for all scheduled steps of an async run; a no-op otherwise."""
-        if self._is_async:
-            self._coordinator.join()
-
-    def distribute_dataset(self, dataset_or_fn, *args, **kwargs):
-        """A distributed dataset for this trainer's strategy (per-worker under PS)."""
-        if self._is_async:
-            def per_worker_dataset_fn():
-                return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
-            return self._coordinator.create_per_worker_dataset(tf.function(per_worker_dataset_fn))
-        return distribute_dataset(self._strategy, dataset_or_fn, *args, **kwargs)
-
-    # -------------------------------------------------------------- properties
-    @property
-    def strategy(self):
-        return self._strategy
-
-    @property
-    def config(self):
-        return self._config
-
-    @property
-    def task(self):
-        return self._task
-
-    @property
-    def model(self):
-        return self._model
-
-    @property
-    def optimizer(self):
-        return self._optimizer
+    # ------------------------------------------------------------- properties
+    # Read-only views of the trainer's state, named as TFM's.
+    strategy = property(lambda self: self._strategy)
+    config = property(lambda self: self._config)
+    task = property(lambda self: self._task)
+    model = property(lambda self: self._model)
+    optimizer = property(lambda self: self._optimizer)
+    global_step = property(lambda self: self._global_step)
+    checkpoint = property(lambda self: self._checkpoint)
+    checkpoint_exporter = property(lambda self: self._checkpoint_exporter)
+    train_loss = property(lambda self: self._train_loss)
+    validation_loss = property(lambda self: self._validation_loss)
+    train_metrics = property(lambda self: self._train_metrics)
+    validation_metrics = property(lambda self: self._validation_metrics)
 
     @property
     def optimizers(self) -> Dict[str, Any]:
@@ -363,44 +328,13 @@ class Trainer:
         return {"": opt}
 
     @property
-    def global_step(self):
-        return self._global_step
-
-    @property
-    def checkpoint(self):
-        return self._checkpoint
-
-    @property
-    def checkpoint_exporter(self):
-        return self._checkpoint_exporter
-
-    @property
-    def train_loss(self):
-        return self._train_loss
-
-    @property
-    def validation_loss(self):
-        return self._validation_loss
-
-    @property
-    def train_metrics(self):
-        return self._train_metrics
-
-    @property
-    def validation_metrics(self):
-        return self._validation_metrics
-
-    @property
     def train_dataset(self):
-        return self._train_dataset
+        return self._train_loop.dataset
 
     @train_dataset.setter
     def train_dataset(self, dataset):
         """Replaces the training dataset; the old iterator (and its position) is dropped."""
-        self._train_dataset = dataset
-        self._train_iter = None
-        if self._train_loop_call is not None:
-            self._train_loop_call.reset()
+        self._train_loop.set_dataset(dataset)
 
     @property
     def eval_dataset(self):
@@ -410,7 +344,6 @@ class Trainer:
     def eval_dataset(self, dataset):
         """Replaces the evaluation dataset."""
         self._eval_dataset = dataset
-        self._eval_iter = None
 
     validation_dataset = eval_dataset
 
@@ -434,33 +367,38 @@ class Trainer:
             optimization.swap_ema_weights(self._optimizer, self._model.trainable_variables)
 
     # ----------------------------------------------------------------- train
-    def create_train_loop_fn(self):
-        """Builds `loop_fn(iterator, num_steps)` from `train_step` and the trainer options.
+    def train(self, num_steps):
+        """Runs `train_step` `num_steps` times and returns `train_loop_end()`'s logs.
 
-        Under parameter servers `loop_fn` schedules the steps on the `ClusterCoordinator`, split
-        into one closure per worker (`split_steps`), and returns at once; `join()` waits.
+        `num_steps` may be an int or a scalar int32 tensor (a tensor never retraces). The
+        `TrainLoop` repeats `train_step` (below) as the loop options say; the step itself is
+        `task.train_step` on each replica (task.py), which applies the optimizer update.
         """
-        loop_fn = loops.make_train_loop(self.train_step, **self._train_options)
-        if self._is_async:
-            num_workers = _num_workers(self._strategy)
-            use_tensor = self._train_options["use_tf_while_loop"]
-
-            def async_loop_fn(iterator, num_steps):
-                # The loop's steps are split into one closure per worker, so that every worker
-                # trains concurrently (one closure per loop, as in TFM, keeps all but one idle).
-                for chunk in split_steps(int(num_steps), num_workers):
-                    steps = tf.constant(chunk, tf.int32) if use_tensor else chunk
-                    self._coordinator.schedule(loop_fn, args=(iterator, steps))
-            return async_loop_fn
-        return loop_fn
+        self.train_loop_begin()
+        logs = self._train_loop.run(num_steps)
+        return logs if self._train_loop_fused else self.train_loop_end()
 
     def _fuses_loop_end(self) -> bool:
-        """Whether an inner loop and the base `train_loop_end` run as one graph call.
+        """Whether the loop end runs in the inner loop's graph call: the one place it is decided.
 
-        With a tf.while_loop (not under parameter servers) the metric reads and resets of
-        `train_loop_end` follow the loop in the same `tf.function`, which saves one function
-        call per inner loop and returns the same logs. Not done when a subclass (or instance)
-        overrides `create_train_loop_fn` or `train_loop_end`: those then run as written.
+        Fused means the metric reads and resets of the base `train_loop_end` (and the learning
+        rate) follow the `tf.while_loop` in the same `tf.function`, which saves one function
+        call per inner loop and returns the same logs; `train()` then returns those logs and
+        does not call `train_loop_end`. The rule:
+
+        | train_tf_while_loop | strategy         | train_loop_end / create_train_loop_fn | fused |
+        |---------------------|------------------|----------------------------------------|-------|
+        | false               | any              | any                                    | no    |
+        | true                | parameter_server | any                                    | no    |
+        | true                | other            | Trainer's own                          | yes   |
+        | true                | other            | overridden (class or instance)         | no    |
+
+        Why not the others: a Python loop has no graph to fuse into; under parameter servers the
+        loop runs on a worker and the metrics are read on the chief after `join()`. An
+        overriding `train_loop_end` is a hook documented to run eagerly after each loop: it may
+        read (and reset) the metrics itself, which a fused end would already have reset, and
+        any Python in it (logging, `.numpy()`, counters) would run once at trace time if it were
+        traced. An overriding `create_train_loop_fn` builds its own loop, run as written.
         """
         cls = type(self)
         return (self._train_options["use_tf_while_loop"] and not self._is_async
@@ -469,28 +407,18 @@ class Trainer:
                 and "create_train_loop_fn" not in vars(self)
                 and "train_loop_end" not in vars(self))
 
-    def train(self, num_steps):
-        """Runs `num_steps` training steps and returns `train_loop_end()`'s logs.
-
-        `num_steps` may be an int or a scalar int32 tensor (a tensor never retraces).
-        """
-        self.train_loop_begin()
-        if self._train_loop_fn is None:
-            self._train_loop_fused = self._fuses_loop_end()
-            if self._train_loop_fused:
-                self._train_loop_fn = loops.make_train_loop(
-                    self.train_step, **self._train_options, end_fn=self._loop_end_logs)
-            else:
-                self._train_loop_fn = self.create_train_loop_fn()
-            self._train_loop_call = loops.DirectCall(self._train_loop_fn)
-        if self._train_iter is None:
-            self._train_iter = tf.nest.map_structure(iter, self.train_dataset)
-        if self._train_options["use_tf_while_loop"] and not isinstance(num_steps, tf.Tensor):
-            num_steps = tf.constant(num_steps, dtype=tf.int32)
-        logs = self._train_loop_call(self._train_iter, num_steps)
+    def _build_train_loop_fn(self):
+        # Called once, by the TrainLoop's first run: after any instance override is set.
+        self._train_loop_fused = self._fuses_loop_end()
         if self._train_loop_fused:
-            return logs
-        return self.train_loop_end()
+            return loops.make_train_loop(self.train_step, **self._train_options,
+                                         end_fn=self._loop_end_logs)
+        return self.create_train_loop_fn()
+
+    def create_train_loop_fn(self):
+        """Builds `loop_fn(iterator, num_steps)` from `train_step` (Orbit's hook; see loops)."""
+        return loops.make_train_loop(self.train_step, **self._train_options,
+                                     coordinator=self._coordinator)
 
     def train_loop_begin(self):
         """Called eagerly before each inner train loop. The base does nothing."""
@@ -500,55 +428,18 @@ class Trainer:
         """Fetches the next training inputs (host side; traced inside the loop function)."""
         return next(iterator)
 
-    @_not_converted
-    def _task_train_step(self):
-        """The task's train step, XLA-compiled when `runtime.enable_xla` is set.
-
-        Under the default strategy the whole `task.train_step` is compiled. Under any other
-        strategy the update is a cross-replica synchronisation point that XLA cannot compile
-        (a `merge_call` RuntimeError), so only `task.compute_gradients` is compiled and
-        `task.apply_update` runs outside it. A task that overrides `train_step` itself then
-        runs without XLA (a warning says so); override `compute_gradients` / `apply_update`
-        instead to keep XLA. Under parameter servers nothing is compiled (with a warning): XLA
-        cannot read variables that live on another task.
-        """
-        task = self._task
-        if not getattr(self._config.runtime, "enable_xla", False):
-            return task.train_step
-        if self._xla_train_step is not None:
-            return self._xla_train_step
-        if self._is_async:
-            logging.warning("runtime.enable_xla has no effect with the parameter_server "
-                            "strategy: XLA cannot access variables on the ps tasks.")
-            self._xla_train_step = task.train_step
-        elif self._is_default_strategy:
-            # Unlike TFM (GPU only), XLA also applies on CPU so the path can be tested.
-            self._xla_train_step = tf.function(task.train_step, jit_compile=True)
-        elif type(task).train_step is not Task.train_step:
-            logging.warning(
-                "runtime.enable_xla: %s overrides Task.train_step, which cannot be XLA-compiled "
-                "under %s; it runs without XLA. Override compute_gradients / apply_update "
-                "instead to compile the forward and backward pass.", type(task).__name__,
-                type(self._strategy).__name__)
-            self._xla_train_step = task.train_step
-        else:
-            compute_gradients = tf.function(task.compute_gradients, jit_compile=True)
-
-            def split_train_step(inputs, model, optimizer, metrics=None):
-                grads, loss, outputs = compute_gradients(inputs, model, optimizer)
-                return task.apply_update(inputs, grads, loss, outputs, model=model,
-                                         optimizer=optimizer, metrics=metrics)
-
-            self._xla_train_step = split_train_step
-        return self._xla_train_step
-
     def train_step(self, iterator):
         """One training step: next inputs, then the task step on each replica.
 
         Runs in cross-replica context (traced when `train_tf_function`). The per-replica step
-        updates `train_loss` and increments `global_step`.
+        calls `task.train_step` (XLA-compiled as `loops.xla_train_step` says when
+        `runtime.enable_xla`), updates `train_loss` and increments `global_step`.
         """
-        task_train_step = self._task_train_step()
+        if self._xla_train_step is None:
+            self._xla_train_step = loops.xla_train_step(
+                self._task, self._strategy, default_strategy=self._is_default_strategy,
+                enable_xla=bool(getattr(self._config.runtime, "enable_xla", False)))
+        task_train_step = self._xla_train_step
 
         def step_fn(inputs):
             logs = task_train_step(inputs, model=self._model, optimizer=self._optimizer,
@@ -584,73 +475,33 @@ class Trainer:
         return self._train_loop_end_fn()
 
     # ------------------------------------------------------------------ eval
-    def create_eval_loop_fn(self, has_state: bool):
-        """Builds `loop_fn(iterator, num_steps, state=None, reduce_fn=None)` for evaluation.
-
-        Under parameter servers the whole evaluation is one `tf.while_loop` in a `tf.function`
-        (whatever `eval_tf_while_loop` says: the coordinator schedules only `tf.function`s),
-        scheduled as one closure, so that it reads the validation set from the top as one
-        device would; `eval_end` joins it and reads the metrics on the ps tasks. As in TFM, a
-        stateful evaluation (`eval_begin` returning a state) is not supported there.
-        """
-        if self._is_async:
-            if has_state:
-                raise ValueError(
-                    "A stateful evaluation (eval_begin returning a state) is not supported "
-                    "with the parameter_server strategy: keep eval state in metrics.")
-            if (type(self._task).aggregate_logs is not Task.aggregate_logs
-                    or type(self).eval_reduce is not Trainer.eval_reduce):
-                logging.warning(
-                    "With the parameter_server strategy the evaluation runs on a worker as one "
-                    "tf.while_loop: eval_reduce / %s.aggregate_logs are not called (as in TFM).",
-                    type(self._task).__name__)
-            loop_fn = tf.function(loops.while_loop(self.eval_step))
-
-            def async_loop_fn(iterator, num_steps, state=None, reduce_fn=None):
-                del reduce_fn
-                self._coordinator.schedule(loop_fn, args=(iterator, num_steps))
-                return state
-            return async_loop_fn
-        return loops.make_eval_loop(self.eval_step, has_state=has_state, **self._eval_options)
-
-    def _eval_loop_in_graph(self) -> bool:
-        """Whether the eval loop is a tf.while_loop (fixed step count, tensor `num_steps`)."""
-        return self._eval_options["use_tf_while_loop"] or self._is_async
-
     def evaluate(self, num_steps):
         """Runs `num_steps` eval steps (-1: until the dataset ends); returns `eval_end()`'s logs.
 
-        The eval iterator is made anew for each evaluation, so each one starts at the top of
-        the validation set.
+        Each evaluation reads the validation set from the top (a new iterator).
         """
-        if self._eval_loop_in_graph() and int(num_steps) == -1:
-            if self._is_async:
-                raise ValueError(
-                    "evaluate(-1) (until the dataset ends) is not supported with the "
-                    "parameter_server strategy: set trainer.validation_steps > 0.")
-            raise ValueError(
-                "evaluate(-1) (until the dataset ends) is not supported with "
-                "eval_tf_while_loop=True: set validation_steps > 0 or eval_tf_while_loop=False.")
+        self._eval_loop.check_num_steps(num_steps)
         state = self.eval_begin()
-        has_state = state is not None
-        if self._eval_loop_fn is None or self._eval_loop_has_state != has_state:
-            self._eval_loop_fn = self.create_eval_loop_fn(has_state)
-            self._eval_loop_has_state = has_state
-        # The only reference to this evaluation's iterator, so it can be handed over below.
-        eval_iters = [tf.nest.map_structure(iter, self.eval_dataset)]
-        if self._eval_loop_in_graph() and not isinstance(num_steps, tf.Tensor):
-            num_steps = tf.constant(num_steps, dtype=tf.int32)
-        if self._eval_loop_in_graph() and not has_state:
-            self._eval_loop_fn(eval_iters[0], num_steps)
-        else:
-            state = self._eval_loop_fn(eval_iters[0], num_steps, state=state,
-                                       reduce_fn=self.eval_reduce)
-        if not self._is_async:
-            # Spent: destroyed on a background thread (see loops.release_in_background).
-            loops.release_in_background(eval_iters)
+        state = self._eval_loop.run(self.eval_dataset, num_steps, state=state,
+                                    reduce_fn=self.eval_reduce)
         if state is None:
             return self.eval_end()
         return self.eval_end(state)
+
+    def create_eval_loop_fn(self, has_state: bool):
+        """Builds `loop_fn(iterator, num_steps, state=None, reduce_fn=None)` (Orbit's hook).
+
+        Under parameter servers the evaluation is one scheduled `tf.while_loop` closure on a
+        worker (see `loops.make_eval_loop`); `eval_end` joins it.
+        """
+        if self._is_async and (type(self._task).aggregate_logs is not Task.aggregate_logs
+                               or type(self).eval_reduce is not Trainer.eval_reduce):
+            logging.warning(
+                "With the parameter_server strategy the evaluation runs on a worker as one "
+                "tf.while_loop: eval_reduce / %s.aggregate_logs are not called (as in TFM).",
+                type(self._task).__name__)
+        return loops.make_eval_loop(self.eval_step, has_state=has_state, **self._eval_options,
+                                    coordinator=self._coordinator)
 
     def eval_begin(self):
         """Resets validation metrics and swaps in EMA weights. Returns the initial reduce state."""

@@ -27,7 +27,8 @@ from lite_launcher import strategy as strategy_lib
 from lite_launcher.experiment import ExperimentRunner
 from lite_launcher.experiments.digits import load_digits_split
 from lite_launcher.task import Task
-from lite_launcher.trainer import ExactMean, split_steps
+from lite_launcher.loops import split_steps
+from lite_launcher.trainer import ExactMean
 
 import tiny
 import xla_checks

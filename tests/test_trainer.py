@@ -154,7 +154,7 @@ def test_changing_num_steps_does_not_retrace():
     trainer.train(3)  # a Python int is converted to a tensor: still one trace
     trainer.train(4)
     trainer.train(tf.constant(5))
-    assert trainer._train_loop_fn.experimental_get_tracing_count() == 1
+    assert trainer._train_loop.loop_fn.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("eval_tf_function", [False, True])
@@ -373,9 +373,9 @@ def test_xla_matches_non_xla():
 def test_setting_train_dataset_drops_old_iterator():
     trainer = tiny.make_trainer()
     trainer.train(2)
-    assert trainer._train_iter is not None
+    assert trainer._train_loop.iterator is not None
     trainer.train_dataset = trainer.train_dataset
-    assert trainer._train_iter is None
+    assert trainer._train_loop.iterator is None
     trainer.train(1)
     assert int(trainer.global_step.numpy()) == 3
 

@@ -10,9 +10,9 @@ def xla_compiled_calls(trainer):
     call ops marked `_XlaMustCompile`: what `tf.function(..., jit_compile=True)` leaves when
     it is called from inside another function. Empty when nothing is compiled.
     """
-    iterator = trainer._train_iter  # pylint: disable=protected-access
+    iterator = trainer._train_loop.iterator  # pylint: disable=protected-access
     assert iterator is not None, "train the trainer once before checking its loop"
-    concrete = trainer._train_loop_fn.get_concrete_function(  # pylint: disable=protected-access
+    concrete = trainer._train_loop.loop_fn.get_concrete_function(  # pylint: disable=protected-access
         iterator, tf.TensorSpec([], tf.int32))
     graph_def = concrete.graph.as_graph_def()
     nodes = list(graph_def.node)
