@@ -56,6 +56,30 @@ def test_dry_run_needs_no_mode_or_model_dir_and_still_rejects_a_bad_override(tmp
 
 
 # ------------------------------------------------------------------------------------------
+# --help
+
+DRIVER_FLAGS = ("experiment", "mode", "model_dir", "config_file", "params_override", "gin_file",
+                "gin_params", "registry_imports", "list_experiments", "dry_run",
+                "continuous_eval_max_wait_s", "enable_async_checkpointing", "tpu")
+
+
+def test_help_lists_the_driver_flags_with_their_help_and_exits_0():
+    result = lite_train("--help")
+    assert "USAGE: lite-train" in result.stdout
+    main_lib.define_flags()
+    for name in DRIVER_FLAGS:
+        # A bool flag prints as --[no]name.
+        assert (f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout), name
+        first_words = " ".join(main_lib.FLAGS[name].help.split()[:4])
+        assert first_words in " ".join(result.stdout.split()), (name, first_words)
+    assert "Try --helpfull" in result.stdout
+    # -h and --helpshort print the same; --helpfull still prints absl's full list.
+    assert lite_train("-h").stdout == result.stdout
+    full = lite_train("--helpfull").stdout
+    assert "--experiment" in full and "--verbosity" in full
+
+
+# ------------------------------------------------------------------------------------------
 # --gin_file / --gin_params
 
 GIN_REGISTRY = '''
