@@ -19,8 +19,13 @@ Typical driver flow (what `strategy_from_runtime` does, plus mixed precision):
         ...
 
 Multi-worker saving: every worker must take part in saving (variables sync on read), but two
-workers writing the same directory collide. `should_write(strategy)` says who writes to
-`model_dir`; the others save into throwaway temporary directories (experiment.py, exporter.py).
+workers writing the same directory collide. `should_write(strategy)` is the one place that
+says who writes to model_dir (checkpoints, summaries, exports, configs; `is_chief_process`
+applies the same rule to TF_CONFIG before a strategy exists); `worker_save_dir` gives the
+others a throwaway directory to save into.
+
+`apply_performance_settings(params)` applies TFM's GPU thread and kernel fields of the
+runtime config (environment variables read when TensorFlow creates its devices).
 """
 
 from __future__ import annotations

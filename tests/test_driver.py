@@ -79,6 +79,18 @@ def test_help_lists_the_driver_flags_with_their_help_and_exits_0():
     assert "--experiment" in full and "--verbosity" in full
 
 
+def test_driver_applies_the_runtime_thread_settings(tmp_path):
+    # A bad gpu_thread_mode is refused by strategy.apply_performance_settings, which the
+    # driver calls before building the strategy: one line, exit 2, model_dir untouched.
+    model_dir = tmp_path / "model"
+    result = lite_train("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
+                        "--params_override=runtime.gpu_thread_mode=gpu_privat", expect_rc=2)
+    assert result.stderr.strip().splitlines()[-1] == (
+        "lite-train: error: runtime.gpu_thread_mode 'gpu_privat' is not one of global, "
+        "gpu_private, gpu_shared.")
+    assert not model_dir.exists()
+
+
 # ------------------------------------------------------------------------------------------
 # --gin_file / --gin_params
 
