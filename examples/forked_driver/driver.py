@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import lite_launcher as ll  # noqa: E402
 from lite_launcher import main as lite_main  # noqa: E402
 from lite_launcher import modes  # noqa: E402
-from lite_launcher.strategy import should_write  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -72,6 +71,7 @@ def run(mode, model_dir, progress_log=None):
     ll.run_experiment(distribution_strategy=strategy, task=task, mode=mode, params=params,
                       model_dir=model_dir, trainer=trainer, train_actions=train_actions,
                       enable_async_checkpointing=FLAGS.enable_async_checkpointing)
+    from lite_launcher.strategy import should_write  # pylint: disable=import-outside-toplevel
     if modes.mode_trains(mode) and should_write(strategy):  # only the chief writes model_dir
         lite_main.save_gin_config(mode, model_dir)
     if trainer.last_eval_logs:
