@@ -23,7 +23,8 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 import lite_launcher as ll
-from lite_launcher.exporter import is_chief, worker_save_dir
+from lite_launcher.atomic_write import write_text
+from lite_launcher.strategy import should_write, worker_save_dir
 from lite_launcher.modes import mode_trains
 from lite_launcher.trainer import after_inputs
 
@@ -129,12 +130,10 @@ class CustomTrainer(ll.Trainer):
         # lands in best_dir.
         with worker_save_dir(self.best_dir, self.strategy) as directory:
             path = self.checkpoint.write(os.path.join(directory, f"best-{step}"))
-        if not is_chief(self.strategy):
+        if not should_write(self.strategy):
             return
-        info_path = os.path.join(self.best_dir, BEST_INFO)
-        with tf.io.gfile.GFile(info_path + ".tmp", "w") as f:
-            json.dump({"step": step, "accuracy": accuracy, "validation_loss": loss}, f)
-        tf.io.gfile.rename(info_path + ".tmp", info_path, overwrite=True)
+        write_text(os.path.join(self.best_dir, BEST_INFO),
+                   json.dumps({"step": step, "accuracy": accuracy, "validation_loss": loss}))
         for old_step in self.exported_steps:
             for old_file in tf.io.gfile.glob(os.path.join(self.best_dir, f"best-{old_step}.*")):
                 tf.io.gfile.remove(old_file)

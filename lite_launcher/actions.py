@@ -26,8 +26,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from lite_launcher import exporter
+from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
+from lite_launcher.errors import TrainingDivergedError
 
 Output = Optional[Mapping[str, Any]]
 Action = Callable[[Output], Any]
@@ -39,9 +40,6 @@ PREEMPTION_EXIT_CODE = 128 + signal.SIGTERM
 EMA_CHECKPOINT_SUBDIR = "ema_checkpoints"
 EMA_CHECKPOINT_NAME = "average_weights"
 
-
-class TrainingDivergedError(RuntimeError):
-    """The loss diverged more often than `trainer.recovery_max_trials` allows."""
 
 
 def _as_int(value) -> int:
@@ -151,7 +149,7 @@ class EMACheckpointing:
         path = None
         self._swap(optimization)
         try:
-            with exporter.worker_save_dir(self._directory, self._strategy) as directory:
+            with strategy_lib.worker_save_dir(self._directory, self._strategy) as directory:
                 manager = self._manager(directory)
                 saved = manager.save(checkpoint_number=step)
                 manager.sync()

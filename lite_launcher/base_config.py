@@ -244,10 +244,8 @@ class Config:
 
     def save_yaml(self, path: str) -> None:
         """Writes this config as YAML (atomically: a crash never leaves half a file)."""
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(self.to_yaml())
-        os.replace(tmp, path)
+        from lite_launcher import atomic_write  # pylint: disable=import-outside-toplevel
+        atomic_write.write_text(path, self.to_yaml())
 
     def replace(self, **kwargs):
         """Returns an unlocked copy with `kwargs` overridden (strictly); `self` is unchanged."""
@@ -255,10 +253,6 @@ class Config:
         object.__setattr__(new, "_locked", False)
         new.override(kwargs, is_strict=True)
         return new
-
-    def copy(self):
-        """A deep copy."""
-        return copy.deepcopy(self)
 
     # ----- overrides -----------------------------------------------------
     def override(self, override_params, is_strict: bool = True, _path: str = "") -> "Config":

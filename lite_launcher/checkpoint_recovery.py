@@ -29,13 +29,13 @@ from typing import Dict, List, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher import atomic_write
+from lite_launcher.errors import NoReadableCheckpointError
+
 STATE_FILE = "checkpoint"
 CORRUPT_SUBDIR = "corrupt"
 _CHECKPOINT_FILE = re.compile(r"^ckpt-(\d+)\.(index|data-\d+-of-\d+)$")
 
-
-class NoReadableCheckpointError(RuntimeError):
-    """model_dir holds checkpoints but none of them reads (an environment failure: exit 1)."""
 
 
 def _first_line(error: BaseException, limit: int = 200) -> str:
@@ -128,11 +128,7 @@ def _write_state(model_dir: str, latest: int, numbers: List[int],
     lines = [f'model_checkpoint_path: "ckpt-{latest}"']
     lines += [f'all_model_checkpoint_paths: "ckpt-{n}"' for n in numbers]
     lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in timestamps]
-    path = os.path.join(model_dir, STATE_FILE)
-    temporary = f"{path}.tmp-recovery-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    atomic_write.write_text(os.path.join(model_dir, STATE_FILE), "\n".join(lines) + "\n")
 
 
 def prepare_model_dir(model_dir: str) -> Optional[str]:

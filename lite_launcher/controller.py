@@ -35,6 +35,8 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher.base_config import ConfigError
+from lite_launcher import atomic_write
+from lite_launcher.errors import CheckpointWriteError  # noqa: F401  (re-exported)
 from lite_launcher.summaries import SummaryManager, scalar
 
 Output = Dict[str, Any]
@@ -61,13 +63,6 @@ _TF_SHAPE_MISMATCH = re.compile(
     r"incompatible tensor with shape (\([^)]*\)) when attempting to restore variable with "
     r"shape (\([^)]*\)) and name (\S+?)\.?(?:\s|$)")
 
-
-class CheckpointWriteError(OSError):
-    """A checkpoint could not be written (disk full, file too large, no permission, ...).
-
-    The message names the directory and the failing file; checkpoints written before are
-    intact, and a restart resumes from the newest of them.
-    """
 
 
 def _shape_mismatch(error: ValueError, checkpoint_path: Optional[str]) -> Optional[ConfigError]:
@@ -856,7 +851,4 @@ def _read_evaluated_steps(path: str) -> set:
 def _write_evaluated_steps(path: str, steps: set) -> None:
     tf.io.gfile.makedirs(os.path.dirname(path))
     # Write then rename, so a killed evaluator never leaves a half-written record.
-    temporary = path + ".tmp"
-    with tf.io.gfile.GFile(temporary, "w") as f:
-        json.dump({"evaluated_steps": sorted(steps)}, f)
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    atomic_write.write_text(path, json.dumps({"evaluated_steps": sorted(steps)}))

@@ -6,9 +6,8 @@ model_dir -> a Controller with the actions -> run the mode -> optional post-eval
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
-import tempfile
 import weakref
 from typing import Any, List, Mapping, Optional, Tuple
 
@@ -23,7 +22,7 @@ from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
-from lite_launcher.modes import MODES, check_mode, mode_trains  # noqa: F401  (re-exported)
+from lite_launcher.modes import check_mode, mode_trains
 from lite_launcher.trainer import Trainer
 
 @gin.configurable  # as TFM's: a gin file may swap `trainer_cls`
@@ -107,7 +106,8 @@ class ExperimentRunner:
         self._mode = mode
         self._run_post_eval = run_post_eval
         self._continuous_eval_max_wait_s = continuous_eval_max_wait_s
-        self._temp_dirs: List[str] = []
+        # Holds a non-writer worker's throwaway checkpoint directory until `run()` ends.
+        self._scratch_dirs = contextlib.ExitStack()
         self._actions: List = []
         # One trainer per model_dir: the chief of a training mode locks it before anything
         # (checkpoint clean-up, restore) reads or writes there; evaluators never lock. The
@@ -172,7 +172,11 @@ class ExperimentRunner:
         options = dict(step_counter=self._trainer.global_step,
                        checkpoint_interval=self._params.trainer.checkpoint_interval,
                        init_fn=self._trainer.initialize)
-        if strategy_lib.should_write(self.strategy):
+        # Non-chief workers must take part in saving (variables sync on read) but their files
+        # are thrown away.
+        directory = self._scratch_dirs.enter_context(
+            strategy_lib.worker_save_dir(self._model_dir, self.strategy))
+        if directory == self._model_dir:
             if mode_trains(self._mode):
                 _remove_interrupted_checkpoint_writes(self._model_dir)
                 # Resume from the newest checkpoint that reads (broken newer ones moved aside).
@@ -180,10 +184,6 @@ class ExperimentRunner:
             return tf.train.CheckpointManager(
                 self._trainer.checkpoint, directory=self._model_dir,
                 max_to_keep=self._params.trainer.max_to_keep, **options)
-        # Non-chief workers must take part in saving (variables sync on read) but their files
-        # are thrown away.
-        directory = tempfile.mkdtemp(prefix="lite_launcher_worker_")
-        self._temp_dirs.append(directory)
         return _NonChiefCheckpointManager(
             self._trainer.checkpoint, chief_directory=self._model_dir, directory=directory,
             max_to_keep=1, **options)
@@ -258,8 +258,7 @@ class ExperimentRunner:
                 close = getattr(action, "close", None)
                 if callable(close):
                     close()
-            for directory in self._temp_dirs:
-                shutil.rmtree(directory, ignore_errors=True)
+            self._scratch_dirs.close()
             _release_model_dir_holds(self._model_dir_holds)
 
     def _run_continuous_eval(self):

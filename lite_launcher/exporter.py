@@ -22,18 +22,16 @@ of another `tf.train.Checkpoint` object, its files are overwritten in place, as 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shutil
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher import atomic_write
 from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
 
@@ -42,45 +40,6 @@ INFO_FILENAME = "info.json"
 STEP_KEY = "best_ckpt_global_step"
 # Separators accepted in a nested metric name: TFM's "|" and the "/" of summary paths.
 _NESTED_SEPARATORS = ("|", "/")
-
-
-# ---------------------------------------------------------------------------
-# Helpers shared with lite_launcher.actions (multi-worker saving, atomic files).
-# ---------------------------------------------------------------------------
-
-
-def is_chief(strategy=None) -> bool:
-    """Whether this worker writes to the real directory (`strategy=None`: the current one)."""
-    return strategy_lib.should_write(strategy or tf.distribute.get_strategy())
-
-
-@contextlib.contextmanager
-def worker_save_dir(directory: str, strategy=None):
-    """Yields the directory this worker should save into, for one save.
-
-    Every worker of a multi-worker strategy must take part in a save (variables are read
-    with cross-worker syncs), but only the chief may write to `directory`: the others write
-    into a private temporary directory that is deleted afterwards.
-    """
-    if is_chief(strategy):
-        yield directory
-        return
-    scratch = tempfile.mkdtemp(prefix="lite_launcher_worker_save_")
-    try:
-        yield scratch
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Writes `text` to `path` through a temporary file and a rename.
-
-    A crash leaves either the old or the new content, never a truncated file.
-    """
-    tmp_path = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp_path, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(tmp_path, path, overwrite=True)
 
 
 def _scalar(value) -> Optional[float]:
@@ -287,25 +246,26 @@ class BestCheckpointExporter:
         Non-scalar logs (images, ...) are left out; every number is written as a float. Only
         the chief writes.
         """
-        if is_chief(self._strategy):
-            atomic_write_text(self.best_ckpt_logs_path,
-                              json.dumps(self._record(eval_logs, global_step), indent=4) + "\n")
+        if strategy_lib.should_write(self._strategy):
+            atomic_write.write_text(
+                self.best_ckpt_logs_path,
+                json.dumps(self._record(eval_logs, global_step), indent=4) + "\n")
 
     def _export(self, checkpoint, record, write_logs):
         # The number TFM's CheckpointManager.save() would give: the checkpoint's save counter,
         # incremented (on every worker, so that all agree on the name).
         number = int(checkpoint.save_counter.assign_add(1).numpy())
         name = f"{BEST_CHECKPOINT_NAME}-{number}"
-        chief = is_chief(self._strategy)
-        with worker_save_dir(self._export_dir, self._strategy) as directory:
+        with strategy_lib.worker_save_dir(self._export_dir, self._strategy) as directory:
             checkpoint.write(os.path.join(directory, name))
-        if not chief:
+        if directory != self._export_dir:  # not the writer: its copy is thrown away
             return
         prefix = os.path.join(self._export_dir, name)
         if write_logs:
-            atomic_write_text(self.best_ckpt_logs_path, json.dumps(record, indent=4) + "\n")
+            atomic_write.write_text(self.best_ckpt_logs_path,
+                                    json.dumps(record, indent=4) + "\n")
         # The state file makes `tf.train.latest_checkpoint(export_dir)` return the best one.
-        atomic_write_text(
+        atomic_write.write_text(
             os.path.join(self._export_dir, "checkpoint"),
             f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
         # Earlier bests (and leftovers of an interrupted export) are stale now.
@@ -346,8 +306,6 @@ class BestCheckpointExporter:
     def best_ckpt_path(self) -> Optional[str]:
         """Prefix of the best checkpoint (for `Checkpoint.restore`), or None if none yet."""
         return tf.train.latest_checkpoint(self._export_dir)
-
-    export_ckpt_path = best_ckpt_path
 
 
 def maybe_create_best_ckpt_exporter(params, data_dir: str,

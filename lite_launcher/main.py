@@ -1,6 +1,8 @@
 """The `lite-train` driver (TFM's official/vision/train.py + official/common/flags.py).
 
-It only assembles: flags -> gin -> config -> mixed precision -> strategy -> task -> run_experiment.
+It only assembles: flags -> config (the experiment's defaults, --config_file,
+--params_override) -> gin (--gin_file, --gin_params) -> mixed precision -> strategy -> task ->
+run_experiment.
 TensorFlow is imported inside `main`, so `lite-train --help` stays fast.
 
 A user error (unknown experiment or mode, bad override, missing --model_dir, unreadable config
@@ -25,8 +27,9 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from lite_launcher import atomic_write
 from lite_launcher import model_dir_lock
-from lite_launcher.base_config import ConfigError
+from lite_launcher.errors import ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError
 
 FLAGS = flags.FLAGS
 
@@ -65,10 +68,6 @@ def define_flags():
                               "experiments and tasks (repeatable).")
     flags.DEFINE_bool("list_experiments", False, "Print the registered experiments and exit.")
     flags.DEFINE_bool("dry_run", False, "Print the resolved config as YAML and exit.")
-
-
-class ModelDirWriteError(OSError):
-    """A file of the driver (params.yaml) could not be written to model_dir (exit code 1)."""
 
 
 def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
@@ -333,12 +332,8 @@ def serialize_config(params, model_dir: str) -> str:
     path = os.path.join(model_dir, "params.yaml")
     try:
         os.makedirs(model_dir, exist_ok=True)
-        params.save_yaml(path)
+        params.save_yaml(path)  # Write then rename: a failed write leaves no temporary file.
     except OSError as error:
-        # save_yaml writes a temporary file first; a failed write must not leave it.
-        leftover = f"{path}.tmp-{os.getpid()}"
-        if os.path.exists(leftover):
-            os.remove(leftover)
         raise ModelDirWriteError(f"Cannot write {path} (--model_dir {model_dir!r}): "
                                  f"{error.strerror or error}.") from error
     return path
@@ -349,14 +344,9 @@ def save_gin_config(mode: str, model_dir: str) -> str:
     import gin
 
     path = os.path.join(model_dir, f"operative_config.{mode}.gin")
-    tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "w") as f:
-            f.write(gin.operative_config_str())
-        os.replace(tmp, path)
+        atomic_write.write_text(path, gin.operative_config_str())
     except OSError as error:
-        if os.path.exists(tmp):
-            os.remove(tmp)
         raise ModelDirWriteError(f"Cannot write {path}: {error.strerror or error}.") from error
     return path
 
@@ -443,25 +433,8 @@ def main(argv):
         raise
     except ConfigError as error:
         _user_error(error)
-    except (OSError, RuntimeError) as error:
-        if not _is_environment_failure(error):
-            raise
+    except ENVIRONMENT_FAILURES as error:
         _user_error(error, RUNTIME_ERROR_EXIT_CODE)
-
-
-def _is_environment_failure(error: BaseException) -> bool:
-    """Whether `error` is one of lite's one-line failures of the environment (exit code 1)."""
-    if isinstance(error, ModelDirWriteError):
-        return True
-    # Looked up only in modules already imported: importing them here would load TensorFlow.
-    for module_name, class_name in (
-            ("lite_launcher.controller", "CheckpointWriteError"),
-            ("lite_launcher.actions", "TrainingDivergedError"),
-            ("lite_launcher.checkpoint_recovery", "NoReadableCheckpointError")):
-        cls = getattr(sys.modules.get(module_name), class_name, None)
-        if cls is not None and isinstance(error, cls):
-            return True
-    return False
 
 
 def _main():
@@ -509,6 +482,8 @@ def _main():
 
     from lite_launcher import strategy as strategy_lib
 
+    # Before TensorFlow creates a device: the GPU runtime reads these variables then.
+    strategy_lib.apply_performance_settings(params)
     maybe_run_cluster_server(params)
     # TF_CONFIG from runtime.worker_hosts first: it tells whether this process is the chief.
     strategy_lib.configure_cluster(params.runtime.worker_hosts, params.runtime.task_index)
@@ -540,7 +515,39 @@ def _main():
         save_gin_config(mode, model_dir)
 
 
+# absl's own --help lists only the flags of the `__main__` module (the console-script shim,
+# which defines none), so the driver prints its flags itself.
+_SHORT_HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
+
+_HELP_INTRO = """\
+USAGE: lite-train --experiment=NAME --mode=MODE --model_dir=DIR [flags]
+
+Trains and/or evaluates a registered experiment (TFM's official/vision/train.py). The config
+is the experiment's defaults, then each --config_file, then --params_override; gin files and
+bindings are applied after it. Exit codes: 0 done, 1 the environment failed (disk, unreadable
+checkpoints, divergence), 2 bad input (one line on stderr), 143 SIGTERM.
+"""
+
+
+def driver_help() -> str:
+    """The text of `lite-train --help`: usage and the driver's own flags with their help."""
+    module = FLAGS.find_module_defining_flag("experiment")
+    return (f"{_HELP_INTRO}\n{FLAGS.module_help(module)}\n\n"
+            f"Try --helpfull to get a list of all flags (absl's and TensorFlow's too).\n")
+
+
+def _wants_short_help(argv) -> bool:
+    args = argv[1:]
+    if "--" in args:  # arguments after "--" are not flags
+        args = args[:args.index("--")]
+    return any(arg in _SHORT_HELP_ARGS for arg in args)
+
+
 def _flags_parser(argv):
+    if _wants_short_help(argv):
+        sys.stdout.write(driver_help())
+        sys.stdout.flush()
+        sys.exit(0)
     try:
         return FLAGS(argv)
     except flags.Error as error:

@@ -25,7 +25,7 @@ import socket
 import threading
 from typing import Dict, Optional, Tuple
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.errors import ModelDirLockedError
 
 _log = logging.getLogger("absl")
 
@@ -33,9 +33,6 @@ _log = logging.getLogger("absl")
 _held: Dict[str, list] = {}
 _held_guard = threading.Lock()
 
-
-class ModelDirLockedError(ConfigError):
-    """Another training process holds the model_dir's lock."""
 
 
 def _key(model_dir: str) -> str:

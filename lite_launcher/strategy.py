@@ -19,15 +19,23 @@ Typical driver flow (what `strategy_from_runtime` does, plus mixed precision):
         ...
 
 Multi-worker saving: every worker must take part in saving (variables sync on read), but two
-workers writing the same directory collide. `should_write(strategy)` says who writes to
-`model_dir`; the others save into throwaway temporary directories (experiment.py, exporter.py).
+workers writing the same directory collide. `should_write(strategy)` is the one place that
+says who writes to model_dir (checkpoints, summaries, exports, configs; `is_chief_process`
+applies the same rule to TF_CONFIG before a strategy exists); `worker_save_dir` gives the
+others a throwaway directory to save into.
+
+`apply_performance_settings(params)` applies TFM's GPU thread and kernel fields of the
+runtime config (environment variables read when TensorFlow creates its devices).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import socket
+import tempfile
 import urllib.request
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -43,16 +51,8 @@ VALID_STRATEGIES = ("off", "one_device", "mirrored", "multi_worker_mirrored",
 MIRRORED_ALL_REDUCE_ALGS = ("nccl", "hierarchical_copy")
 MULTI_WORKER_ALL_REDUCE_ALGS = ("ring", "nccl")
 
-# In-process `tf.distribute.Server`s deadlock `ClusterCoordinator.join()` on small machines
-# with the default thread pool; 3 or more inter-op threads avoid it (see KERAS3_NOTES.md).
-LOCAL_SERVER_INTER_OP_THREADS = 8
-
 # How long to wait for a network answer before deciding a TPU is not reachable.
 _TPU_PROBE_TIMEOUT_S = 2.0
-
-# Keeps in-process servers alive: a `tf.distribute.Server` cannot be stopped, and dropping
-# the last reference must not tear down a cluster a test is still using.
-_LOCAL_SERVERS: List[Any] = []
 
 
 # --------------------------------------------------------------------------------------
@@ -79,11 +79,11 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
         attached to this VM. None or "" resolves the name from the TPU_NAME environment.
       **kwargs: keyword-only extras, beyond TFM:
         devices: `mirrored` / `one_device` only: explicit device names, e.g.
-          `["/device:CPU:0", "/device:CPU:1"]` to mirror over logical CPU devices (see
-          `set_logical_cpu_count`). Excludes `num_gpus`.
+          `["/device:CPU:0", "/device:CPU:1"]` to mirror over logical CPU devices (made
+          with `tf.config.set_logical_device_configuration`). Excludes `num_gpus`.
         cluster_resolver: `multi_worker_mirrored` / `parameter_server` only: a
-          `ClusterResolver` to use instead of reading `TF_CONFIG` (e.g. the one from
-          `start_local_cluster`).
+          `ClusterResolver` to use instead of reading `TF_CONFIG` (e.g. a
+          `SimpleClusterResolver` over in-process servers).
 
     Returns:
       The strategy, or None for "off". None means "no explicit strategy": callers use the
@@ -174,7 +174,8 @@ def _normalise_name(distribution_strategy) -> str:
     if not isinstance(distribution_strategy, str):
         hint = ""
         if distribution_strategy is False:
-            # YAML reads a bare `off` as the boolean false.
+            # YAML 1.1 loaders (PyYAML's safe_load) read a bare `off` as false. lite's config
+            # files do not (base_config's loader), but a value loaded elsewhere may.
             hint = " In YAML write 'off' in quotes; a bare off is read as false."
         raise ConfigError(
             f"distribution_strategy must be a string, got {distribution_strategy!r}.{hint}")
@@ -403,59 +404,6 @@ def strategy_from_runtime(runtime_config) -> Optional[tf.distribute.Strategy]:
         tpu_address=runtime_config.tpu)
 
 
-def set_logical_cpu_count(count: int) -> List[str]:
-    """Splits the CPU into `count` logical devices and returns their names.
-
-    For mirroring over CPUs (tests, benchmarks):
-    `get_distribution_strategy("mirrored", devices=set_logical_cpu_count(2))`.
-    Must run before TensorFlow initialises its devices (before any op or device listing of
-    logical devices); afterwards only the same count is accepted.
-    """
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ConfigError(f"Logical CPU count ({count!r}) must be a positive integer.")
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    try:
-        tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
-    except RuntimeError:
-        existing = len(tf.config.list_logical_devices("CPU"))
-        if existing != count:
-            raise ConfigError(
-                f"Cannot split the CPU into {count} logical devices: TensorFlow already "
-                f"initialised {existing}. Call set_logical_cpu_count before any TensorFlow "
-                f"op runs (e.g. at the top of the program or in a fresh subprocess).") from None
-    return [d.name for d in tf.config.list_logical_devices("CPU")]
-
-
-def start_local_cluster(num_workers: int, num_ps: int,
-                        inter_op_parallelism_threads: int = LOCAL_SERVER_INTER_OP_THREADS):
-    """Starts in-process worker and ps servers on localhost; returns a cluster resolver.
-
-    For tests and benchmarks of 'parameter_server' in one process:
-    `get_distribution_strategy("parameter_server", cluster_resolver=start_local_cluster(2, 1))`.
-    The servers get `inter_op_parallelism_threads` (default 8): with too few threads
-    `ClusterCoordinator.join()` hangs on small machines. Servers live until the process ends.
-    """
-    if num_workers < 1 or num_ps < 0:
-        raise ConfigError(
-            f"start_local_cluster needs num_workers >= 1 and num_ps >= 0, got "
-            f"{num_workers} and {num_ps}.")
-    if inter_op_parallelism_threads < 3:
-        raise ConfigError(
-            f"inter_op_parallelism_threads ({inter_op_parallelism_threads}) must be >= 3 for "
-            f"in-process servers.")
-    cluster = {"worker": [f"localhost:{_free_port()}" for _ in range(num_workers)]}
-    if num_ps:
-        cluster["ps"] = [f"localhost:{_free_port()}" for _ in range(num_ps)]
-    cluster_spec = tf.train.ClusterSpec(cluster)
-    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=inter_op_parallelism_threads)
-    for job, hosts in cluster.items():
-        for index in range(len(hosts)):
-            _LOCAL_SERVERS.append(tf.distribute.Server(
-                cluster_spec, job_name=job, task_index=index, config=config, protocol="grpc"))
-    return tf.distribute.cluster_resolver.SimpleClusterResolver(cluster_spec, rpc_layer="grpc")
-
-
 def start_server_from_tf_config():
     """Starts the server of a 'worker' or 'ps' task named in TF_CONFIG, else returns None.
 
@@ -471,12 +419,6 @@ def start_server_from_tf_config():
     return tf.distribute.Server(
         resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
         protocol=resolver.rpc_layer or "grpc", start=True)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("localhost", 0))
-        return sock.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------
@@ -508,59 +450,146 @@ def set_mixed_precision_policy(dtype: Union[None, str, tf.dtypes.DType]) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Chief-only writing
+# Thread and kernel settings (TFM's RuntimeConfig fields the vision launcher leaves unread)
 # --------------------------------------------------------------------------------------
 
-def _task(strategy) -> tuple:
-    """(task_type, task_id, cluster jobs) of this process, or (None, None, {})."""
-    if strategy is None or isinstance(
-            strategy, tf.distribute.experimental.ParameterServerStrategy):
-        # Only the coordinator builds a ParameterServerStrategy, and it is the chief.
-        return None, None, {}
+GPU_THREAD_MODES = ("global", "gpu_private", "gpu_shared")
+# TFM's keras_utils.set_gpu_thread_mode_and_count default when per_gpu_thread_count is 0.
+_DEFAULT_PER_GPU_THREAD_COUNT = 2
+_warned_settings: set = set()
+
+
+def _warn_once(key: str, message: str, *args) -> None:
+    if key not in _warned_settings:
+        _warned_settings.add(key)
+        logging.warning(message, *args)
+
+
+def apply_performance_settings(params) -> Dict[str, str]:
+    """Applies the thread and kernel fields of an `ExperimentConfig`; returns the env it set.
+
+    Call before TensorFlow initialises its devices (the driver does, before building the
+    strategy): the GPU runtime reads these variables when it creates a device.
+
+    | field                              | effect                                             |
+    |------------------------------------|----------------------------------------------------|
+    | `runtime.gpu_thread_mode`          | `TF_GPU_THREAD_MODE` (global, gpu_private,         |
+    |                                    | gpu_shared): who launches GPU kernels              |
+    | `runtime.per_gpu_thread_count`     | `TF_GPU_THREAD_COUNT` (0: 2, TFM's default); only  |
+    |                                    | with gpu_thread_mode, as in TFM                    |
+    | `runtime.batchnorm_spatial_persistent` | `TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1`  |
+    |                                    | (TFM's); warns that Keras 3's BatchNormalization   |
+    |                                    | does not run the fused kernel it tunes             |
+    | `runtime.dataset_num_private_threads` | warns once: InputReader keeps tf.data's shared  |
+    |                                    | thread pool                                        |
+    | `trainer.allow_tpu_summary`        | warns once: no TPU summary optimisation here       |
+
+    Raises:
+      ConfigError: gpu_thread_mode is not one of `GPU_THREAD_MODES`.
+    """
+    runtime, trainer = params.runtime, params.trainer
+    env: Dict[str, str] = {}
+    if runtime.gpu_thread_mode:
+        if runtime.gpu_thread_mode not in GPU_THREAD_MODES:
+            raise ConfigError(
+                f"runtime.gpu_thread_mode {runtime.gpu_thread_mode!r} is not one of "
+                f"{', '.join(GPU_THREAD_MODES)}.")
+        env["TF_GPU_THREAD_MODE"] = runtime.gpu_thread_mode
+        env["TF_GPU_THREAD_COUNT"] = str(runtime.per_gpu_thread_count
+                                         or _DEFAULT_PER_GPU_THREAD_COUNT)
+    elif runtime.per_gpu_thread_count:
+        _warn_once("per_gpu_thread_count",
+                   "runtime.per_gpu_thread_count=%d has no effect without "
+                   "runtime.gpu_thread_mode (as in TFM).", runtime.per_gpu_thread_count)
+    if runtime.batchnorm_spatial_persistent:
+        env["TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT"] = "1"
+        _warn_once("batchnorm_spatial_persistent",
+                   "runtime.batchnorm_spatial_persistent sets "
+                   "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT=1, which only TensorFlow's fused "
+                   "batch norm (tf.nn.fused_batch_norm) reads; Keras 3's BatchNormalization "
+                   "does not use it.")
+    if runtime.dataset_num_private_threads:
+        _warn_once("dataset_num_private_threads",
+                   "runtime.dataset_num_private_threads=%d is ignored: InputReader's datasets "
+                   "use tf.data's shared thread pool. Set "
+                   "`options.threading.private_threadpool_size` in your task's input "
+                   "pipeline instead.", runtime.dataset_num_private_threads)
+    if trainer.allow_tpu_summary:
+        _warn_once("allow_tpu_summary",
+                   "trainer.allow_tpu_summary is ignored: lite_launcher writes summaries "
+                   "outside the compiled train loop, so there is no TPU summary "
+                   "optimisation to allow.")
+    os.environ.update(env)
+    return env
+
+
+# --------------------------------------------------------------------------------------
+# Who writes to model_dir
+# --------------------------------------------------------------------------------------
+
+def _task_writes(task_type: Optional[str], task_id, cluster: Dict[str, Any]) -> bool:
+    """The one rule: the 'chief' task writes, or worker 0 when the cluster has no chief; a
+    process that is no task of a cluster (single process, PS coordinator) writes too."""
+    if not task_type or task_type == "chief":
+        return True
+    return task_type == "worker" and int(task_id or 0) == 0 and not cluster.get("chief")
+
+
+def should_write(strategy: Optional[tf.distribute.Strategy] = None) -> bool:
+    """Whether this process writes to model_dir (checkpoints, summaries, exports, configs).
+
+    The one place that decides it. `strategy=None`: the current strategy. True for
+    single-process strategies and the parameter-server coordinator (only the chief builds a
+    ParameterServerStrategy). In a multi-worker cluster: the 'chief' task, or worker 0 when
+    the cluster has no chief, and only if the strategy itself agrees
+    (`extended.should_checkpoint`). Non-writers still take part in every save (variables
+    sync on read) but save into a throwaway directory: see `worker_save_dir`.
+    """
+    if strategy is None:
+        strategy = tf.distribute.get_strategy()
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        return True
+    if not getattr(strategy.extended, "should_checkpoint", True):
+        return False
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not getattr(resolver, "task_type", None):
-        return None, None, {}
-    return resolver.task_type, resolver.task_id, resolver.cluster_spec().as_dict()
-
-
-def is_chief(strategy: Optional[tf.distribute.Strategy]) -> bool:
-    """Whether this process is the chief: the one that writes checkpoints and summaries.
-
-    True for None, single-process strategies and the parameter-server coordinator. In a
-    multi-worker cluster: the 'chief' task, or worker 0 when the cluster has no chief.
-    """
-    task_type, task_id, cluster = _task(strategy)
-    if task_type is None or task_type == "chief":
         return True
-    return task_type == "worker" and task_id == 0 and not cluster.get("chief")
+    return _task_writes(resolver.task_type, resolver.task_id,
+                        resolver.cluster_spec().as_dict())
+
+
+# TFM-compatible name for the same question.
+is_chief = should_write
 
 
 def is_chief_process(distribution_strategy: str) -> bool:
-    """Whether this process is the chief, from TF_CONFIG alone (before any strategy exists).
+    """`should_write` judged from TF_CONFIG alone, before any strategy exists.
 
-    For drivers that write files before building the strategy (params.yaml). With a
-    `multi_worker_mirrored` or `parameter_server` strategy: the 'chief' task, or worker 0 when
-    the cluster has no chief (as `is_chief`); True without TF_CONFIG. Every other strategy
-    runs one process, which is the chief.
+    For the driver, which locks model_dir before building the strategy. Only
+    `multi_worker_mirrored` and `parameter_server` run several processes; every other
+    strategy's single process writes.
     """
     if _normalise_name(distribution_strategy) not in ("multi_worker_mirrored",
                                                       "parameter_server"):
         return True
     tf_config = _read_tf_config()
     task = tf_config.get("task") or {}
-    task_type = task.get("type")
-    if not task_type or task_type == "chief":
-        return True
-    cluster = tf_config.get("cluster") or {}
-    return task_type == "worker" and int(task.get("index", 0)) == 0 and not cluster.get("chief")
+    return _task_writes(task.get("type"), task.get("index", 0), tf_config.get("cluster") or {})
 
 
-def should_write(strategy: Optional[tf.distribute.Strategy]) -> bool:
-    """Whether this process should write to the real model_dir (checkpoints, summaries).
+@contextlib.contextmanager
+def worker_save_dir(directory: str, strategy: Optional[tf.distribute.Strategy] = None):
+    """Yields where this process saves for a write meant for `directory`.
 
-    Uses the strategy's own answer (`extended.should_checkpoint`) and `is_chief` together, so
-    a non-chief worker never writes to the shared directory.
+    Every worker of a multi-worker strategy must take part in a save, but only the writer
+    (`should_write`) saves into `directory`; the others get a private temporary directory,
+    deleted when the block ends.
     """
-    if strategy is None:
-        return True
-    return bool(getattr(strategy.extended, "should_checkpoint", True)) and is_chief(strategy)
+    if should_write(strategy):
+        yield directory
+        return
+    scratch = tempfile.mkdtemp(prefix="lite_launcher_worker_")
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -56,6 +56,42 @@ def test_dry_run_needs_no_mode_or_model_dir_and_still_rejects_a_bad_override(tmp
 
 
 # ------------------------------------------------------------------------------------------
+# --help
+
+DRIVER_FLAGS = ("experiment", "mode", "model_dir", "config_file", "params_override", "gin_file",
+                "gin_params", "registry_imports", "list_experiments", "dry_run",
+                "continuous_eval_max_wait_s", "enable_async_checkpointing", "tpu")
+
+
+def test_help_lists_the_driver_flags_with_their_help_and_exits_0():
+    result = lite_train("--help")
+    assert "USAGE: lite-train" in result.stdout
+    main_lib.define_flags()
+    for name in DRIVER_FLAGS:
+        # A bool flag prints as --[no]name.
+        assert (f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout), name
+        first_words = " ".join(main_lib.FLAGS[name].help.split()[:4])
+        assert first_words in " ".join(result.stdout.split()), (name, first_words)
+    assert "Try --helpfull" in result.stdout
+    # -h and --helpshort print the same; --helpfull still prints absl's full list.
+    assert lite_train("-h").stdout == result.stdout
+    full = lite_train("--helpfull").stdout
+    assert "--experiment" in full and "--verbosity" in full
+
+
+def test_driver_applies_the_runtime_thread_settings(tmp_path):
+    # A bad gpu_thread_mode is refused by strategy.apply_performance_settings, which the
+    # driver calls before building the strategy: one line, exit 2, model_dir untouched.
+    model_dir = tmp_path / "model"
+    result = lite_train("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
+                        "--params_override=runtime.gpu_thread_mode=gpu_privat", expect_rc=2)
+    assert result.stderr.strip().splitlines()[-1] == (
+        "lite-train: error: runtime.gpu_thread_mode 'gpu_privat' is not one of global, "
+        "gpu_private, gpu_shared.")
+    assert not model_dir.exists()
+
+
+# ------------------------------------------------------------------------------------------
 # --gin_file / --gin_params
 
 GIN_REGISTRY = '''

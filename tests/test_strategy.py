@@ -26,7 +26,9 @@ def run_in_subprocess(code: str, env_extra=None, timeout=120) -> dict:
     """Runs `code` in a fresh Python (fresh TF device setup); returns the JSON it prints last."""
     env = dict(os.environ)
     env.pop("TF_CONFIG", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    # tests/ for the test helpers (local_devices).
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests"),
+                                         env.get("PYTHONPATH", "")])
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(env_extra or {})
@@ -173,16 +175,17 @@ def test_mirrored_over_two_logical_cpus():
         import tensorflow as tf
         from lite_launcher import strategy as st
         from lite_launcher.base_config import ConfigError
-        devices = st.set_logical_cpu_count(2)
+        import local_devices
+        devices = local_devices.set_logical_cpu_count(2)
         strategy = st.get_distribution_strategy("mirrored", devices=devices)
         def replica_value():
             ctx = tf.distribute.get_replica_context()
             return tf.cast(ctx.replica_id_in_sync_group + 1, tf.float32) * 10.0
         per_replica = strategy.run(replica_value)
         total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-        same_count_ok = st.set_logical_cpu_count(2) == devices
+        same_count_ok = local_devices.set_logical_cpu_count(2) == devices
         try:
-            st.set_logical_cpu_count(3)
+            local_devices.set_logical_cpu_count(3)
             late_error = ""
         except ConfigError as e:
             late_error = str(e)
@@ -232,7 +235,8 @@ def test_parameter_server_with_in_process_cluster_trains_steps():
         import json
         import tensorflow as tf
         from lite_launcher import strategy as st
-        resolver = st.start_local_cluster(num_workers=2, num_ps=1)
+        import local_devices
+        resolver = local_devices.start_local_cluster(num_workers=2, num_ps=1)
         strategy = st.get_distribution_strategy("parameter_server", cluster_resolver=resolver)
         with strategy.scope():
             counter = tf.Variable(0, dtype=tf.int64)
@@ -462,3 +466,55 @@ def test_single_process_strategies_are_chief():
     assert st.is_chief(None) and st.should_write(None)
     strategy = st.get_distribution_strategy("one_device")
     assert st.is_chief(strategy) and st.should_write(strategy)
+
+
+# ----------------------------------------------------------------------------- thread settings
+
+_PERFORMANCE_ENV = ("TF_GPU_THREAD_MODE", "TF_GPU_THREAD_COUNT",
+                    "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT")
+
+
+@pytest.fixture
+def clean_performance_env(monkeypatch):
+    for name in _PERFORMANCE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(st, "_warned_settings", set())
+
+
+def _experiment(runtime=None, trainer=None):
+    from lite_launcher.config import ExperimentConfig
+    params = ExperimentConfig()
+    params.override({"runtime": runtime or {}, "trainer": trainer or {}})
+    return params
+
+
+def test_gpu_thread_mode_sets_tfm_environment(clean_performance_env):
+    env = st.apply_performance_settings(_experiment(
+        {"gpu_thread_mode": "gpu_private", "batchnorm_spatial_persistent": True}))
+    assert os.environ["TF_GPU_THREAD_MODE"] == "gpu_private"
+    assert os.environ["TF_GPU_THREAD_COUNT"] == "2"  # TFM's default for per_gpu_thread_count=0
+    assert os.environ["TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT"] == "1"
+    assert env == {name: os.environ[name] for name in _PERFORMANCE_ENV}
+    st.apply_performance_settings(_experiment(
+        {"gpu_thread_mode": "gpu_shared", "per_gpu_thread_count": 3}))
+    assert os.environ["TF_GPU_THREAD_MODE"] == "gpu_shared"
+    assert os.environ["TF_GPU_THREAD_COUNT"] == "3"
+
+
+def test_defaults_set_nothing_and_bad_gpu_thread_mode_is_refused(clean_performance_env):
+    assert st.apply_performance_settings(_experiment()) == {}
+    assert not any(name in os.environ for name in _PERFORMANCE_ENV)
+    with pytest.raises(ConfigError, match="gpu_thread_mode 'gpu_privat' is not one of"):
+        st.apply_performance_settings(_experiment({"gpu_thread_mode": "gpu_privat"}))
+
+
+def test_fields_without_effect_warn_once_each(clean_performance_env, caplog):
+    params = _experiment({"dataset_num_private_threads": 4, "per_gpu_thread_count": 2},
+                         {"allow_tpu_summary": True})
+    with caplog.at_level("WARNING"):
+        assert st.apply_performance_settings(params) == {}
+        st.apply_performance_settings(params)
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    for field in ("dataset_num_private_threads=4", "per_gpu_thread_count=2",
+                  "allow_tpu_summary"):
+        assert len([m for m in messages if field in m]) == 1, (field, messages)

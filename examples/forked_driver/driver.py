@@ -71,7 +71,8 @@ def run(mode, model_dir, progress_log=None):
     ll.run_experiment(distribution_strategy=strategy, task=task, mode=mode, params=params,
                       model_dir=model_dir, trainer=trainer, train_actions=train_actions,
                       enable_async_checkpointing=FLAGS.enable_async_checkpointing)
-    if modes.mode_trains(mode):
+    from lite_launcher.strategy import should_write  # pylint: disable=import-outside-toplevel
+    if modes.mode_trains(mode) and should_write(strategy):  # only the chief writes model_dir
         lite_main.save_gin_config(mode, model_dir)
     if trainer.last_eval_logs:
         print(f"accuracy {float(trainer.last_eval_logs['accuracy']):.4f} "

@@ -20,6 +20,8 @@ import random
 import sys
 from typing import List, Sequence, Tuple
 
+from lite_launcher import atomic_write
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 USER_ERROR_EXIT_CODE = 2
 
@@ -99,11 +101,9 @@ def make_tfrecords(image_dir: str, output_prefix: str, num_shards: int = 1,
     examples = [_example(path, label, classes[label], keep_format) for path, label in items]
     paths = [f"{output_prefix}-{k:05d}-of-{num_shards:05d}" for k in range(num_shards)]
     for k, path in enumerate(paths):
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with tf.io.TFRecordWriter(tmp) as writer:
+        with atomic_write.atomic_path(path) as tmp, tf.io.TFRecordWriter(tmp) as writer:
             for example in examples[k::num_shards]:
                 writer.write(example.SerializeToString())
-        os.replace(tmp, path)
     with open(f"{output_prefix}-labels.txt", "w") as f:
         f.write("".join(f"{name}\n" for name in classes))
     return paths

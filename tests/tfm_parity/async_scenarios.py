@@ -12,11 +12,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # local_devices
 
 import tensorflow as tf  # noqa: E402
 
 import lite_launcher as ll  # noqa: E402
-from lite_launcher import strategy as strategy_lib  # noqa: E402
+from local_devices import start_local_cluster  # noqa: E402
 from mock_task import MockTask, mock_config  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def build(trainer_cls, config):
 
 
 def main():
-    resolver = strategy_lib.start_local_cluster(num_workers=2, num_ps=1)
+    resolver = start_local_cluster(num_workers=2, num_ps=1)
     strategy = ll.get_distribution_strategy("parameter_server", cluster_resolver=resolver)
     results = {}
     with strategy.scope():

@@ -1,0 +1,44 @@
+"""The errors the `lite-train` driver turns into one-line messages (TensorFlow-free).
+
+`ConfigError` (and its subclasses) is the user's fault: one line, exit code 2. The others
+here are failures of the environment raised while a run is under way: one line, exit code 1,
+and the checkpoints written before are intact. Defining them in one TensorFlow-free module
+lets the driver catch them with a plain `except` before (or without) importing TensorFlow.
+The modules that raise them re-export them under their old names.
+"""
+
+from __future__ import annotations
+
+from lite_launcher.base_config import ConfigError
+
+
+class ModelDirLockedError(ConfigError):
+    """Another training process holds the model_dir's lock."""
+
+
+class ModelDirWriteError(OSError):
+    """A file of the driver (params.yaml) could not be written to model_dir (exit code 1)."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, file too large, no permission, ...).
+
+    The message names the directory and the failing file; checkpoints written before are
+    intact, and a restart resumes from the newest of them.
+    """
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss diverged more often than `trainer.recovery_max_trials` allows."""
+
+
+class NoReadableCheckpointError(RuntimeError):
+    """model_dir holds checkpoints but none of them reads (an environment failure: exit 1)."""
+
+
+# What the driver reports as a failure of the environment (one line, exit code 1).
+ENVIRONMENT_FAILURES = (ModelDirWriteError, CheckpointWriteError, TrainingDivergedError,
+                        NoReadableCheckpointError)
+
+__all__ = ["ConfigError", "ModelDirLockedError", "ModelDirWriteError", "CheckpointWriteError",
+           "TrainingDivergedError", "NoReadableCheckpointError", "ENVIRONMENT_FAILURES"]
