@@ -20,3 +20,22 @@ try:
         _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 except RuntimeError:  # devices already initialised by an earlier import
     pass
+
+
+# Interpreter shutdown after a TF-heavy session can stall for minutes: garbage collection during
+# finalisation destroys the remaining tf.data iterators, whose thread pools wait on threads
+# that are already stopping. The results are reported by then, so the session leaves at once.
+_exit_status = None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    if _exit_status is None or os.environ.get("LITE_TESTS_NORMAL_EXIT"):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)
