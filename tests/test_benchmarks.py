@@ -326,3 +326,13 @@ def test_report_vision_rows_ratios_images_and_targets():
     assert "resnet50: first 2 round(s), 2 timed loops" in text
     # A results file without vision rows renders as before.
     assert "Vision (issue 11)" not in report.markdown(_results(1))[0]
+
+
+def test_vision_rows_give_both_launchers_the_same_overrides_with_summaries_every_loop():
+    import vision_rows
+
+    trainer = vision_rows.overrides("resnet50", "/data/train-*", 10, 3, False)["trainer"]
+    # Orbit writes the train outputs every loop: lite's summaries are due every loop too.
+    assert trainer["summary_interval"] == trainer["steps_per_loop"] == 10
+    assert trainer["train_steps"] == 10 * (vision_rows.WARMUP_LOOPS + 3)
+    assert trainer["checkpoint_interval"] == trainer["validation_interval"] == vision_rows.NEVER
