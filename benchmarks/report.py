@@ -67,6 +67,18 @@ TARGETS = (
     + [(w, "peak_rss lite@tfm/tfm@tfm", "<=", 1.0) for w in ("mlp_tiny", "cnn_small", "mock")]
 )
 
+# The vision rows (issue 11): `resnet_imagenet` models, rows "vision" in the records. The step
+# dominates, so the launcher must disappear: lite >= 0.97x raw on each TensorFlow, and lite on
+# TFM's TensorFlow >= TFM.
+VISION_ROW = "vision"
+VISION_RATIOS = ((LITE_T, RAW_T, 0.97), (LITE_P, RAW_P, 0.97), (LITE_T, TFM, 1.0))
+
+
+def vision_targets(vision_workloads):
+    """The vision targets of these workloads, in TARGETS' form."""
+    return [(w, f"vision {col_name(lite)}/{col_name(other)}", ">=", threshold)
+            for w in vision_workloads for lite, other, threshold in VISION_RATIOS]
+
 
 def col_name(column):
     side, env = column
@@ -132,11 +144,50 @@ def summarize(records, rounds, workload_names):
     return summary
 
 
-def check_targets(summary):
-    """Each target judged on its median; 'not measured' when a side is missing."""
+def summarize_vision(records, rounds, vision_workloads):
+    """The vision rows' steps/sec and images/sec, and their per-round ratios, as median
+    [min, max] over the rounds that measured them.
+
+    Returns {workload: {"values": {"vision/<side>@<env>": stats, "vision_images/...": stats},
+    "ratios": {"vision <lite>/<other>": stats}}}; a ratio is present only where both of its
+    sides were measured in at least one round (a side measured in no round is not a target).
+    """
+    found = {}
+    for r in records:
+        if r.get("row") == VISION_ROW and "error" not in r:
+            key = (r["round"], r["workload"], r["side"], r.get("env", "project"))
+            found.setdefault(key, []).append(r)
+
+    def value(i, w, column, key="steps_per_sec"):
+        got = [r[key] for r in found.get((i, w) + column, []) if r.get(key) is not None]
+        return statistics.fmean(got) if got else None
+
+    summary = {}
+    for w in vision_workloads:
+        values, ratios = {}, {}
+        for column in COLUMNS:
+            values[f"vision/{col_name(column)}"] = stats(
+                [value(i, w, column) for i in range(rounds)])
+            values[f"vision_images/{col_name(column)}"] = stats(
+                [value(i, w, column, "images_per_sec") for i in range(rounds)])
+        for lite, other, _ in VISION_RATIOS:
+            if values[f"vision/{col_name(lite)}"] and values[f"vision/{col_name(other)}"]:
+                per_round = []
+                for i in range(rounds):
+                    a, b = value(i, w, lite), value(i, w, other)
+                    per_round.append(None if a is None or not b else a / b)
+                ratios[f"vision {col_name(lite)}/{col_name(other)}"] = stats(per_round)
+        summary[w] = {"values": values, "ratios": ratios}
+    return summary
+
+
+def check_targets(summary, targets=TARGETS):
+    """Each target judged on its median; 'not measured' when a side is missing. A target
+    whose ratio the summary does not name at all (a vision side that was not run) is left
+    out."""
     checks = []
-    for w, name, op, threshold in TARGETS:
-        if w not in summary:
+    for w, name, op, threshold in targets:
+        if w not in summary or name not in summary[w]["ratios"]:
             continue
         s = summary[w]["ratios"].get(name)
         if s is None:
@@ -176,7 +227,11 @@ def markdown(data, source=None):
     """The report of one results file as markdown (tables and targets)."""
     meta, records = data["meta"], data["records"]
     summary = summarize(records, meta["rounds"], meta["workloads"])
-    checks = check_targets(summary)
+    vision = meta.get("vision") or {}
+    vision_workloads = vision.get("workloads", [])
+    vision_summary = summarize_vision(records, meta["rounds"], vision_workloads)
+    checks = check_targets(dict(summary, **vision_summary),
+                           list(TARGETS) + vision_targets(vision_workloads))
     labels = column_labels(meta)
     lines = []
     what = f"`{source}`" if source else "this run"
@@ -236,7 +291,9 @@ def markdown(data, source=None):
                 cells += [""] * (len(header) - len(cells))
                 lines.append(f"| {w} | {title} | " + " | ".join(cells) + " |")
 
-    lines += ["", "Targets (issue 12), judged on the median of the per-round ratios; lite/TFM "
+    lines += _vision_table(vision, vision_summary, labels)
+
+    lines += ["", "Targets (issues 11 and 12), judged on the median of the per-round ratios; lite/TFM "
               f"targets use {labels[LITE_T]} (TFM's TensorFlow):", "",
               "| workload | target | median [min–max] | status |", "|---|---|---|---|"]
     for c in checks:
@@ -245,7 +302,41 @@ def markdown(data, source=None):
         lines.append(f"| {c['workload']} | {c['target']} | {_fmt(s, 3)} | {c['status']} |")
     passed = sum(c["status"] == "pass" for c in checks)
     lines += ["", f"{passed} of {len(checks)} targets pass."]
-    return "\n".join(lines) + "\n", summary, checks
+    return "\n".join(lines) + "\n", dict(summary, **vision_summary), checks
+
+
+def _vision_table(vision, vision_summary, labels):
+    """The vision rows' table: steps/s and images/s per model and side, lite's ratios."""
+    if not vision_summary:
+        return []
+    columns = [c for c in COLUMNS if any(
+        s["values"][f"vision/{col_name(c)}"] is not None for s in vision_summary.values())]
+    if not columns:
+        return ["", "**Vision rows**: no measurement succeeded."]
+    pairs = [(lite, other) for lite, other, _ in VISION_RATIOS
+             if lite in columns and other in columns]
+    header = [labels[c] for c in columns] + [
+        f"{labels[lite]} / {'TFM' if other == TFM else labels[other]}" for lite, other in pairs]
+    rounds = vision.get("rounds", {})
+    which = "; ".join(
+        f"{m}: {'every round' if rounds.get(m) is None else f'first {rounds[m]} round(s)'}, "
+        f"{vision.get('loops', {}).get(m, '?')} timed loops" for m in vision.get("models", []))
+    lines = ["", f"Vision (issue 11): `resnet_imagenet` on synthetic "
+             f"{vision.get('image_size', '?')}×{vision.get('image_size', '?')} JPEG TFRecords "
+             f"in TFM's format, batch {vision.get('batch', '?')}, steps_per_loop "
+             f"{vision.get('steps_per_loop', '?')} after {vision.get('warmup_loops', '?')} warm-up loops, input pipeline "
+             f"included, each side in its own process ({which}).", "",
+             "| workload | measure | " + " | ".join(header) + " |",
+             "|---|---|" + "---|" * len(header)]
+    for w, s in vision_summary.items():
+        v, ratios = s["values"], s["ratios"]
+        for measure, title in (("vision", "train (steps/s)"), ("vision_images", "train (images/s)")):
+            cells = [_fmt(v[f"{measure}/{col_name(c)}"], 2 if measure == "vision" else 0)
+                     for c in columns]
+            cells += [_fmt(ratios.get(f"vision {col_name(lite)}/{col_name(other)}"), 3)
+                      if measure == "vision" else "" for lite, other in pairs]
+            lines.append(f"| {w} | {title} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def display_path(path, repo_root):

@@ -17,6 +17,11 @@ side always runs first or last):
 - the driver row: `lite-train` in both environments and TFM's driver (tfm_driver.py) on the
   same experiment, timed from process start to the first `train | step: N | steps/sec` log
   line (N >= 1: the first finished step), and the driver process's peak RSS.
+- the vision rows (vision_rows.py, after the workloads): `resnet_imagenet` ResNet-18 every
+  round and ResNet-50 in the first VISION_ROUNDS["resnet50"] rounds, on synthetic 64x64 JPEG
+  TFRecords (written once before the rounds; `--resnet50_rounds N` for more), batch 16, steps_per_loop 10, input pipeline
+  included: lite, raw and TFM, each in its own process, by default on TFM's TensorFlow only
+  (`--vision_envs project tfm` adds lite and raw on the project's TensorFlow).
 A rows process runs train steps_per_loop=100, steps_per_loop=1 (summaries every loop),
 steps_per_loop=1 without summaries and eval, one after the other, with the same work on both
 sides (workloads.run_plan). Every ratio is computed within one round, then summarised as
@@ -41,12 +46,27 @@ sys.path.insert(0, _HERE)
 
 import measure  # noqa: E402
 import report  # noqa: E402
+import vision_rows  # noqa: E402  (its constants; it imports TensorFlow only in its rows)
 import workloads  # noqa: E402
 
 REPO_ROOT = os.path.dirname(_HERE)
 DEFAULT_TFM_PYTHON = os.path.join(REPO_ROOT, ".tfm_venv", "bin", "python")
 RESULTS_DIR = os.path.join(_HERE, "results")
 ROWS = workloads.FRAMEWORK_ROWS + ("raw", "driver")
+ENVS = ("project", "tfm")
+# The vision rows (issue 11). Measured on a loaded 2-core machine, one process (imports, build,
+# tracing, 2 warm-up + the timed loops of 10 steps) takes ~20 s for ResNet-18 (~0.15 s a step at
+# 64x64, batch 16) and ~45 s for ResNet-50 (~0.7 s a step). To add about 4 minutes to a 3-round
+# run on an idle 2-core machine, ResNet-18 runs every round (3 processes of ~15 s) and ResNet-50
+# in the first round only (3 processes of ~35 s); `--resnet50_rounds N` gives it more rounds.
+VISION_MODELS = ("resnet18", "resnet50")
+VISION_SIDES = ("lite", "raw", "tfm")
+VISION_STEPS_PER_LOOP = 10
+# Timed loops per process (after vision_rows.WARMUP_LOOPS warm-up loops).
+VISION_LOOPS = {"resnet18": 3, "resnet50": 2}
+# The rounds that measure each model: None = every round, N = the first N.
+VISION_ROUNDS = {"resnet18": None, "resnet50": 1}
+VISION_ROW = "vision"
 # What `lite-train`'s console script runs, for a given interpreter: with `-c`, lite_launcher is
 # imported from the working directory (the repository root) first, so the TFM venv runs this
 # checkout, whatever its editable install points at.
@@ -157,6 +177,53 @@ def _measure_driver(side, workload, argv, timeout_s):
             "steps": workloads.DRIVER_STEPS}
 
 
+def vision_workload(model):
+    """The results' workload name of a vision model (as vision_rows.py reports it)."""
+    return f"resnet_imagenet_{model}"
+
+
+def vision_plan(args, pythons, round_index):
+    """The vision processes of one round: (side, env, model), reversed every other round.
+
+    lite and raw run in each of `args.vision_envs` that has an interpreter; TFM in its venv.
+    A model is left out of rounds past its limit (`args.vision_rounds`, default VISION_ROUNDS).
+    """
+    steps = []
+    for model in args.vision_models:
+        limit = getattr(args, "vision_rounds", VISION_ROUNDS).get(model)
+        if limit is not None and round_index >= limit:
+            continue
+        for env in ("project", "tfm"):
+            if env in pythons and env in args.vision_envs:
+                steps += [("lite", env, model), ("raw", env, model)]
+        if "tfm" in pythons:
+            steps.append(("tfm", "tfm", model))
+    return steps[::-1] if round_index % 2 else steps
+
+
+def measure_vision(side, model, python, data_dir, timeout_s=600, loops=None):
+    """Measures one vision row (vision_rows.py --side SIDE) in a new process run with
+    `python`; vision_rows.py puts this checkout first on sys.path, so the TFM venv runs it."""
+    loops = VISION_LOOPS[model] if loops is None else loops
+    argv = [python, os.path.join(_HERE, "vision_rows.py"), "--side", side, "--model", model,
+            "--steps_per_loop", str(VISION_STEPS_PER_LOOP), "--loops", str(loops),
+            "--data_dir", data_dir]
+    return _run_rows_process(argv, [f"train{VISION_STEPS_PER_LOOP}"],
+                             timeout_s)[f"train{VISION_STEPS_PER_LOOP}"]
+
+
+def write_vision_data(python, data_dir, timeout_s=600):
+    """Writes the synthetic TFRecords every vision process reads; None or an error line."""
+    argv = [python, os.path.join(_HERE, "vision_rows.py"), "--write_data_only",
+            "--data_dir", data_dir]
+    try:
+        proc = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=timeout_s, env=_child_env())
+    except subprocess.TimeoutExpired:
+        return f"writing the vision TFRecords timed out after {timeout_s} s"
+    return None if proc.returncode == 0 else f"exit {proc.returncode}: {_tail(proc.stderr)}"
+
+
 def round_plan(workload, args, pythons, round_index):
     """The processes of one round for `workload`: (side, env, row kind), reversed every other
     round. `pythons` maps each available environment to its interpreter."""
@@ -201,8 +268,21 @@ def run_rounds(args, pythons, log=print):
         elif row == "eval":
             log(f"{prefix} {result['steps_per_sec']:10.1f} steps/s (call), "
                 f"{result['wall_steps_per_sec']:.1f} (wall)")
+        elif row == VISION_ROW:
+            log(f"{prefix} {result['steps_per_sec']:10.2f} steps/s "
+                f"{result['images_per_sec']:.1f} images/s")
         else:
             log(f"{prefix} {result['steps_per_sec']:10.1f} steps/s")
+
+    vision_models = list(getattr(args, "vision_models", ()))
+    data_dir = None
+    if vision_models:
+        data_dir = getattr(args, "vision_data_dir", None) or os.path.join(
+            tempfile.gettempdir(), "lite_vision_bench")
+        error = write_vision_data(pythons["project"], data_dir, args.timeout)
+        if error:
+            log(f"vision rows not measured: {error}")
+            vision_models = []
 
     rounds_run = 0
     for round_index in range(args.rounds):
@@ -230,6 +310,15 @@ def run_rounds(args, pythons, log=print):
                 else:
                     record(round_index, workload, "driver", side, env,
                            measure_driver(side, workload, python, args.timeout))
+        if not vision_models:
+            continue
+        for side, env, model in vision_plan(args, pythons, round_index):
+            if time.perf_counter() - started > 60.0 * args.max_minutes:
+                log(f"stopping in round {round_index + 1}: past --max_minutes "
+                    f"{args.max_minutes:g}")
+                return records, rounds_run
+            record(round_index, vision_workload(model), VISION_ROW, side, env,
+                   measure_vision(side, model, pythons[env], data_dir, args.timeout))
     return records, rounds_run
 
 
@@ -264,9 +353,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds, the order of the sides reversed every other one "
                         "(default 3: ~12 min on 2 cores with the TFM venv)")
-    parser.add_argument("--max_minutes", type=float, default=15.0,
+    parser.add_argument("--max_minutes", type=float, default=20.0,
                         help="start no round that would end after this many minutes "
-                        "(judged on the mean round so far; default 15)")
+                        "(judged on the mean round so far; default 20)")
     parser.add_argument("--workloads", nargs="+", default=None,
                         choices=sorted(workloads.WORKLOADS),
                         help="default: all (with --smoke: " + " ".join(workloads.SMOKE_WORKLOADS)
@@ -288,6 +377,19 @@ def main(argv=None):
                         help="interpreter of the TFM venv (default .tfm_venv/bin/python); "
                         "lite_launcher and the raw loop also run with it")
     parser.add_argument("--no_tfm", action="store_true", help="do not use the TFM venv")
+    parser.add_argument("--vision_models", nargs="*", default=None, choices=VISION_MODELS,
+                        help="vision rows to measure (default: " + " ".join(VISION_MODELS)
+                        + "; with --smoke: none); give the flag alone for none")
+    parser.add_argument("--no_vision", action="store_true", help="no vision rows")
+    parser.add_argument("--vision_envs", nargs="+", default=["tfm"], choices=ENVS,
+                        help="environments of the vision rows' lite and raw sides (default: "
+                        "tfm, TFM's TensorFlow; the project's when there is no TFM venv)")
+    parser.add_argument("--resnet50_rounds", type=int, default=VISION_ROUNDS["resnet50"],
+                        help="the first N rounds measure the ResNet-50 vision row (default "
+                        f"{VISION_ROUNDS['resnet50']}: it is slow on CPU)")
+    parser.add_argument("--vision_data_dir", default=None,
+                        help="the vision rows' synthetic TFRecords (written if missing; "
+                        "default: <tmp>/lite_vision_bench)")
     parser.add_argument("--timeout", type=int, default=600,
                         help="seconds allowed for one measurement process")
     args = parser.parse_args(argv)
@@ -297,6 +399,13 @@ def main(argv=None):
         args.workloads = list(workloads.SMOKE_WORKLOADS if args.smoke else workloads.WORKLOADS)
     if args.rounds < 1:
         parser.error(f"--rounds ({args.rounds}) must be >= 1")
+    if args.no_vision or (args.smoke and args.vision_models is None):
+        args.vision_models = []
+    elif args.vision_models is None:
+        args.vision_models = list(VISION_MODELS)
+    if args.resnet50_rounds < 0:
+        parser.error(f"--resnet50_rounds ({args.resnet50_rounds}) must be >= 0")
+    args.vision_rounds = dict(VISION_ROUNDS, resnet50=args.resnet50_rounds)
 
     pythons = {"project": args.python}
     if not args.no_tfm and os.path.exists(args.tfm_python):
@@ -304,6 +413,8 @@ def main(argv=None):
     elif not args.no_tfm:
         print(f"TFM not measured: {args.tfm_python} does not exist "
               f"(create it with `bash benchmarks/setup_tfm_env.sh`).", flush=True)
+    if "tfm" not in pythons and "project" not in args.vision_envs:
+        args.vision_envs = ["project"]
 
     now = datetime.datetime.now(datetime.timezone.utc)
     commit = _git("rev-parse", "HEAD")
@@ -333,6 +444,13 @@ def main(argv=None):
         "smoke": args.smoke,
         "workloads": args.workloads,
         "rows": args.rows,
+        "vision": {"models": args.vision_models, "workloads": [
+            vision_workload(m) for m in args.vision_models],
+            "envs": args.vision_envs, "steps_per_loop": VISION_STEPS_PER_LOOP,
+            "warmup_loops": vision_rows.WARMUP_LOOPS,
+            "loops": {m: VISION_LOOPS[m] for m in args.vision_models},
+            "rounds": {m: args.vision_rounds[m] for m in args.vision_models},
+            "batch": vision_rows.BATCH, "image_size": vision_rows.IMAGE_SIZE},
         "tfm": pythons.get("tfm"),
         "versions": _versions(records),
         "failures": sum(1 for r in records if "error" in r),

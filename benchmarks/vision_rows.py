@@ -79,6 +79,9 @@ def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES, num_shards=NUM_SH
 def overrides(model, input_glob, steps_per_loop, loops, xla):
     """`resnet_imagenet` at 64x64, batch 16, on the synthetic files, train-only intervals.
 
+    Train summaries are due every outer loop on both launchers: Orbit writes the loop outputs
+    after every loop whatever the interval (a summary dir is set), so lite does the same work.
+
     TFM's field names, so the same dict overrides lite_launcher's and TFM's experiment.
     """
     return {
@@ -89,7 +92,7 @@ def overrides(model, input_glob, steps_per_loop, loops, xla):
                                 "shuffle_buffer_size": 256}},
         "trainer": {"steps_per_loop": steps_per_loop,
                     "train_steps": steps_per_loop * (WARMUP_LOOPS + loops),
-                    "summary_interval": NEVER, "checkpoint_interval": NEVER,
+                    "summary_interval": steps_per_loop, "checkpoint_interval": NEVER,
                     "validation_interval": NEVER},
     }
 
@@ -223,12 +226,18 @@ def main(argv=None):
                         help="the Python of TFM's venv (benchmarks/setup_tfm_env.sh)")
     parser.add_argument("--smoke", action="store_true",
                         help="ResNet-18, 2 x 2-step timed loops, 64 images: checks it runs")
+    parser.add_argument("--write_data_only", action="store_true",
+                        help="write the synthetic TFRecords into --data_dir and exit (run.py "
+                        "does this once before the rounds, outside every measured process)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.model, args.steps_per_loop, args.loops = ["resnet18"], 2, 2
     data_dir = args.data_dir or os.path.join(
         tempfile.gettempdir(), "lite_vision_bench_smoke" if args.smoke else "lite_vision_bench")
     num_images = 64 if args.smoke else NUM_IMAGES
+    if args.write_data_only:
+        print(write_synthetic_tfrecords(data_dir, num_images=num_images))
+        return
     if args.side == "all":
         # Written here once, so every side (and TFM's venv) reads the same files.
         write_synthetic_tfrecords(data_dir, num_images=num_images)

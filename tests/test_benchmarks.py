@@ -191,3 +191,148 @@ def test_run_starts_no_process_past_max_minutes_even_within_a_round(monkeypatch)
     records, rounds_run = run.run_rounds(args, {"project": "py"}, log=lambda msg: None)
     # 400 s, 800 s: the third process would start past 600 s.
     assert rounds_run == 1 and [r["workload"] for r in records] == ["mock", "mlp_tiny"]
+
+
+def _vision_args(**kw):
+    return types.SimpleNamespace(**dict(dict(vision_models=list(run.VISION_MODELS),
+                                              vision_envs=["tfm"]), **kw))
+
+
+def test_vision_plan_alternates_and_measures_resnet50_in_its_rounds_only():
+    pythons = {"project": "py", "tfm": "tfm_py"}
+    first = run.vision_plan(_vision_args(), pythons, 0)
+    assert first == [("lite", "tfm", "resnet18"), ("raw", "tfm", "resnet18"),
+                     ("tfm", "tfm", "resnet18"), ("lite", "tfm", "resnet50"),
+                     ("raw", "tfm", "resnet50"), ("tfm", "tfm", "resnet50")]
+    two = _vision_args(vision_rounds=dict(run.VISION_ROUNDS, resnet50=2))
+    assert run.vision_plan(two, pythons, 0) == first
+    assert run.vision_plan(two, pythons, 1) == first[::-1]
+    assert {m for _, _, m in run.vision_plan(two, pythons, 2)} == {"resnet18"}
+    limit = run.VISION_ROUNDS["resnet50"]
+    assert {m for _, _, m in run.vision_plan(_vision_args(), pythons, limit)} == {"resnet18"}
+    both = run.vision_plan(_vision_args(vision_envs=["project", "tfm"]), pythons, 0)
+    assert ("lite", "project", "resnet50") in both and ("raw", "project", "resnet18") in both
+    # Without TFM's venv: lite and raw on the project's TensorFlow, no TFM side.
+    alone = run.vision_plan(_vision_args(vision_envs=["project"]), {"project": "py"}, 0)
+    assert {(side, env) for side, env, _ in alone} == {("lite", "project"), ("raw", "project")}
+    assert run.vision_plan(_vision_args(vision_models=[]), pythons, 0) == []
+    # steps_per_loop within the issue's 10-100.
+    assert 10 <= run.VISION_STEPS_PER_LOOP <= 100
+
+
+def test_run_rounds_records_vision_rows_after_the_workloads(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(run, "write_vision_data", lambda python, data_dir, timeout_s: None)
+    monkeypatch.setattr(run, "measure_raw", lambda *a: {"steps_per_sec": 1.0})
+
+    def fake_vision(side, model, python, data_dir, timeout_s):
+        calls.append((side, model, python, data_dir))
+        return {"steps_per_sec": 2.0, "images_per_sec": 32.0}
+
+    monkeypatch.setattr(run, "measure_vision", fake_vision)
+    args = types.SimpleNamespace(rows=["raw"], rounds=3, workloads=["mock"], smoke=False,
+                                 timeout=1, max_minutes=10.0, vision_models=["resnet50"],
+                                 vision_envs=["tfm"], vision_data_dir=str(tmp_path),
+                                 vision_rounds={"resnet50": 2})
+    records, rounds_run = run.run_rounds(args, {"project": "py", "tfm": "tfm_py"},
+                                         log=lambda msg: None)
+    vision = [r for r in records if r["row"] == run.VISION_ROW]
+    assert rounds_run == 3
+    # ResNet-50 in its first rounds only, every side on TFM's interpreter, order reversed.
+    assert [(r["round"], r["side"]) for r in vision] == [
+        (0, "lite"), (0, "raw"), (0, "tfm"), (1, "tfm"), (1, "raw"), (1, "lite")]
+    assert {r["workload"] for r in vision} == {"resnet_imagenet_resnet50"}
+    assert {c[2] for c in calls} == {"tfm_py"} and {c[3] for c in calls} == {str(tmp_path)}
+    assert records[0]["row"] == "raw"  # the workloads first
+
+
+def test_run_measures_no_vision_when_its_data_cannot_be_written(monkeypatch):
+    monkeypatch.setattr(run, "write_vision_data", lambda *a: "exit 1: disk full")
+    monkeypatch.setattr(run, "measure_vision", lambda *a: pytest.fail("measured anyway"))
+    logged = []
+    args = types.SimpleNamespace(rows=[], rounds=1, workloads=[], smoke=False, timeout=1,
+                                 max_minutes=10.0, vision_models=["resnet18"],
+                                 vision_envs=["tfm"])
+    run.run_rounds(args, {"project": "py"}, log=logged.append)
+    assert logged == ["vision rows not measured: exit 1: disk full"]
+
+
+@pytest.mark.parametrize("argv, models", [
+    (["--smoke"], []), ([], list(run.VISION_MODELS)), (["--no_vision"], []),
+    (["--smoke", "--vision_models", "resnet18"], ["resnet18"]),
+    (["--vision_models"], [])])
+def test_full_runs_include_the_vision_rows_and_smoke_runs_do_not(monkeypatch, tmp_path, argv,
+                                                                 models):
+    seen = {}
+
+    def fake_rounds(args, pythons, log):
+        seen.update(models=args.vision_models, envs=args.vision_envs,
+                    resnet50_rounds=args.vision_rounds["resnet50"])
+        return [], args.rounds
+
+    monkeypatch.setattr(run, "run_rounds", fake_rounds)
+    assert run.main(argv + ["--no_tfm", "--results", str(tmp_path / "r.json"),
+                            "--out", str(tmp_path)]) == 0
+    assert seen["models"] == models
+    assert seen["envs"] == ["project"]  # no TFM venv: lite and raw on the project's TF
+    assert seen["resnet50_rounds"] == run.VISION_ROUNDS["resnet50"]
+    meta = json.loads((tmp_path / "r.json").read_text())["meta"]
+    assert meta["vision"]["workloads"] == [run.vision_workload(m) for m in models]
+
+
+def _vision_results():
+    records = []
+    for i, (lite, raw, tfm) in enumerate([(9.9, 10.0, 9.0), (9.0, 10.0, 10.0), (9.5, 10.0, 9.0)]):
+        w = "resnet_imagenet_resnet18"
+        records += [
+            dict(round=i, workload=w, row="vision", side="lite", env="tfm", steps_per_sec=lite,
+                 images_per_sec=16 * lite),
+            dict(round=i, workload=w, row="vision", side="raw", env="tfm", steps_per_sec=raw,
+                 images_per_sec=16 * raw),
+            dict(round=i, workload=w, row="vision", side="tfm", env="tfm", steps_per_sec=tfm,
+                 images_per_sec=16 * tfm)]
+    records.append(dict(round=0, workload="resnet_imagenet_resnet50", row="vision",
+                        side="lite", env="tfm", error="exit 1: boom"))
+    data = _results(3)
+    data["records"] += records
+    data["meta"]["vision"] = {
+        "models": ["resnet18", "resnet50"], "envs": ["tfm"], "steps_per_loop": 10,
+        "workloads": ["resnet_imagenet_resnet18", "resnet_imagenet_resnet50"],
+        "loops": {"resnet18": 3, "resnet50": 2}, "rounds": {"resnet18": None, "resnet50": 2},
+        "warmup_loops": 2, "batch": 16, "image_size": 64}
+    return data
+
+
+def test_report_vision_rows_ratios_images_and_targets():
+    text, summary, checks = report.markdown(_vision_results())
+    r18 = summary["resnet_imagenet_resnet18"]
+    # Per-round lite/raw 0.99, 0.90, 0.95: median 0.95, a miss; lite/TFM 1.1, 0.9, 1.056: pass.
+    assert r18["ratios"]["vision lite@tfm/raw@tfm"]["median"] == pytest.approx(0.95)
+    assert r18["ratios"]["vision lite@tfm/tfm@tfm"]["median"] == pytest.approx(9.5 / 9.0)
+    assert r18["values"]["vision_images/lite@tfm"]["median"] == pytest.approx(16 * 9.5)
+    status = {(c["workload"], c["target"]): c["status"] for c in checks}
+    assert status[("resnet_imagenet_resnet18", "vision lite@tfm/raw@tfm >= 0.97")] == "MISS"
+    assert status[("resnet_imagenet_resnet18", "vision lite@tfm/tfm@tfm >= 1.0")] == "pass"
+    # lite and raw were not run on the project's TF: no target; ResNet-50 failed: no target.
+    assert not any("project" in target for w, target in status if w.startswith("resnet"))
+    assert not any(w == "resnet_imagenet_resnet50" for w, _ in status)
+    # Columns: lite TF 2.20, TFM, raw TF 2.20, then lite/raw and lite/TFM.
+    assert "| resnet_imagenet_resnet18 | train (steps/s) | 9.50 [9.00–9.90] | " \
+           "9.00 [9.00–10.00] | 10.00 [10.00–10.00] | 0.950 [0.900–0.990] | " \
+           "1.056 [0.900–1.100] |" in text
+    assert "| resnet_imagenet_resnet18 | train (images/s) | 152 [144–158] | 144 [144–160] | " \
+           "160 [160–160] |  |  |" in text
+    assert "| resnet_imagenet_resnet50 | train (steps/s) | — | — | — |" in text
+    assert "resnet50: first 2 round(s), 2 timed loops" in text
+    # A results file without vision rows renders as before.
+    assert "Vision (issue 11)" not in report.markdown(_results(1))[0]
+
+
+def test_vision_rows_give_both_launchers_the_same_overrides_with_summaries_every_loop():
+    import vision_rows
+
+    trainer = vision_rows.overrides("resnet50", "/data/train-*", 10, 3, False)["trainer"]
+    # Orbit writes the train outputs every loop: lite's summaries are due every loop too.
+    assert trainer["summary_interval"] == trainer["steps_per_loop"] == 10
+    assert trainer["train_steps"] == 10 * (vision_rows.WARMUP_LOOPS + 3)
+    assert trainer["checkpoint_interval"] == trainer["validation_interval"] == vision_rows.NEVER
