@@ -92,6 +92,13 @@ def start_lite_train(args: Sequence[str], log_path: str) -> subprocess.Popen:
         log.close()  # The child holds its own descriptor.
 
 
+def stop_if_running(process: subprocess.Popen) -> None:
+    """Kills and reaps `process` if it is still running (a test's `finally` clean-up)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
 def read_text(path: str) -> str:
     with open(path, errors="replace") as f:
         return f.read()

@@ -30,7 +30,7 @@ import tensorflow as tf
 from reliability_utils import (ERROR_PREFIX, checkpoint_global_step, checkpoint_numbers,
                                logged_train_steps, read_checkpoint, read_text,
                                restored_checkpoints, run_lite_train, start_lite_train,
-                               train_mock, wait_for)
+                               stop_if_running, train_mock, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -109,9 +109,7 @@ def test_second_trainers_at_random_moments_never_run_beside_the_first(tmp_path):
         assert trainer.wait(timeout=240) == 143
     finally:
         for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            stop_if_running(process)
 
     # A resumed run reaches train_steps; the state file never pointed back.
     latest = max(checkpoint_numbers(model_dir))

@@ -6,7 +6,8 @@ and is killed with SIGKILL either a random time after training started or the mo
 checkpoint write is seen in progress (new files in a `ckpt-N_temp` directory). After every
 kill the newest checkpoint listed in model_dir must be complete (every tensor readable, its
 global step equal to its number), and the next process must resume from exactly the newest
-complete checkpoint on disk (that one, or a newer one whose state-file update the kill cut off). A last process per chain trains 20 more steps and finishes.
+complete checkpoint on disk (that one, or a newer one whose state-file update the kill cut
+off). A last process per chain trains 20 more steps and finishes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tensorflow as tf
 
 from reliability_utils import (FAST_DIGITS, checkpoint_global_step, logged_train_steps,
                                override_json, read_checkpoint, read_text, restored_checkpoints,
-                               run_lite_train, start_lite_train, wait_for)
+                               run_lite_train, start_lite_train, stop_if_running, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -123,9 +124,7 @@ def _run_chain(model_dir, kinds, seed):
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=60)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            stop_if_running(process)
         assert process.returncode == -signal.SIGKILL
         log = read_text(log_path)
         # This process resumed from what the previous kill left behind.

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from reliability_utils import (FAST_DIGITS, checkpoint_global_step, checkpoint_numbers,
                                logged_train_steps, override_json, read_checkpoint, read_text,
-                               restored_checkpoints, run_lite_train, start_lite_train, wait_for)
+                               restored_checkpoints, run_lite_train, start_lite_train,
+                               stop_if_running, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +41,7 @@ def test_sigterm_checkpoints_the_current_step_and_the_restart_resumes_from_it(tm
         process.send_signal(signal.SIGTERM)
         returncode = process.wait(timeout=120)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stop_if_running(process)
     log = read_text(log_path)
     assert returncode == PREEMPTION_EXIT_CODE, log[-3000:]
 

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from reliability_utils import (checkpoint_global_step, logged_train_steps, read_checkpoint,
-                               read_text, start_lite_train, wait_for)
+                               read_text, start_lite_train, stop_if_running, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +37,7 @@ def test_sigterms_during_the_preemption_save_still_exit_143_with_the_checkpoint(
             time.sleep(0.002)
         returncode = process.wait(timeout=120)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        stop_if_running(process)
     log = read_text(log_path)
     assert sent > 1
     saved = re.findall(r"Preempted \(SIGTERM\): saved (\S+) at step (\d+); exiting with code "
