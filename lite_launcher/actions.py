@@ -125,7 +125,7 @@ class EMACheckpointing:
         if self._variables is not None:
             return self._variables
         # Read at save time: the optimizer may be built after this action is made.
-        inner = optimization._unwrap(self._optimizer)  # pylint: disable=protected-access
+        inner = optimization.unwrap_loss_scale(self._optimizer)
         built = getattr(inner, "_trainable_variables", None)  # Keras 3: the build() list
         if built is None:
             raise RuntimeError(

@@ -132,13 +132,18 @@ class TrainerConfig(Config):
     def validate_for_strategy(self, parameter_servers: bool, evaluates: bool = True) -> None:
         """Checks the settings that depend on the strategy, which the caller knows (the config
         need not name it): under parameter servers the coordinator schedules only
-        tf.functions, and an evaluation is one tf.while_loop of a fixed length."""
+        tf.functions, per-worker iterators cannot be saved, and an evaluation is one
+        tf.while_loop of a fixed length."""
         if not parameter_servers:
             return
         if not (self.train_tf_function and self.eval_tf_function):
             raise ConfigError(
                 "The parameter_server strategy needs trainer.train_tf_function=true and "
                 "trainer.eval_tf_function=true.")
+        if self.checkpoint_train_iterator:
+            raise ConfigError(
+                "trainer.checkpoint_train_iterator is not supported with the "
+                "parameter_server strategy (per-worker iterators cannot be saved).")
         if evaluates and self.validation_steps == -1:
             raise ConfigError(
                 "The parameter_server strategy evaluates a fixed number of steps: set "
@@ -200,3 +205,26 @@ class ExperimentConfig(Config):
     task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+
+
+def validate_for_trainer(config, *, parameter_servers: bool, builds_train_data: bool,
+                         builds_validation_data: bool) -> None:
+    """The checks a `Trainer` makes of the config it is given, which may have been built in
+    code and never validated: the `trainer` and `task` sections, the loop options, the
+    strategy-dependent settings, and the data config of each dataset it builds itself."""
+    for attribute in ("trainer", "task"):
+        if getattr(config, attribute, None) is None:
+            raise ConfigError(
+                f"The trainer requires the configuration to have a `{attribute}` section; "
+                f"got {type(config).__name__} without it.")
+    config.trainer.validate_loop_options()
+    # validation_steps is the runner's to check: evaluate(-1) itself is refused by the loop.
+    config.trainer.validate_for_strategy(parameter_servers, evaluates=False)
+    if builds_train_data and getattr(config.task, "train_data", None) is None:
+        raise ConfigError(
+            "The trainer needs `task.train_data` to build the training dataset (or pass "
+            "train_dataset=, or train=False).")
+    if builds_validation_data and getattr(config.task, "validation_data", None) is None:
+        raise ConfigError(
+            "The trainer needs `task.validation_data` to build the validation dataset (or "
+            "pass validation_dataset=, or evaluate=False).")

@@ -1,10 +1,11 @@
 """Orbit's runner layer: run a step function `num_steps` times, and nothing else.
 
-The Trainer says what one step is (`Trainer.train_step` / `eval_step`); this module says how
-`num_steps` of them run: the loop's shape, its graph calls, the iterators it reads, and (under
-a `ParameterServerStrategy`) how the steps are scheduled on the workers. The objects the
+The Trainer says what one step is (`Trainer.train_step` / `eval_step`) and hands it to this
+module, which says how `num_steps` of them run: the loop's shape, its graph calls, the
+iterators it reads, and (under a `ParameterServerStrategy`) how the steps are scheduled on the
+workers. It calls nothing of the Trainer's but the functions it is given. The objects the
 Trainer holds are `TrainLoop` (one iterator across calls) and `EvalLoop` (a new iterator per
-evaluation); `xla_train_step` makes the one XLA choice.
+evaluation).
 
 Three loop shapes, chosen by the loop options (`use_tf_function`, `use_tf_while_loop`):
 - `python_loop(step_fn)`: a Python loop calling `step_fn` (eager, or a `tf.function` step);
@@ -36,7 +37,6 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher.base_config import ConfigError
-from lite_launcher.task import Task
 
 StepFn = Callable[[Any], Any]
 ReduceFn = Callable[[Any, Any], Any]
@@ -298,17 +298,14 @@ def _num_workers(strategy) -> int:
     return max(1, resolver.cluster_spec().num_tasks("worker"))
 
 
-def _check_loop_options(use_tf_function: bool, use_tf_while_loop: bool, kind: str) -> None:
-    # An argument check of this builder; a config is checked once, by TrainerConfig.validate.
-    if use_tf_while_loop and not use_tf_function:
-        raise ValueError(
-            f"{kind}_tf_while_loop=True needs {kind}_tf_function=True: a tf.while_loop only "
-            f"runs inside a tf.function.")
-
-
 def make_train_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop: bool,
                     end_fn: Optional[Callable[[], Any]] = None, coordinator=None):
     """Builds the training loop `loop_fn(iterator, num_steps)` for the given options.
+
+    With `use_tf_while_loop` the loop is one `tf.function` whatever `use_tf_function` says (a
+    config that asks for a while loop without tf.function is refused by
+    `TrainerConfig.validate_loop_options`); otherwise a Python loop calls `step_fn`, as a
+    `tf.function` when `use_tf_function`.
 
     `end_fn` (only with `use_tf_while_loop`, not with a coordinator): called in the same graph
     after the loop, and `loop_fn` returns its result, so that an inner loop and the reads that
@@ -319,7 +316,6 @@ def make_train_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop
     concurrently (TFM's one closure per loop keeps all but one idle), and returns at once;
     `coordinator.join()` waits for them.
     """
-    _check_loop_options(use_tf_function, use_tf_while_loop, "train")
     if end_fn is not None and (not use_tf_while_loop or coordinator is not None):
         raise ValueError("end_fn needs use_tf_while_loop=True and no coordinator (one graph "
                          "call for loop and end).")
@@ -351,7 +347,8 @@ def make_eval_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop:
                    has_state: bool, coordinator=None):
     """Builds the eval loop `loop_fn(iterator, num_steps, state=None, reduce_fn=None)`.
 
-    The `tf.while_loop` variants need a fixed `num_steps` (not -1).
+    The `tf.while_loop` variants (one `tf.function`, as in `make_train_loop`) need a fixed
+    `num_steps` (not -1).
 
     With a `ClusterCoordinator` (parameter servers) the whole evaluation is one
     `tf.while_loop` in a `tf.function` (whatever `use_tf_while_loop` says: the coordinator
@@ -359,7 +356,6 @@ def make_eval_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop:
     set from the top as one device would; `coordinator.join()` waits for it. As in TFM, a
     stateful evaluation is not supported there (`reduce_fn` is not called).
     """
-    _check_loop_options(use_tf_function, use_tf_while_loop, "eval")
     if coordinator is not None:
         if has_state:
             raise ValueError(
@@ -389,49 +385,6 @@ def make_eval_loop(step_fn: StepFn, *, use_tf_function: bool, use_tf_while_loop:
     return python_loop(step_fn)
 
 
-@tf.autograph.experimental.do_not_convert  # chosen at trace time; nothing to convert
-def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: bool,
-                   default_strategy: bool):
-    """The function a train step calls in place of `task.train_step`: the one XLA choice.
-
-    | strategy (enable_xla=true)      | compiled with XLA                                |
-    |---------------------------------|--------------------------------------------------|
-    | default (no strategy)           | the whole `task.train_step`                      |
-    | mirrored / multi-worker         | `task.compute_gradients` (forward + backward);   |
-    |                                 | `task.apply_update` runs outside it              |
-    |   ... task overrides train_step | nothing (warning): it cannot be split            |
-    | parameter_server                | nothing (warning)                                |
-
-    With `enable_xla` false nothing is compiled (`task.train_step` itself). Why: under a
-    distribution strategy the update is a cross-replica synchronisation point (`merge_call`)
-    that XLA cannot compile, so only the gradients are; XLA cannot read variables that live on
-    parameter-server tasks. Unlike TFM (GPU only), XLA also applies on CPU, so it is testable.
-    """
-    if not enable_xla:
-        return task.train_step
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        logging.warning("runtime.enable_xla has no effect with the parameter_server "
-                        "strategy: XLA cannot access variables on the ps tasks.")
-        return task.train_step
-    if default_strategy:
-        return tf.function(task.train_step, jit_compile=True)
-    if type(task).train_step is not Task.train_step:
-        logging.warning(
-            "runtime.enable_xla: %s overrides Task.train_step, which cannot be XLA-compiled "
-            "under %s; it runs without XLA. Override compute_gradients / apply_update "
-            "instead to compile the forward and backward pass.", type(task).__name__,
-            type(strategy).__name__)
-        return task.train_step
-    compute_gradients = tf.function(task.compute_gradients, jit_compile=True)
-
-    def split_train_step(inputs, model, optimizer, metrics=None):
-        grads, loss, outputs = compute_gradients(inputs, model, optimizer)
-        return task.apply_update(inputs, grads, loss, outputs, model=model,
-                                 optimizer=optimizer, metrics=metrics)
-
-    return split_train_step
-
-
 def make_iterator(dataset):
     """An iterator over `dataset` (a dataset, distributed dataset, or a nest of them)."""
     return tf.nest.map_structure(iter, dataset)
@@ -443,18 +396,15 @@ class TrainLoop:
     Orbit's `StandardTrainer.train` without the hooks: `run(num_steps)` makes the iterator on
     first use (it continues where the previous call stopped), converts `num_steps` to a tensor
     for a `tf.while_loop` (so a new value never retraces) and calls the loop function through
-    `DirectCall`. The loop function (`make_train_loop`, or the one a Trainer subclass builds in
-    `create_train_loop_fn`) is built by `build_loop_fn()` on the first run.
+    `DirectCall`. The loop function (`make_train_loop`, or one a Trainer subclass builds in
+    `create_train_loop_fn`) is given once, with `set_loop_fn`, before the first run.
 
     Args:
-      build_loop_fn: returns `loop_fn(iterator, num_steps)`; called once, on the first run.
       dataset: what the iterator reads (replace it with `set_dataset`).
-      tensor_num_steps: whether `loop_fn` takes `num_steps` as a scalar int32 tensor.
+      tensor_num_steps: whether the loop function takes `num_steps` as a scalar int32 tensor.
     """
 
-    def __init__(self, build_loop_fn: Callable[[], Callable], dataset, *,
-                 tensor_num_steps: bool):
-        self._build_loop_fn = build_loop_fn
+    def __init__(self, dataset, *, tensor_num_steps: bool):
         self._tensor_num_steps = tensor_num_steps
         self._call: Optional[DirectCall] = None
         self._dataset = dataset
@@ -462,8 +412,12 @@ class TrainLoop:
 
     @property
     def loop_fn(self):
-        """The loop function (None before the first run)."""
+        """The loop function `loop_fn(iterator, num_steps)` (None until set)."""
         return self._call.fn if self._call is not None else None
+
+    def set_loop_fn(self, loop_fn: Callable) -> None:
+        """Sets the loop function every later `run` calls."""
+        self._call = DirectCall(loop_fn)
 
     @property
     def iterator(self):
@@ -503,7 +457,7 @@ class TrainLoop:
     def run(self, num_steps):
         """Runs `num_steps` steps (an int or a scalar int32 tensor); returns `loop_fn`'s output."""
         if self._call is None:
-            self._call = DirectCall(self._build_loop_fn())
+            raise RuntimeError("TrainLoop.run needs a loop function: call set_loop_fn first.")
         if self._iterator is None:
             self._iterator = make_iterator(self._dataset)
         if self._tensor_num_steps and not isinstance(num_steps, tf.Tensor):
@@ -515,24 +469,19 @@ class EvalLoop:
     """Runs an evaluation loop function over a new iterator per evaluation.
 
     Orbit's `StandardEvaluator.evaluate` without the hooks: each `run` reads the validation set
-    from the top. The loop function for a stateless or stateful evaluation is built by
-    `build_loop_fn(has_state)` when first needed (and again when that changes). A spent
-    iterator is destroyed on a background thread (`release_in_background`), except under
-    parameter servers, where the scheduled loop may still be reading it.
+    from the top, with the loop function it is given (`make_eval_loop`, or one a Trainer
+    subclass builds in `create_eval_loop_fn`). A spent iterator is destroyed on a background
+    thread (`release_in_background`), except under parameter servers, where the scheduled loop
+    may still be reading it.
 
     Args:
-      build_loop_fn: `has_state -> loop_fn(iterator, num_steps, state=None, reduce_fn=None)`.
-      in_graph: whether `loop_fn` is a `tf.while_loop` (a fixed, tensor `num_steps`).
-      scheduled: whether `loop_fn` schedules on a `ClusterCoordinator` (parameter servers).
+      in_graph: whether the loop functions are `tf.while_loop`s (a fixed, tensor `num_steps`).
+      scheduled: whether they schedule on a `ClusterCoordinator` (parameter servers).
     """
 
-    def __init__(self, build_loop_fn: Callable[[bool], Callable], *, in_graph: bool,
-                 scheduled: bool):
-        self._build_loop_fn = build_loop_fn
+    def __init__(self, *, in_graph: bool, scheduled: bool):
         self._in_graph = in_graph
         self._scheduled = scheduled
-        self._loop_fn = None
-        self._has_state = None
 
     def check_num_steps(self, num_steps) -> None:
         """Refuses -1 (until the dataset ends) for a loop of a fixed length: call before
@@ -547,23 +496,20 @@ class EvalLoop:
                 "eval_tf_while_loop=True: set validation_steps > 0 or "
                 "eval_tf_while_loop=False.")
 
-    def run(self, dataset, num_steps, state=None, reduce_fn: Optional[ReduceFn] = None):
-        """Runs `num_steps` steps (-1: until the dataset ends) from the top of `dataset`.
-
-        Returns the final state (`state` folded with `reduce_fn` over the step outputs).
+    def run(self, loop_fn, dataset, num_steps, state=None,
+            reduce_fn: Optional[ReduceFn] = None):
+        """Runs `loop_fn` for `num_steps` steps (-1: until the dataset ends) from the top of
+        `dataset`. Returns the final state (`state` folded with `reduce_fn` over the outputs).
         """
-        has_state = state is not None
-        if self._loop_fn is None or self._has_state != has_state:
-            self._loop_fn = self._build_loop_fn(has_state)
-            self._has_state = has_state
+        self.check_num_steps(num_steps)
         # The only reference to this evaluation's iterator, so it can be handed over below.
         iterators = [make_iterator(dataset)]
         if self._in_graph and not isinstance(num_steps, tf.Tensor):
             num_steps = tf.constant(num_steps, dtype=tf.int32)
-        if self._in_graph and not has_state:
-            self._loop_fn(iterators[0], num_steps)
+        if self._in_graph and state is None:
+            loop_fn(iterators[0], num_steps)
         else:
-            state = self._loop_fn(iterators[0], num_steps, state=state, reduce_fn=reduce_fn)
+            state = loop_fn(iterators[0], num_steps, state=state, reduce_fn=reduce_fn)
         if not self._scheduled:
             release_in_background(iterators)
         return state

@@ -1,9 +1,11 @@
 """`Trainer`: what one train / eval step is, as TFM's base_trainer.Trainer, on Keras 3.
 
-Its one job: the trainer's state (model, optimizer, global step, metrics, checkpoint) and the
-overridable hooks. How `num_steps` steps run (loop shape, graph calls, iterators,
-parameter-server scheduling) is `loops.py`'s; checkpoint schedules, summaries and the outer
-loop are the Controller's, which calls only `train(num_steps)` and `evaluate(num_steps)`.
+Its one job: the trainer's state (model, optimizer, global step, metrics, checkpoint), the
+overridable hooks, and the two step policies (`xla_train_step`: what XLA compiles;
+`fuses_train_loop_end`: whether the loop end joins the loop's graph call). How `num_steps`
+steps run (loop shape, graph calls, iterators, parameter-server scheduling) is `loops.py`'s,
+which repeats the step it is handed; checkpoint schedules, summaries and the outer loop are the
+Controller's, which calls only `train(num_steps)` and `evaluate(num_steps)`.
 
 Train:  train_loop_begin() -> TrainLoop.run: train_step(iterator) x num_steps
         -> train_loop_end() -> logs   (train_step -> task.train_step -> optimizer update)
@@ -23,7 +25,7 @@ from absl import logging
 
 from lite_launcher import loops
 from lite_launcher import optimization
-from lite_launcher.base_config import ConfigError
+from lite_launcher.config import validate_for_trainer
 from lite_launcher.task import Task
 
 
@@ -150,6 +152,80 @@ def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
+@tf.autograph.experimental.do_not_convert  # chosen at trace time; nothing to convert
+def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: bool,
+                   default_strategy: bool):
+    """The function a train step calls in place of `task.train_step`: the one XLA choice.
+
+    | strategy (enable_xla=true)      | compiled with XLA                                |
+    |---------------------------------|--------------------------------------------------|
+    | default (no strategy)           | the whole `task.train_step`                      |
+    | mirrored / multi-worker         | `task.compute_gradients` (forward + backward);   |
+    |                                 | `task.apply_update` runs outside it              |
+    |   ... task overrides train_step | nothing (warning): it cannot be split            |
+    | parameter_server                | nothing (warning)                                |
+
+    With `enable_xla` false nothing is compiled (`task.train_step` itself). Why: under a
+    distribution strategy the update is a cross-replica synchronisation point (`merge_call`)
+    that XLA cannot compile, so only the gradients are; XLA cannot read variables that live on
+    parameter-server tasks. Unlike TFM (GPU only), XLA also applies on CPU, so it is testable.
+    """
+    if not enable_xla:
+        return task.train_step
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        logging.warning("runtime.enable_xla has no effect with the parameter_server "
+                        "strategy: XLA cannot access variables on the ps tasks.")
+        return task.train_step
+    if default_strategy:
+        return tf.function(task.train_step, jit_compile=True)
+    if type(task).train_step is not Task.train_step:
+        logging.warning(
+            "runtime.enable_xla: %s overrides Task.train_step, which cannot be XLA-compiled "
+            "under %s; it runs without XLA. Override compute_gradients / apply_update "
+            "instead to compile the forward and backward pass.", type(task).__name__,
+            type(strategy).__name__)
+        return task.train_step
+    compute_gradients = tf.function(task.compute_gradients, jit_compile=True)
+
+    def split_train_step(inputs, model, optimizer, metrics=None):
+        grads, loss, outputs = compute_gradients(inputs, model, optimizer)
+        return task.apply_update(inputs, grads, loss, outputs, model=model,
+                                 optimizer=optimizer, metrics=metrics)
+
+    return split_train_step
+
+
+def fuses_train_loop_end(trainer: "Trainer") -> bool:
+    """Whether the loop end runs in the inner loop's graph call: the one place it is decided.
+
+    Fused means the metric reads and resets of the base `train_loop_end` (and the learning
+    rate) follow the `tf.while_loop` in the same `tf.function`, which saves one function call
+    per inner loop and returns the same logs; `Trainer.train` then returns those logs and does
+    not call `train_loop_end`. Decided on the first `train()`, after any hook set on the
+    instance. The rule:
+
+    | train_tf_while_loop | strategy         | train_loop_end / create_train_loop_fn | fused |
+    |---------------------|------------------|----------------------------------------|-------|
+    | false               | any              | any                                    | no    |
+    | true                | parameter_server | any                                    | no    |
+    | true                | other            | Trainer's own                          | yes   |
+    | true                | other            | overridden (class or instance)         | no    |
+
+    Why not the others: a Python loop has no graph to fuse into; under parameter servers the
+    loop runs on a worker and the metrics are read on the chief after `join()`. An overriding
+    `train_loop_end` is a hook documented to run eagerly after each loop: it may read (and
+    reset) the metrics itself, which a fused end would already have reset, and any Python in
+    it (logging, `.numpy()`, counters) would run once at trace time if it were traced. An
+    overriding `create_train_loop_fn` builds its own loop, run as written.
+    """
+    cls = type(trainer)
+    return (trainer.config.trainer.train_tf_while_loop and not trainer._is_async
+            and cls.create_train_loop_fn is Trainer.create_train_loop_fn
+            and cls.train_loop_end is Trainer.train_loop_end
+            and "create_train_loop_fn" not in vars(trainer)
+            and "train_loop_end" not in vars(trainer))
+
+
 class _AsyncTrainer:
     """The parameter-server part of the Trainer, as TFM's `_AsyncTrainer`: the coordinator."""
 
@@ -188,8 +264,9 @@ class Trainer(_AsyncTrainer):
     Build it inside `strategy.scope()`: the strategy is taken from
     `tf.distribute.get_strategy()`. Override any hook (`train_step`, `eval_step`,
     `next_train_inputs`, `next_eval_inputs`, `train_loop_begin`, `train_loop_end`,
-    `eval_begin`, `eval_end`, `eval_reduce`) to customise one part. How the steps of one call
-    run (loop shape, graph calls, iterators, parameter-server scheduling) is `loops.py`'s job.
+    `eval_begin`, `eval_end`, `eval_reduce`, `create_train_loop_fn`, `create_eval_loop_fn`)
+    to customise one part. How the steps of one call run (loop shape, graph calls, iterators,
+    parameter-server scheduling) is `loops.py`'s job.
 
     Args:
       config: an `ExperimentConfig` (needs `trainer` and `task`).
@@ -207,9 +284,9 @@ class Trainer(_AsyncTrainer):
                  evaluate: bool = True, train_dataset=None, validation_dataset=None,
                  checkpoint_exporter=None):
         self._strategy = tf.distribute.get_strategy()
-        self._is_default_strategy = not tf.distribute.has_strategy()
-        self._validate_params(config, check_train_data=train_dataset is None and train,
-                              check_validation_data=validation_dataset is None and evaluate)
+        validate_for_trainer(config, parameter_servers=_is_async(self._strategy),
+                             builds_train_data=train and train_dataset is None,
+                             builds_validation_data=evaluate and validation_dataset is None)
         self._config = config
         self._task = task
         self._model = model
@@ -222,7 +299,10 @@ class Trainer(_AsyncTrainer):
 
         self.init_async()
         self._global_step = create_global_step()
-        self._build_optimizer_slots()
+        optimization.create_optimizer_variables(optimizer, model)
+        self._xla_train_step = xla_train_step(
+            task, self._strategy, enable_xla=bool(getattr(config.runtime, "enable_xla", False)),
+            default_strategy=not tf.distribute.has_strategy())
 
         # Exact means: parameter-server workers update them concurrently.
         self._train_loss = ExactMean("training_loss")
@@ -231,76 +311,29 @@ class Trainer(_AsyncTrainer):
         self._train_metrics = list(task.build_metrics(training=True)) + model_metrics
         self._validation_metrics = list(task.build_metrics(training=False)) + model_metrics
 
-        self._train_options = dict(use_tf_function=trainer_config.train_tf_function,
-                                   use_tf_while_loop=trainer_config.train_tf_while_loop)
-        self._eval_options = dict(use_tf_function=trainer_config.eval_tf_function,
-                                  use_tf_while_loop=trainer_config.eval_tf_while_loop)
-        self._train_loop_fused = False  # decided on the first train() (see _fuses_loop_end)
-        self._train_loop_end_fn = None
-        self._xla_train_step = None
-
         if train and train_dataset is None:
             train_dataset = self.distribute_dataset(task.build_inputs, config.task.train_data)
         if evaluate and validation_dataset is None:
             validation_dataset = self.distribute_dataset(task.build_inputs,
                                                          config.task.validation_data)
         self._train_loop = loops.TrainLoop(
-            self._build_train_loop_fn, train_dataset,
-            tensor_num_steps=trainer_config.train_tf_while_loop)
+            train_dataset, tensor_num_steps=trainer_config.train_tf_while_loop)
+        self._train_loop_fused = False  # decided on the first train()
+        self._train_loop_end_fn = None
         self._eval_loop = loops.EvalLoop(
-            lambda has_state: self.create_eval_loop_fn(has_state), scheduled=self._is_async,
-            in_graph=trainer_config.eval_tf_while_loop or self._is_async)
+            in_graph=trainer_config.eval_tf_while_loop or self._is_async,
+            scheduled=self._is_async)
+        self._eval_loop_fns = {}  # has_state -> loop_fn
         self._eval_dataset = validation_dataset
 
         checkpoint_items = dict(getattr(model, "checkpoint_items", None) or {})
         if trainer_config.checkpoint_train_iterator and train_dataset is not None:
-            if self._is_async:
-                raise ConfigError(
-                    "trainer.checkpoint_train_iterator is not supported with the "
-                    "parameter_server strategy (per-worker iterators cannot be saved).")
             # The iterator must exist before the checkpoint is restored, so it is made here.
             checkpoint_items["train_iterator"] = self._train_loop.make_saveable_iterator(
                 type(self._strategy).__name__)
         self._checkpoint = tf.train.Checkpoint(
             global_step=self._global_step, model=model, optimizer=optimizer, **checkpoint_items)
 
-    # ------------------------------------------------------------------ setup
-    def _validate_params(self, config, check_train_data: bool, check_validation_data: bool):
-        for attribute in ("trainer", "task"):
-            if getattr(config, attribute, None) is None:
-                raise ConfigError(
-                    f"The trainer requires the configuration to have a `{attribute}` section; "
-                    f"got {type(config).__name__} without it.")
-        # The loop options are checked by the config (the one implementation of that check),
-        # also for a config built in code that never went through validate().
-        config.trainer.validate_loop_options()
-        # validation_steps is the runner's: evaluate(-1) itself is refused by the EvalLoop.
-        config.trainer.validate_for_strategy(parameter_servers=_is_async(self._strategy),
-                                             evaluates=False)
-        if check_train_data and getattr(config.task, "train_data", None) is None:
-            raise ConfigError(
-                "The trainer needs `task.train_data` to build the training dataset (or pass "
-                "train_dataset=, or train=False).")
-        if check_validation_data and getattr(config.task, "validation_data", None) is None:
-            raise ConfigError(
-                "The trainer needs `task.validation_data` to build the validation dataset (or "
-                "pass validation_dataset=, or evaluate=False).")
-
-    def _build_optimizer_slots(self):
-        # Under MirroredStrategy, slot variables must be created eagerly in the strategy scope
-        # before the first tf.function step (a variable created inside a replica context of a
-        # traced step fails).
-        trainable = self._model.trainable_variables if self._model is not None else []
-        if not trainable:
-            return
-        for optimizer in self.optimizers.values():
-            if isinstance(optimizer, keras.optimizers.Optimizer) and not optimizer.built:
-                optimizer.build(trainable)
-            # ema.trainable_weights_only: false also averages BatchNorm statistics.
-            optimization.average_non_trainable_variables(optimizer,
-                                                         self._model.non_trainable_variables)
-
-    # ------------------------------------------------------------- properties
     # Read-only views of the trainer's state, named as TFM's.
     strategy = property(lambda self: self._strategy)
     config = property(lambda self: self._config)
@@ -314,18 +347,8 @@ class Trainer(_AsyncTrainer):
     validation_loss = property(lambda self: self._validation_loss)
     train_metrics = property(lambda self: self._train_metrics)
     validation_metrics = property(lambda self: self._validation_metrics)
-
-    @property
-    def optimizers(self) -> Dict[str, Any]:
-        """The optimizer(s) by name: `{"": opt}` for one, the dict/list entries for several."""
-        opt = self._optimizer
-        if opt is None:
-            return {}
-        if isinstance(opt, dict):
-            return dict(opt)
-        if isinstance(opt, (list, tuple)):
-            return {getattr(o, "name", None) or f"optimizer_{i}": o for i, o in enumerate(opt)}
-        return {"": opt}
+    optimizers = property(lambda self: optimization.optimizers_by_name(self._optimizer),
+                          doc="The optimizer(s) by name: {'': opt} for one.")
 
     @property
     def train_dataset(self):
@@ -342,7 +365,6 @@ class Trainer(_AsyncTrainer):
 
     @eval_dataset.setter
     def eval_dataset(self, dataset):
-        """Replaces the evaluation dataset."""
         self._eval_dataset = dataset
 
     validation_dataset = eval_dataset
@@ -351,16 +373,12 @@ class Trainer(_AsyncTrainer):
         """Called by the checkpoint manager when model_dir has no checkpoint."""
         self._task.initialize(self._model)
 
-    # ------------------------------------------------------------------- EMA
     def has_ema(self) -> bool:
         opt = self._optimizer
         return isinstance(opt, keras.optimizers.Optimizer) and optimization.has_ema(opt)
 
     def swap_weights(self):
-        """Swaps model weights with their moving averages (call twice to swap back).
-
-        Exact (plain `assign`s, cross-replica context), so two swaps restore bit for bit.
-        """
+        """Swaps model weights with their moving averages (exact: twice restores them)."""
         if not self.has_ema():
             raise ValueError("swap_weights() needs an optimizer with EMA (optimizer_config.ema).")
         with self._strategy.scope():
@@ -371,53 +389,25 @@ class Trainer(_AsyncTrainer):
         """Runs `train_step` `num_steps` times and returns `train_loop_end()`'s logs.
 
         `num_steps` may be an int or a scalar int32 tensor (a tensor never retraces). The
-        `TrainLoop` repeats `train_step` (below) as the loop options say; the step itself is
-        `task.train_step` on each replica (task.py), which applies the optimizer update.
+        `TrainLoop` (loops.py) only repeats the loop function it is given; what one step does
+        is `train_step`, below.
         """
         self.train_loop_begin()
+        if self._train_loop.loop_fn is None:
+            self._train_loop_fused = fuses_train_loop_end(self)
+            self._train_loop.set_loop_fn(
+                loops.make_train_loop(self.train_step, use_tf_function=True,
+                                      use_tf_while_loop=True, end_fn=self._loop_end_logs)
+                if self._train_loop_fused else self.create_train_loop_fn())
         logs = self._train_loop.run(num_steps)
         return logs if self._train_loop_fused else self.train_loop_end()
 
-    def _fuses_loop_end(self) -> bool:
-        """Whether the loop end runs in the inner loop's graph call: the one place it is decided.
-
-        Fused means the metric reads and resets of the base `train_loop_end` (and the learning
-        rate) follow the `tf.while_loop` in the same `tf.function`, which saves one function
-        call per inner loop and returns the same logs; `train()` then returns those logs and
-        does not call `train_loop_end`. The rule:
-
-        | train_tf_while_loop | strategy         | train_loop_end / create_train_loop_fn | fused |
-        |---------------------|------------------|----------------------------------------|-------|
-        | false               | any              | any                                    | no    |
-        | true                | parameter_server | any                                    | no    |
-        | true                | other            | Trainer's own                          | yes   |
-        | true                | other            | overridden (class or instance)         | no    |
-
-        Why not the others: a Python loop has no graph to fuse into; under parameter servers the
-        loop runs on a worker and the metrics are read on the chief after `join()`. An
-        overriding `train_loop_end` is a hook documented to run eagerly after each loop: it may
-        read (and reset) the metrics itself, which a fused end would already have reset, and
-        any Python in it (logging, `.numpy()`, counters) would run once at trace time if it were
-        traced. An overriding `create_train_loop_fn` builds its own loop, run as written.
-        """
-        cls = type(self)
-        return (self._train_options["use_tf_while_loop"] and not self._is_async
-                and cls.create_train_loop_fn is Trainer.create_train_loop_fn
-                and cls.train_loop_end is Trainer.train_loop_end
-                and "create_train_loop_fn" not in vars(self)
-                and "train_loop_end" not in vars(self))
-
-    def _build_train_loop_fn(self):
-        # Called once, by the TrainLoop's first run: after any instance override is set.
-        self._train_loop_fused = self._fuses_loop_end()
-        if self._train_loop_fused:
-            return loops.make_train_loop(self.train_step, **self._train_options,
-                                         end_fn=self._loop_end_logs)
-        return self.create_train_loop_fn()
-
     def create_train_loop_fn(self):
         """Builds `loop_fn(iterator, num_steps)` from `train_step` (Orbit's hook; see loops)."""
-        return loops.make_train_loop(self.train_step, **self._train_options,
+        trainer_config = self._config.trainer
+        return loops.make_train_loop(self.train_step,
+                                     use_tf_function=trainer_config.train_tf_function,
+                                     use_tf_while_loop=trainer_config.train_tf_while_loop,
                                      coordinator=self._coordinator)
 
     def train_loop_begin(self):
@@ -432,18 +422,14 @@ class Trainer(_AsyncTrainer):
         """One training step: next inputs, then the task step on each replica.
 
         Runs in cross-replica context (traced when `train_tf_function`). The per-replica step
-        calls `task.train_step` (XLA-compiled as `loops.xla_train_step` says when
-        `runtime.enable_xla`), updates `train_loss` and increments `global_step`.
+        calls `task.train_step` (task.py; XLA-compiled as `xla_train_step` above says when
+        `runtime.enable_xla`), which applies the optimizer update, then updates `train_loss`
+        and increments `global_step`.
         """
-        if self._xla_train_step is None:
-            self._xla_train_step = loops.xla_train_step(
-                self._task, self._strategy, default_strategy=self._is_default_strategy,
-                enable_xla=bool(getattr(self._config.runtime, "enable_xla", False)))
-        task_train_step = self._xla_train_step
 
         def step_fn(inputs):
-            logs = task_train_step(inputs, model=self._model, optimizer=self._optimizer,
-                                   metrics=self._train_metrics)
+            logs = self._xla_train_step(inputs, model=self._model, optimizer=self._optimizer,
+                                        metrics=self._train_metrics)
             self._train_loss.update_state(logs[self._task.loss])
             self._global_step.assign_add(1)
 
@@ -467,7 +453,7 @@ class Trainer(_AsyncTrainer):
         `<name>_learning_rate` per optimizer when there are several).
         """
         self.join()
-        if self._is_async or not self._train_options["use_tf_function"]:
+        if self._is_async or not self._config.trainer.train_tf_function:
             return self._loop_end_logs()
         if self._train_loop_end_fn is None:
             # One graph call reads and resets every metric: far cheaper than one eager op each.
@@ -482,11 +468,12 @@ class Trainer(_AsyncTrainer):
         """
         self._eval_loop.check_num_steps(num_steps)
         state = self.eval_begin()
-        state = self._eval_loop.run(self.eval_dataset, num_steps, state=state,
-                                    reduce_fn=self.eval_reduce)
-        if state is None:
-            return self.eval_end()
-        return self.eval_end(state)
+        has_state = state is not None
+        if has_state not in self._eval_loop_fns:
+            self._eval_loop_fns[has_state] = self.create_eval_loop_fn(has_state)
+        state = self._eval_loop.run(self._eval_loop_fns[has_state], self.eval_dataset,
+                                    num_steps, state=state, reduce_fn=self.eval_reduce)
+        return self.eval_end() if state is None else self.eval_end(state)
 
     def create_eval_loop_fn(self, has_state: bool):
         """Builds `loop_fn(iterator, num_steps, state=None, reduce_fn=None)` (Orbit's hook).
@@ -500,7 +487,10 @@ class Trainer(_AsyncTrainer):
                 "With the parameter_server strategy the evaluation runs on a worker as one "
                 "tf.while_loop: eval_reduce / %s.aggregate_logs are not called (as in TFM).",
                 type(self._task).__name__)
-        return loops.make_eval_loop(self.eval_step, has_state=has_state, **self._eval_options,
+        trainer_config = self._config.trainer
+        return loops.make_eval_loop(self.eval_step, has_state=has_state,
+                                    use_tf_function=trainer_config.eval_tf_function,
+                                    use_tf_while_loop=trainer_config.eval_tf_while_loop,
                                     coordinator=self._coordinator)
 
     def eval_begin(self):

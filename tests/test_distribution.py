@@ -195,13 +195,12 @@ def test_xla_with_overridden_train_step_under_mirrored_runs_uncompiled(caplog):
     strategy = mirrored_two_cpus()
     config = tiny.make_config()
     config.runtime.enable_xla = True
-    with strategy.scope():
-        task = _WholeStepTask(config.task)
-        trainer = ll.Trainer(config, task, task.build_model(), keras.optimizers.SGD(0.1))
-    reference = tiny.make_trainer(strategy=mirrored_two_cpus())
     with caplog.at_level(logging.WARNING):
         with strategy.scope():
+            task = _WholeStepTask(config.task)
+            trainer = ll.Trainer(config, task, task.build_model(), keras.optimizers.SGD(0.1))
             trainer.train(tf.constant(3))
+    reference = tiny.make_trainer(strategy=mirrored_two_cpus())
     with reference.strategy.scope():
         reference.train(tf.constant(3))
     assert "overrides Task.train_step" in caplog.text

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher import loops
+from lite_launcher.trainer import fuses_train_loop_end
 
 import tiny
 
@@ -61,12 +62,13 @@ def test_fused_loop_end_gives_the_logs_and_weights_of_separate_calls(replicas):
 
 
 def test_fused_loop_is_not_used_where_hooks_must_run_as_written():
-    assert not tiny.make_trainer(tiny.make_config(train_tf_while_loop=False))._fuses_loop_end()
+    assert not fuses_train_loop_end(
+        tiny.make_trainer(tiny.make_config(train_tf_while_loop=False)))
     trainer = tiny.make_trainer()
-    assert trainer._fuses_loop_end()
+    assert fuses_train_loop_end(trainer)
     calls = []
     trainer.train_loop_end = lambda: calls.append(1) or {}
-    assert not trainer._fuses_loop_end()
+    assert not fuses_train_loop_end(trainer)
     assert trainer.train(2) == {} and calls == [1]
 
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher import loops
+from lite_launcher.trainer import fuses_train_loop_end
 
 import tiny
 
@@ -18,15 +19,12 @@ def test_train_loop_continues_its_iterator_and_restarts_on_a_new_dataset(tensor_
     def step(iterator):
         total.assign_add(next(iterator))
 
-    options = dict(use_tf_function=True, use_tf_while_loop=tensor_num_steps)
-    built = []
-
-    def build():
-        built.append(1)
-        return loops.make_train_loop(step, **options)
-
-    loop = loops.TrainLoop(build, tf.data.Dataset.range(100), tensor_num_steps=tensor_num_steps)
+    loop = loops.TrainLoop(tf.data.Dataset.range(100), tensor_num_steps=tensor_num_steps)
     assert loop.iterator is None and loop.loop_fn is None
+    with pytest.raises(RuntimeError, match="set_loop_fn"):
+        loop.run(1)
+    loop.set_loop_fn(loops.make_train_loop(step, use_tf_function=True,
+                                           use_tf_while_loop=tensor_num_steps))
     loop.run(3)  # 0 + 1 + 2
     loop.run(2)  # 3 + 4: the same iterator continues
     assert int(total.numpy()) == 10
@@ -34,7 +32,6 @@ def test_train_loop_continues_its_iterator_and_restarts_on_a_new_dataset(tensor_
     assert loop.iterator is None
     loop.run(2)  # 100 + 101: the new dataset, from the top
     assert int(total.numpy()) == 211
-    assert built == [1]  # the loop function is built once, on the first run
 
 
 @pytest.mark.parametrize("eval_tf_while_loop", [False, True])
@@ -42,31 +39,35 @@ def test_eval_loop_reads_from_the_top_and_folds_a_state(eval_tf_while_loop):
     def step(iterator):
         return next(iterator)
 
-    options = dict(use_tf_function=True, use_tf_while_loop=eval_tf_while_loop)
-    eval_loop = loops.EvalLoop(
-        lambda has_state: loops.make_eval_loop(step, has_state=has_state, **options),
-        in_graph=eval_tf_while_loop, scheduled=False)
+    def build(has_state):
+        return loops.make_eval_loop(step, has_state=has_state, use_tf_function=True,
+                                    use_tf_while_loop=eval_tf_while_loop)
+
+    eval_loop = loops.EvalLoop(in_graph=eval_tf_while_loop, scheduled=False)
+    stateful, stateless = build(True), build(False)
     dataset = tf.data.Dataset.range(10, 20)
     reduce_fn = lambda state, value: state + value  # noqa: E731
     for _ in range(2):  # each run starts at the dataset's first element
-        state = eval_loop.run(dataset, 4, state=tf.constant(0, tf.int64), reduce_fn=reduce_fn)
+        state = eval_loop.run(stateful, dataset, 4, state=tf.constant(0, tf.int64),
+                              reduce_fn=reduce_fn)
         assert int(state) == 10 + 11 + 12 + 13
-    # A stateless run after a stateful one rebuilds its loop function and returns no state.
-    assert eval_loop.run(dataset, 2) is None
+    assert eval_loop.run(stateless, dataset, 2) is None
 
 
 def test_eval_loop_of_fixed_length_refuses_minus_one_before_anything_runs():
-    eval_loop = loops.EvalLoop(lambda has_state: pytest.fail("built"), in_graph=True,
-                               scheduled=False)
+    eval_loop = loops.EvalLoop(in_graph=True, scheduled=False)
     with pytest.raises(ValueError, match="eval_tf_while_loop=True"):
         eval_loop.check_num_steps(-1)
+    with pytest.raises(ValueError, match="eval_tf_while_loop=True"):
+        eval_loop.run(lambda *args, **kwargs: pytest.fail("ran"), tf.data.Dataset.range(3), -1)
     eval_loop.check_num_steps(5)
-    loops.EvalLoop(None, in_graph=False, scheduled=False).check_num_steps(-1)
+    loops.EvalLoop(in_graph=False, scheduled=False).check_num_steps(-1)
 
 
 def test_trainer_loop_end_fusion_follows_its_documented_rule():
-    assert tiny.make_trainer()._fuses_loop_end()
-    assert not tiny.make_trainer(tiny.make_config(train_tf_while_loop=False))._fuses_loop_end()
+    assert fuses_train_loop_end(tiny.make_trainer())
+    assert not fuses_train_loop_end(
+        tiny.make_trainer(tiny.make_config(train_tf_while_loop=False)))
 
     class OwnLoopEnd(ll.Trainer):
         def train_loop_end(self):

@@ -124,9 +124,9 @@ def test_all_loop_variants_train_to_same_weights():
 def test_while_loop_without_tf_function_is_an_error():
     with pytest.raises(ll.ConfigError, match="train_tf_function"):
         tiny.make_trainer(tiny.make_config(train_tf_function=False, train_tf_while_loop=True))
-    with pytest.raises(ValueError, match="tf.function"):
-        loops.make_eval_loop(lambda it: None, use_tf_function=False, use_tf_while_loop=True,
-                             has_state=False)
+    with pytest.raises(ll.ConfigError, match="eval_tf_function"):
+        tiny.make_trainer(tiny.make_config(eval_tf_function=False, eval_tf_while_loop=True,
+                                           validation_steps=2))
 
 
 def test_tf_while_loop_needs_tensor_num_steps():

@@ -58,7 +58,8 @@ from lite_launcher.optimization.configs import (  # noqa: F401  (the public conf
 _LAZY = {
     **dict.fromkeys(
         ("OptimizerFactory", "OptimizerEntry", "OPTIMIZERS_CLS", "LR_CLS", "WARMUP_CLS",
-         "register_optimizer_cls", "register_learning_rate_cls", "register_warmup_cls"),
+         "register_optimizer_cls", "register_learning_rate_cls", "register_warmup_cls",
+         "optimizers_by_name", "create_optimizer_variables"),
         "optimizer_factory"),
     **dict.fromkeys(
         ("Offset", "PiecewiseConstantDecayWithOffset", "ExponentialDecayWithOffset",
@@ -73,8 +74,6 @@ _LAZY = {
     **dict.fromkeys(("FixedLossScaleOptimizer", "configure_loss_scale", "unwrap_loss_scale"),
                     "loss_scale"),
 }
-# The former private name, still used as `optimization._unwrap`.
-_ALIASES = {"_unwrap": ("loss_scale", "unwrap_loss_scale")}
 
 
 _SUBMODULES = ("optimizer_factory", "lr_schedule", "optimizers", "ema_optimizer", "loss_scale")
@@ -83,13 +82,13 @@ _SUBMODULES = ("optimizer_factory", "lr_schedule", "optimizers", "ema_optimizer"
 def __getattr__(name):
     if name in _SUBMODULES:  # `optimization.lr_schedule` before anything imported it
         return importlib.import_module(f"{__name__}.{name}")
-    module, attribute = _ALIASES.get(name, (_LAZY.get(name), name))
+    module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # The factory imports every Keras module, so each class is registered with Keras
     # serialization as soon as any of them is used.
     importlib.import_module(f"{__name__}.optimizer_factory")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 

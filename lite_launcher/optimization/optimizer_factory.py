@@ -3,7 +3,8 @@
 Table-driven as TFM's `optimizer_factory`: `OPTIMIZERS_CLS`, `LR_CLS` and `WARMUP_CLS` map a
 config `type` to what builds it, and `register_optimizer_cls`, `register_learning_rate_cls`
 and `register_warmup_cls` add a user's (the user also subclasses the config to add the
-field, as in TFM).
+field, as in TFM). `create_optimizer_variables` makes a built optimizer's slot and EMA
+variables before the first traced step.
 """
 
 from __future__ import annotations
@@ -295,3 +296,31 @@ class OptimizerFactory:
                                 f"{type(optimizer).__name__} ({optimizer!r}), not a Keras "
                                 f"optimizer.")
         return optimizer
+
+
+def optimizers_by_name(optimizer) -> Dict[str, object]:
+    """The optimizer(s) by name: `{"": opt}` for one, the entries of a dict or list of them
+    (a multi-optimizer Trainer subclass), `{}` for None."""
+    if optimizer is None:
+        return {}
+    if isinstance(optimizer, dict):
+        return dict(optimizer)
+    if isinstance(optimizer, (list, tuple)):
+        return {getattr(o, "name", None) or f"optimizer_{i}": o for i, o in enumerate(optimizer)}
+    return {"": optimizer}
+
+
+def create_optimizer_variables(optimizer, model) -> None:
+    """Creates the optimizer(s)' slot and EMA variables for `model`, now.
+
+    Call it eagerly in the strategy scope: under a MirroredStrategy a variable created inside
+    the replica context of a traced step fails. With `ema.trainable_weights_only: false` the
+    averages also cover the model's non-trainable variables (BatchNorm statistics).
+    """
+    trainable = model.trainable_variables if model is not None else []
+    if not trainable:
+        return
+    for each in optimizers_by_name(optimizer).values():
+        if isinstance(each, keras.optimizers.Optimizer) and not each.built:
+            each.build(trainable)
+        ema_optimizer.average_non_trainable_variables(each, model.non_trainable_variables)
