@@ -152,10 +152,11 @@ def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
-@tf.autograph.experimental.do_not_convert  # chosen at trace time; nothing to convert
 def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: bool,
                    default_strategy: bool):
     """The function a train step calls in place of `task.train_step`: the one XLA choice.
+
+    Chosen once, when the Trainer is built.
 
     | strategy (enable_xla=true)      | compiled with XLA                                |
     |---------------------------------|--------------------------------------------------|
@@ -172,7 +173,7 @@ def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: 
     """
     if not enable_xla:
         return task.train_step
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+    if _is_async(strategy):
         logging.warning("runtime.enable_xla has no effect with the parameter_server "
                         "strategy: XLA cannot access variables on the ps tasks.")
         return task.train_step

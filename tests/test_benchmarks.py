@@ -336,3 +336,28 @@ def test_vision_rows_give_both_launchers_the_same_overrides_with_summaries_every
     assert trainer["summary_interval"] == trainer["steps_per_loop"] == 10
     assert trainer["train_steps"] == 10 * (vision_rows.WARMUP_LOOPS + 3)
     assert trainer["checkpoint_interval"] == trainer["validation_interval"] == vision_rows.NEVER
+
+
+def test_ab_checkouts_reports_per_round_ratios_and_puts_each_checkout_first(monkeypatch):
+    import ab_checkouts  # pylint: disable=import-outside-toplevel
+
+    seen = []
+
+    def fake_measure_rows(side, workload, rows, smoke=False):
+        seen.append(os.environ["PYTHONPATH"])
+        speed = {"/a": 100.0, "/b": 110.0}[os.environ["PYTHONPATH"]] * (1 + len(seen) % 2)
+        return {row: {"steps_per_sec": speed} for row in rows}
+
+    monkeypatch.setattr(ab_checkouts.run, "measure_rows", fake_measure_rows)
+    monkeypatch.setattr(ab_checkouts, "_git_head", lambda checkout: checkout)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    ab_checkouts.main(["--a", "/a", "--b", "/b", "--workloads", "mock", "--rows", "train100",
+                       "--rounds", "2"])
+    # Alternating order: a, b in round 1, then b, a; PYTHONPATH restored afterwards.
+    assert seen == ["/a", "/b", "/b", "/a"] and "PYTHONPATH" not in os.environ
+    samples = [{"workload": "mock", "a": {"train100": {"steps_per_sec": a}},
+                "b": {"train100": {"steps_per_sec": b}}} for a, b in ((100, 110), (200, 180))]
+    summary = ab_checkouts.summarise(samples, ["train100"], ["mock"])["mock"]["train100"]
+    assert summary["median"] == pytest.approx((1.1 + 0.9) / 2)
+    assert (summary["min"], summary["max"]) == (pytest.approx(0.9), pytest.approx(1.1))
+    assert (summary["a"], summary["b"], summary["rounds"]) == (150, 145, 2)
