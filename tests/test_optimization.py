@@ -965,6 +965,36 @@ def test_ema_of_trainable_weights_only_leaves_batchnorm_statistics_alone():
         np.testing.assert_array_equal(v.numpy(), s)
 
 
+def test_ema_of_all_weights_skips_integer_state_such_as_dropout_seeds():
+    # Keras 3 keeps Dropout's int64 seed in non_trainable_variables; averaging it crashed
+    # (TypeError: Expected int64, but got 1.0). Only floating-point state is averaged.
+    import tiny  # pylint: disable=import-outside-toplevel
+    import lite_launcher as ll  # pylint: disable=import-outside-toplevel
+
+    class DropoutBatchNormTask(tiny.TinyTask):
+        def build_model(self):
+            return keras.Sequential([
+                keras.Input((tiny.NUM_FEATURES,)), keras.layers.Dense(5),
+                keras.layers.BatchNormalization(), keras.layers.Dropout(0.5, seed=3),
+                keras.layers.Dense(tiny.NUM_CLASSES)])
+
+    config = tiny.make_config(steps_per_loop=1, summary_interval=1)
+    config.trainer.optimizer_config.override({"ema": {"trainable_weights_only": False}})
+    task = DropoutBatchNormTask(config.task)
+    model = task.build_model()
+    assert any(not v.dtype.startswith("float") for v in model.non_trainable_variables)
+    trainer = ll.Trainer(config, task, model,
+                         task.create_optimizer(config.trainer.optimizer_config, config.runtime))
+    trainer.train(tf.constant(2))
+    seeds = [v.numpy().copy() for v in model.non_trainable_variables
+             if not v.dtype.startswith("float")]
+    trainer.swap_weights()
+    after = [v.numpy() for v in model.non_trainable_variables if not v.dtype.startswith("float")]
+    for s, a in zip(seeds, after):
+        np.testing.assert_array_equal(s, a)  # integer state is never swapped
+    trainer.swap_weights()
+
+
 def test_batchnorm_averages_are_saved_and_restored_with_the_checkpoint(tmp_path):
     trainer = _bn_ema_trainer()
     trainer.train(tf.constant(3))

@@ -49,6 +49,10 @@ class EMAScheduleMixin:
             return
         pairs = []
         for var in variables:
+            # Only floating-point state is averaged (BatchNorm statistics); Keras 3 also keeps
+            # integer state there (Dropout's int64 seed), which an average would break.
+            if not tf.as_dtype(var.dtype).is_floating:
+                continue
             average = self.add_variable_from_reference(var, name="non_trainable_average")
             average.assign(var)
             pairs.append((var, average))
