@@ -10,13 +10,16 @@ directory:
   missing index or a checksum mismatch shows), until one reads: that is the one to resume;
 - moves each newer checkpoint that does not read into `model_dir/corrupt/<time>/` (never
   deleting it), with one warning naming each and why. Moving them is needed: training resumes
-  at an older step and would write new checkpoints with those numbers over them;
+  at an older step and would write new checkpoints with those numbers over them. A probe that
+  cannot decide (the file system failed to answer, not the checkpoint to read) moves nothing:
+  training resumes from that checkpoint and its restore decides;
 - rewrites the `checkpoint` state file when it is unreadable (the bad one is moved aside too)
   or does not name the checkpoint to resume (e.g. a newer complete checkpoint whose state-file
   update failed), so the manager continues from the newest checkpoint that reads.
 
 When checkpoints exist and none reads, `NoReadableCheckpointError` (the driver exits 1 with
-one line naming model_dir and the files tried) and nothing is moved.
+one line naming model_dir and the files tried) and nothing is moved. Every path operation goes
+through `tf.io.gfile`, so this works on any file system TensorFlow supports (gs://, ...).
 """
 
 from __future__ import annotations
@@ -47,26 +50,49 @@ def _first_line(error: BaseException, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-def unreadable_reason(prefix: str) -> Optional[str]:
-    """Why the checkpoint `prefix` cannot be restored, or None when every tensor reads.
+# Errors that tell nothing about a checkpoint's bytes: the file system could not answer (an
+# operation it does not implement, a network hiccup, a timeout, no permission). A probe that
+# fails with one of them cannot decide, and must not move a checkpoint that may well be good.
+_UNDECIDED_ERRORS = (tf.errors.UnimplementedError, tf.errors.UnavailableError,
+                     tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+                     tf.errors.CancelledError, tf.errors.PermissionDeniedError,
+                     tf.errors.ResourceExhaustedError)
 
-    Reads each tensor once (checksums included), one at a time to bound memory.
-    """
+
+def _probe(prefix: str) -> Tuple[Optional[str], bool]:
+    """(why `prefix` does not read or None, whether the probe could decide)."""
     if not tf.io.gfile.exists(prefix + ".index"):
-        return "its .index file is missing"
+        return "its .index file is missing", True
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        # The reader of the prefix itself: `tf.train.load_checkpoint` first asks whether the
+        # prefix is a directory, which some file systems (ram://) answer yes for a prefix of
+        # file names, and then looks for a `checkpoint` file in it.
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
         dtypes = reader.get_variable_to_dtype_map()
         if not dtypes:
-            return "it holds no tensors"
+            return "it holds no tensors", True
         with tf.device("CPU:0"):
             for name, dtype in dtypes.items():
                 # RestoreV2 reads any dtype, variants (input iterator states) included.
                 tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name],
                                      shape_and_slices=[""], dtypes=[dtype])
-    except Exception as error:  # pylint: disable=broad-except  (any failure: it does not read)
-        return _first_line(error)
-    return None
+    except _UNDECIDED_ERRORS as error:
+        return _first_line(error), False
+    except (tf.errors.OpError, IndexError) as error:  # IndexError: a truncated data file
+        return _first_line(error), True
+    except Exception as error:  # pylint: disable=broad-except  (the probe's own limits)
+        return _first_line(error), False
+    return None, True
+
+
+def unreadable_reason(prefix: str) -> Optional[str]:
+    """Why the checkpoint `prefix` cannot be restored, or None when every tensor reads.
+
+    Reads each tensor once (checksums included), one at a time to bound memory. None also
+    when the probe cannot decide (the file system, not the checkpoint, failed to answer).
+    """
+    reason, decided = _probe(prefix)
+    return reason if decided else None
 
 
 def _checkpoints_on_disk(model_dir: str) -> Dict[int, List[str]]:
@@ -165,9 +191,12 @@ def prepare_model_dir(model_dir: str) -> Optional[str]:
     resume = None
     for number in numbers:
         prefix = os.path.join(model_dir, f"ckpt-{number}")
-        reason = (unreadable_reason(prefix) if number in on_disk
-                  else "listed in the checkpoint state file but missing on disk")
-        if reason is None:
+        reason, decided = (_probe(prefix) if number in on_disk
+                           else ("listed in the checkpoint state file but missing on disk", True))
+        if not decided:
+            logging.warning("Cannot tell whether checkpoint %s reads (%s): resuming from it; "
+                            "its restore decides.", prefix, reason)
+        if reason is None or not decided:
             resume = number
             break
         skipped.append((number, reason))

@@ -327,6 +327,7 @@ class Controller:
         self._step_tensors: Dict[int, tf.Tensor] = {}
 
         if checkpoint_manager is not None:
+            self._create_save_counter()
             try:
                 self.restore_checkpoint()
             except _UNREADABLE_CHECKPOINT_ERRORS as error:
@@ -583,6 +584,20 @@ class Controller:
         self._last_saved_step = step
         logging.info("Restored checkpoint %s (global step %d).", checkpoint_path, step)
         return checkpoint_path
+
+    def _create_save_counter(self) -> None:
+        """Creates the checkpoint's `save_counter` now, before any restore.
+
+        Otherwise `tf.train.Checkpoint.restore` creates it after reading and fills it from the
+        *oldest* restore queued for it: after a restore that failed part-way (a checkpoint
+        pruned or broken while it was read), the next restore of another checkpoint would read
+        the failed one's files again, and fail with its error (an evaluator then skipped an
+        intact checkpoint, naming the previous one).
+        """
+        checkpoint = self.checkpoint_manager.checkpoint
+        if isinstance(checkpoint, tf.train.Checkpoint):
+            with self.strategy.scope():  # As a save or a restore would create it.
+                checkpoint.save_counter  # pylint: disable=pointless-statement  (creates it)
 
     def save_checkpoint(self) -> Optional[str]:
         """Saves a checkpoint now, numbered by the global step (not waiting for async saves).

@@ -329,13 +329,16 @@ def serialize_config(params, model_dir: str) -> str:
       ModelDirWriteError: it cannot be written (the environment's failure: exit 1); no
         temporary file is left behind.
     """
+    import tensorflow as tf
+
     path = os.path.join(model_dir, "params.yaml")
     try:
-        os.makedirs(model_dir, exist_ok=True)
+        tf.io.gfile.makedirs(model_dir)  # Not os.makedirs: model_dir may be a URL (gs://...).
         params.save_yaml(path)  # Write then rename: a failed write leaves no temporary file.
-    except OSError as error:
+    except (OSError, tf.errors.OpError) as error:
+        detail = getattr(error, "strerror", None) or getattr(error, "message", None) or error
         raise ModelDirWriteError(f"Cannot write {path} (--model_dir {model_dir!r}): "
-                                 f"{error.strerror or error}.") from error
+                                 f"{detail}.") from error
     return path
 
 
@@ -469,6 +472,9 @@ def _main():
     if FLAGS.mode in ("eval", "continuous_eval") and not FLAGS.dry_run:
         check_eval_dir_writable(FLAGS.model_dir, params.trainer.validation_summary_subdir,
                                 FLAGS.mode)
+    if gin.config_is_locked():
+        # An earlier run() in this process (a notebook, a sweep) configured gin: start afresh.
+        gin.clear_config()
     try:
         gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_params)
     except SyntaxError as error:
@@ -548,6 +554,9 @@ def _flags_parser(argv):
         sys.stdout.write(driver_help())
         sys.stdout.flush()
         sys.exit(0)
+    # Flags absent from argv get their defaults, not the values of an earlier run() in this
+    # process (absl keeps parsed values, and a repeated multi-string flag would accumulate).
+    FLAGS.unparse_flags()
     try:
         return FLAGS(argv)
     except flags.Error as error:

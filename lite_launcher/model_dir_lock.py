@@ -9,7 +9,9 @@ A second trainer is refused with `ModelDirLockedError` (a `ConfigError`: the dri
 line and exits 2) naming the holder's pid and host (read from /proc/locks on Linux).
 Evaluation modes take no lock and are never refused; under multi-worker strategies only the
 chief locks. Caveat: on file systems without flock support (some NFS or FUSE mounts) the lock
-cannot be taken; that is logged, and two trainers are then not prevented.
+cannot be taken; that is logged, and two trainers are then not prevented. A model_dir given as
+a URL (gs://, s3://, hdfs://, ram://) is never locked (no OS lock spans an object store);
+that is logged once per model_dir and process.
 
 TensorFlow-free, so the driver can refuse a second trainer before importing TensorFlow.
 Holds are counted per process: the driver and `ExperimentRunner` may both hold one model_dir.
@@ -32,7 +34,8 @@ _log = logging.getLogger("absl")
 # realpath -> [descriptor, hold count]; a process never refuses itself.
 _held: Dict[str, list] = {}
 _held_guard = threading.Lock()
-
+# URL model_dirs whose missing lock was logged (once per model_dir and process).
+_unlocked_logged = set()
 
 
 def _key(model_dir: str) -> str:
@@ -83,6 +86,12 @@ def hold(model_dir: str, create: bool = False) -> bool:
       ModelDirLockedError: another process holds it.
     """
     if not lockable(model_dir):
+        with _held_guard:
+            if model_dir not in _unlocked_logged:
+                _unlocked_logged.add(model_dir)
+                _log.warning("model_dir %s is not on a local file system, so it is not locked: "
+                             "a second trainer on it would not be refused (run one trainer per "
+                             "model_dir; evaluators may share it).", model_dir)
         return False
     if create:
         os.makedirs(model_dir, exist_ok=True)

@@ -794,6 +794,35 @@ def test_evaluate_continuously_skips_a_truncated_checkpoint(tmp_path, absl_info)
                for m in messages(absl_info))
 
 
+def test_a_restore_that_failed_part_way_does_not_make_the_next_restore_read_its_files(
+        tmp_path, absl_info):
+    # The evaluator starts while ckpt-10 is broken after its object graph (its kernel bytes
+    # flipped), so its first restore fails part-way; then the trainer writes ckpt-20 and
+    # prunes ckpt-10 (max_to_keep=1). Restoring ckpt-20 must read ckpt-20's files only.
+    directory = str(tmp_path)
+    writer = CheckpointWriter(directory, max_to_keep=1)
+    first = writer.save(10)
+    (data_file,) = glob.glob(first + ".data-*")
+    with open(data_file, "rb") as f:
+        data = f.read()
+    kernel = np.full((3, 2), 10.0, np.float32).tobytes()
+    assert data.count(kernel) == 1
+    with open(data_file, "wb") as f:
+        f.write(data.replace(kernel, bytes(len(kernel))))
+    controller, evaluator = make_eval_controller(directory)
+    assert any(m.startswith(f"Could not restore the latest checkpoint in {directory}")
+               for m in messages(absl_info))
+    second = writer.save(20)
+    assert not glob.glob(first + ".*")  # pruned
+    absl_info.clear()
+    output = controller.evaluate_continuously(timeout=10, stop_at_step=20, poll_interval=0.01)
+    assert evaluator.steps_seen == [20]
+    assert output["kernel_sum"] == pytest.approx(120.0)
+    # Restored at the first attempt, and no message about ckpt-20 names ckpt-10.
+    warnings = messages(absl_info)
+    assert not [m for m in warnings if second in m], warnings
+
+
 def test_evaluate_all_skips_a_deleted_checkpoint_and_records_steps_for_a_restart(
         tmp_path, absl_info):
     ckpt_dir, eval_dir = str(tmp_path / "ckpt"), str(tmp_path / "eval")
