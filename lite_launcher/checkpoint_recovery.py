@@ -5,7 +5,9 @@ storage, the `checkpoint` state file left empty. `prepare_model_dir` runs once w
 trainer starts, holding the model_dir lock, before its `tf.train.CheckpointManager` reads the
 directory:
 
-- removes `checkpoint.tmp*` files left by an interrupted write of the state file;
+- removes `ckpt-<N>_temp/` folders and `checkpoint.tmp*` files left by an interrupted
+  checkpoint write (`remove_interrupted_writes`; the Controller also calls it when its own
+  save fails, so an exit on a full disk leaves none);
 - reads the checkpoints on disk, newest first, every tensor (so a truncated data file, a
   missing index or a checksum mismatch shows), until one reads: that is the one to resume;
 - moves each newer checkpoint that does not read into `model_dir/corrupt/<time>/` (never
@@ -124,8 +126,20 @@ def _read_state(model_dir: str) -> Tuple[Optional[object], Optional[str]]:
     return state, None
 
 
-def _remove_state_file_debris(model_dir: str) -> None:
-    for leftover in tf.io.gfile.glob(os.path.join(model_dir, STATE_FILE + ".tmp*")):
+def remove_interrupted_writes(directory: str) -> None:
+    """Deletes what a checkpoint write cut short leaves in `directory`.
+
+    TF writes a checkpoint's shards into `ckpt-<N>_temp/` before moving them into place, and
+    the state file as `checkpoint.tmp<hex>` before renaming it; a write that is killed or
+    fails (a full disk) leaves them behind for good. Only the chief trainer of a model_dir
+    writes checkpoints (it holds the lock), so when it starts, or when its own write has
+    just failed, any such file is debris.
+    """
+    for leftover in tf.io.gfile.glob(os.path.join(directory, "ckpt-*_temp")):
+        if tf.io.gfile.isdir(leftover):
+            logging.warning("Removing %s, left by an interrupted checkpoint write.", leftover)
+            tf.io.gfile.rmtree(leftover)
+    for leftover in tf.io.gfile.glob(os.path.join(directory, STATE_FILE + ".tmp*")):
         logging.warning("Removing %s, left by an interrupted write of the checkpoint state "
                         "file.", leftover)
         tf.io.gfile.remove(leftover)
@@ -170,7 +184,7 @@ def prepare_model_dir(model_dir: str) -> Optional[str]:
     """
     if not tf.io.gfile.isdir(model_dir):
         return None
-    _remove_state_file_debris(model_dir)
+    remove_interrupted_writes(model_dir)
     on_disk = _checkpoints_on_disk(model_dir)
     state, state_problem = _read_state(model_dir)
     listed = {}

@@ -36,6 +36,7 @@ from absl import logging
 
 from lite_launcher.base_config import ConfigError
 from lite_launcher import atomic_write
+from lite_launcher import checkpoint_recovery
 from lite_launcher.errors import CheckpointWriteError  # noqa: F401  (re-exported)
 from lite_launcher.summaries import SummaryManager, scalar
 
@@ -424,9 +425,8 @@ class Controller:
             logging.info(" eval | step: %6d | running %d steps of evaluation...", current, steps)
         else:
             logging.info(" eval | step: %6d | running complete evaluation...", current)
-        writer = self.eval_summary_manager.summary_writer()
         start = time.perf_counter()
-        with writer.as_default(step=self.global_step):
+        with _default_writer(self.eval_summary_manager, self.global_step):
             raw_output = self.evaluator.evaluate(self._steps_tensor(steps))
         elapsed = time.perf_counter() - start
         raw_output = raw_output if raw_output is not None else {}
@@ -642,8 +642,7 @@ class Controller:
 
     def _train_loop(self, num_steps: int, current: int):
         """Runs one inner loop; returns (output as NumPy values, global step after it)."""
-        writer = self.summary_manager.summary_writer()
-        with writer.as_default(step=self.global_step), \
+        with _default_writer(self.summary_manager, self.global_step), \
                 tf.summary.record_if(self._record_predicate):
             raw_output = self.trainer.train(self._steps_tensor(num_steps))
         step = self._read_step()
@@ -694,6 +693,12 @@ class Controller:
                                 options=self._checkpoint_options)
         except (tf.errors.OpError, OSError) as error:
             detail = " ".join((getattr(error, "message", None) or str(error)).split())
+            # No `ckpt-N_temp/` or `checkpoint.tmp<hex>` left behind by the failed write.
+            try:
+                checkpoint_recovery.remove_interrupted_writes(manager.directory)
+            except (tf.errors.OpError, OSError) as cleanup_error:
+                logging.warning("Could not remove the debris of the failed checkpoint write "
+                                "in %s: %s", manager.directory, cleanup_error)
             raise CheckpointWriteError(
                 f"Could not write the checkpoint of step {current} to {manager.directory}: "
                 f"{detail}. Earlier checkpoints are intact (latest: "
@@ -788,6 +793,17 @@ class Controller:
                 if number is not None and (newest_seen is None or number > newest_seen):
                     newest_seen = number
                 yield path
+
+
+def _default_writer(summary_manager, step):
+    """The manager's writer as the default one for summaries written inside the block.
+
+    Ours stops its summaries (one warning) when the flush on leaving fails; another
+    (Orbit-interface) manager's writer is used as is.
+    """
+    if isinstance(summary_manager, SummaryManager):
+        return summary_manager.as_default(step=step)
+    return summary_manager.summary_writer().as_default(step=step)
 
 
 def _restore_for_evaluation(checkpoint, strategy, path: str, retry_after: float) -> bool:

@@ -62,19 +62,6 @@ class _NonChiefCheckpointManager(tf.train.CheckpointManager):
         return latest
 
 
-def _remove_interrupted_checkpoint_writes(model_dir: str) -> None:
-    """Deletes `ckpt-<N>_temp/` folders left by a checkpoint write that was killed.
-
-    TF writes a checkpoint's shards there before moving them into place; a process killed
-    mid-write leaves the folder behind for good. Only the chief trainer of a model_dir writes
-    checkpoints, so at its start any such folder is stale.
-    """
-    for leftover in tf.io.gfile.glob(os.path.join(model_dir, "ckpt-*_temp")):
-        if tf.io.gfile.isdir(leftover):
-            logging.warning("Removing %s, left by an interrupted checkpoint write.", leftover)
-            tf.io.gfile.rmtree(leftover)
-
-
 def _release_model_dir_holds(holds: List[str]) -> None:
     while holds:
         model_dir_lock.release(holds.pop())
@@ -178,8 +165,8 @@ class ExperimentRunner:
             strategy_lib.worker_save_dir(self._model_dir, self.strategy))
         if directory == self._model_dir:
             if mode_trains(self._mode):
-                _remove_interrupted_checkpoint_writes(self._model_dir)
-                # Resume from the newest checkpoint that reads (broken newer ones moved aside).
+                # Resume from the newest checkpoint that reads (broken newer ones moved aside,
+                # debris of interrupted writes removed).
                 checkpoint_recovery.prepare_model_dir(self._model_dir)
             return tf.train.CheckpointManager(
                 self._trainer.checkpoint, directory=self._model_dir,

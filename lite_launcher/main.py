@@ -468,7 +468,9 @@ def _main():
         from lite_launcher import registry
         print("\n".join(registry.registered_experiments()))
         return
-    params = parse_configuration(FLAGS)
+    # Printed once every check of the input has passed (in before_run below): a bad input
+    # gets its one line, not the whole config before it.
+    params = parse_configuration(FLAGS, print_return=False)
     if FLAGS.mode in ("eval", "continuous_eval") and not FLAGS.dry_run:
         check_eval_dir_writable(FLAGS.model_dir, params.trainer.validation_summary_subdir,
                                 FLAGS.mode)
@@ -508,7 +510,12 @@ def _main():
     if params.runtime.deterministic_ops:
         configure_determinism()
 
+    printed = []
+
     def before_run():
+        if not printed:
+            printed.append(True)
+            logging.info("Final experiment parameters:\n%s", params.to_yaml())
         if modes.mode_trains(mode) and chief:
             model_dir_lock.hold(model_dir, create=True)  # A fresh model_dir is locked now.
             serialize_config(params, model_dir)
@@ -554,9 +561,12 @@ def _flags_parser(argv):
         sys.stdout.write(driver_help())
         sys.stdout.flush()
         sys.exit(0)
-    # Flags absent from argv get their defaults, not the values of an earlier run() in this
-    # process (absl keeps parsed values, and a repeated multi-string flag would accumulate).
-    FLAGS.unparse_flags()
+    # The driver's flags absent from argv get their defaults, not the values of an earlier
+    # run() in this process (absl keeps parsed values; a multi-string flag would accumulate).
+    # absl's own flags are left alone: resetting --verbosity resets the log level.
+    module = FLAGS.find_module_defining_flag("experiment")
+    for flag in FLAGS.flags_by_module_dict().get(module, ()):
+        flag.unparse()
     try:
         return FLAGS(argv)
     except flags.Error as error:

@@ -22,10 +22,17 @@ called, when `FLUSH_SECONDS` have passed since the last write, or at `MAX_PENDIN
 events hold the same tags, steps and values as eager `scalar` writes, one event per value;
 their wall time is that of the batch write, at most `FLUSH_SECONDS` late. The Controller
 flushes at checkpoints, evaluations and the end of each train call (also when it raises).
+
+A summary directory that cannot be written (a full disk, a file-size limit, no permission, a
+store that fails) does not end the run: the first failed write or flush logs one warning
+naming the directory and the error, and the manager writes nothing more (`enabled` turns
+False, `summary_writer()` gives the no-op writer). Summaries are a record of the run, not its
+state: checkpoints, which a restart needs, are written (or fail loudly) as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Mapping
@@ -33,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from tensorflow.core.framework import summary_pb2
 
@@ -49,6 +57,14 @@ MAX_PENDING = 1000
 # Compiled writers kept per manager (one per set of written names): outputs whose names change
 # at every call would otherwise trace forever; beyond this they are written eagerly.
 _MAX_COMPILED_WRITERS = 16
+# What a file system that cannot take more raises from a summary write or flush: ENOSPC
+# (ResourceExhausted), EFBIG (OutOfRange), EACCES, a vanished directory, a failing remote store.
+# A malformed value (InvalidArgument) is the caller's mistake and still raises.
+WRITE_ERRORS = (tf.errors.ResourceExhaustedError, tf.errors.OutOfRangeError,
+                tf.errors.PermissionDeniedError, tf.errors.NotFoundError,
+                tf.errors.DataLossError, tf.errors.UnavailableError,
+                tf.errors.DeadlineExceededError, tf.errors.AbortedError, tf.errors.UnknownError,
+                OSError)
 
 
 def scalar(name: str, data, step=None):
@@ -97,6 +113,7 @@ class SummaryManager:
         self._pending_values: List[List[Any]] = []
         self._pending_steps: List[int] = []
         self._last_write = time.monotonic()
+        self._failure: Optional[BaseException] = None  # The write error that stopped it.
 
     @property
     def summary_dir(self) -> Optional[str]:
@@ -104,8 +121,50 @@ class SummaryManager:
 
     @property
     def enabled(self) -> bool:
-        """Whether summaries are written to disk (a `summary_dir` was given)."""
-        return self._summary_dir is not None
+        """Whether summaries are written to disk (a `summary_dir` was given, and no write to
+        it has failed)."""
+        return self._summary_dir is not None and self._failure is None
+
+    @property
+    def failure(self) -> Optional[BaseException]:
+        """The write error that stopped this manager's summaries, or None."""
+        return self._failure
+
+    def _stop(self, error: BaseException) -> None:
+        """After a failed write or flush: one warning; from now on every write is dropped."""
+        if self._failure is None:
+            logging.warning(
+                "Could not write summaries to %s (%s); no more summaries are written there, "
+                "and the run goes on (checkpoints are written as before).", self._summary_dir,
+                _write_error_detail(error, self._summary_dir))
+        self._failure = error
+        self._pending_names, self._pending_values, self._pending_steps = None, [], []
+        self._writers.clear()
+        self._compiled.clear()
+
+    @contextlib.contextmanager
+    def _stop_on_write_error(self):
+        try:
+            yield
+        except WRITE_ERRORS as error:
+            self._stop(error)
+
+    @contextlib.contextmanager
+    def as_default(self, step=None):
+        """`summary_writer().as_default(step)` for the summaries written inside the block.
+
+        Leaving the block flushes the writer; a flush that fails stops this manager's
+        summaries (one warning) instead of raising. An error of the block itself propagates.
+        """
+        finished = False
+        try:
+            with self.summary_writer().as_default(step=step):
+                yield
+                finished = True
+        except WRITE_ERRORS as error:
+            if not finished:
+                raise
+            self._stop(error)
 
     def summary_writer(self, relative_path: str = ""):
         """Returns the writer for `summary_dir/relative_path`, creating it on first call.
@@ -116,13 +175,15 @@ class SummaryManager:
         writer = self._writers.get(relative_path)
         if writer is not None:
             return writer
-        if self._summary_dir is None:
-            if self._noop_writer is None:
-                self._noop_writer = tf.summary.create_noop_writer()
-            return self._noop_writer
-        writer = tf.summary.create_file_writer(os.path.join(self._summary_dir, relative_path))
-        self._writers[relative_path] = writer
-        return writer
+        if self.enabled:
+            with self._stop_on_write_error():  # Creating it makes its directory.
+                writer = tf.summary.create_file_writer(
+                    os.path.join(self._summary_dir, relative_path))
+                self._writers[relative_path] = writer
+                return writer
+        if self._noop_writer is None:
+            self._noop_writer = tf.summary.create_noop_writer()
+        return self._noop_writer
 
     def write_summaries(self, summary_dict: Mapping, step: Optional[int] = None) -> None:
         """Writes each leaf of `summary_dict` with `summary_fn`; nested dicts become sub-dirs.
@@ -137,16 +198,19 @@ class SummaryManager:
           step: The step to write them at (an int the caller already has, which saves reading
             the step variable); default: the manager's `global_step` now.
         """
-        if self._summary_dir is None:
+        if not self.enabled:
             return
         if self._summary_fn is scalar and self._queue(summary_dict, step):
             return
         self._write_pending()  # Keeps the events in call order.
+        if not self.enabled:
+            return
         if step is None:
             step = self._global_step
             if step is None:
                 step = tf.summary.experimental.get_step()
-        self._write(summary_dict, "", step)
+        with self._stop_on_write_error():
+            self._write(summary_dict, "", step)
 
     def _queue(self, summary_dict: Mapping, step: Optional[int]) -> bool:
         """Queues a dict of real scalars; False (nothing queued) if it is not one."""
@@ -170,6 +234,8 @@ class SummaryManager:
         names = tuple(leaves)
         if names != self._pending_names:
             self._write_pending()
+            if not self.enabled:
+                return True  # Dropped: a write failed and summaries stopped.
             if names not in self._compiled and len(self._compiled) >= _MAX_COMPILED_WRITERS:
                 return False
             self._pending_names = names
@@ -182,17 +248,19 @@ class SummaryManager:
 
     def _write_pending(self) -> None:
         """Writes the queued rows in one graph call (which also flushes their writers)."""
-        if not self._pending_steps:
+        if not self._pending_steps or not self.enabled:
+            self._pending_values, self._pending_steps = [], []
             return
-        names = self._pending_names
-        write = self._compiled.get(names)
-        if write is None:
-            write = self._compiled[names] = self._compile(names)
-        values = tf.constant(np.array(self._pending_values, dtype=np.float32))
-        steps = tf.constant(np.array(self._pending_steps, dtype=np.int64))
-        self._pending_values, self._pending_steps = [], []
-        write([values, steps])
-        self._last_write = time.monotonic()
+        with self._stop_on_write_error():
+            names = self._pending_names
+            write = self._compiled.get(names)
+            if write is None:
+                write = self._compiled[names] = self._compile(names)
+            values = tf.constant(np.array(self._pending_values, dtype=np.float32))
+            steps = tf.constant(np.array(self._pending_steps, dtype=np.int64))
+            self._pending_values, self._pending_steps = [], []
+            write([values, steps])
+            self._last_write = time.monotonic()
 
     def _compile(self, names: Tuple[Tuple[str, str], ...]) -> Callable:
         """Returns `write([values, steps])`: row r's `values[r, i]` as `names[i]` at `steps[r]`."""
@@ -242,8 +310,19 @@ class SummaryManager:
     def flush(self) -> None:
         """Writes the queued summaries and flushes every writer created so far."""
         self._write_pending()
-        for writer in self._writers.values():
-            writer.flush()
+        with self._stop_on_write_error():
+            for writer in list(self._writers.values()):
+                writer.flush()
+
+
+def _write_error_detail(error: BaseException, directory: Optional[str]) -> str:
+    """The line of a write error that names the file and the cause (e.g. '...; File too
+    large'), without TF's graph-execution preamble."""
+    text = getattr(error, "message", None) or str(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    named = [line for line in lines if directory and directory in line]
+    detail = (named or lines or [""])[0]
+    return f"{type(error).__name__}: {detail}"
 
 
 
