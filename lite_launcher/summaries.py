@@ -58,10 +58,12 @@ MAX_PENDING = 1000
 # at every call would otherwise trace forever; beyond this they are written eagerly.
 _MAX_COMPILED_WRITERS = 16
 # What a file system that cannot take more raises from a summary write or flush: ENOSPC
-# (ResourceExhausted), EFBIG (OutOfRange), EACCES, a vanished directory, a failing remote store.
-# A malformed value (InvalidArgument) is the caller's mistake and still raises.
+# (ResourceExhausted), EFBIG (OutOfRange), EACCES, a file where a directory should be
+# (FailedPrecondition), a vanished directory, a failing remote store. A malformed value
+# (InvalidArgument) is the caller's mistake and still raises.
 WRITE_ERRORS = (tf.errors.ResourceExhaustedError, tf.errors.OutOfRangeError,
-                tf.errors.PermissionDeniedError, tf.errors.NotFoundError,
+                tf.errors.PermissionDeniedError, tf.errors.FailedPreconditionError,
+                tf.errors.NotFoundError,
                 tf.errors.DataLossError, tf.errors.UnavailableError,
                 tf.errors.DeadlineExceededError, tf.errors.AbortedError, tf.errors.UnknownError,
                 OSError)

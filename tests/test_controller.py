@@ -555,6 +555,44 @@ def test_a_failing_summary_flush_does_not_hide_the_error_of_the_loop(tmp_path, a
         controller.train(2)
 
 
+@pytest.mark.parametrize("failure", ["directory_blocked_by_a_file", "disk_full_on_write"])
+def test_summaries_that_cannot_be_written_stop_with_one_warning_and_training_goes_on(
+        tmp_path, absl_info, failure):
+    global_step, model = make_step(), make_model()
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a regular file where the summary directory's parent should be\n")
+    summary_dir = str(blocker / "train")
+    summary_fn = summaries.scalar
+    if failure == "disk_full_on_write":
+        summary_dir = str(tmp_path / "train")
+        calls = []
+
+        def summary_fn(name, value, step=None):  # the third write finds the disk full
+            calls.append(name)
+            if len(calls) >= 3:
+                raise tf.errors.ResourceExhaustedError(None, None, f"{summary_dir}/events: No "
+                                                       "space left on device")
+            return summaries.scalar(name, value, step=step)
+
+    manager = SummaryManager(summary_dir, summary_fn, global_step=global_step)
+    controller = Controller(global_step=global_step, trainer=ModelTrainer(global_step, model),
+                            steps_per_loop=2, summary_manager=manager,
+                            checkpoint_manager=make_manager(str(tmp_path / "ckpt"), global_step,
+                                                            model, interval=4))
+    controller.train(10)
+    assert int(global_step.numpy()) == 10
+    assert saved_steps(str(tmp_path / "ckpt")) == [2, 6, 10]  # checkpoints go on
+    stopped = [m for m in messages(absl_info) if m.startswith("Could not write summaries")]
+    assert len(stopped) == 1, stopped
+    expected = ("FailedPreconditionError" if failure == "directory_blocked_by_a_file"
+                else "ResourceExhaustedError")
+    assert stopped[0].startswith(f"Could not write summaries to {summary_dir} ({expected}: ")
+    assert not manager.enabled and isinstance(manager.failure, tf.errors.OpError)
+    if failure == "disk_full_on_write":
+        assert len(calls) == 3  # nothing written after the failure
+        assert [step for step, _ in read_scalars(summary_dir)["kernel_mean"]] == [2]
+
+
 @pytest.mark.parametrize("flush_seconds, max_pending, batches", [
     (0.0, 1000, [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4]]),  # timer due at every write
     (1e9, 2, [[], [1, 2], [1, 2], [1, 2, 3, 4]]),  # a batch every 2 rows

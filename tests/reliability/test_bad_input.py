@@ -212,6 +212,8 @@ def test_bad_input_is_one_line_exit_2_and_model_dir_untouched(results, row):
     assert lines and lines[-1].startswith(ERROR_PREFIX), stderr[-3000:]
     errors = [line for line in lines if line.startswith(ERROR_PREFIX)]
     assert errors == [lines[-1]]  # exactly one error line, and it is the last line
+    # Checked before anything is printed: no config dump before the error.
+    assert "Final experiment parameters" not in stderr
     for text in row.expect:
         assert text in lines[-1], f"{text!r} not in {lines[-1]!r}"
     assert completed.stdout == ""

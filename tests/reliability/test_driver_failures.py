@@ -102,6 +102,7 @@ def test_eval_on_a_read_only_model_dir_is_one_line_exit_2(results):
     completed = outcome["eval_on_a_read_only_model_dir"]
     assert completed.returncode == 2, completed.stderr[-3000:]
     assert "Traceback" not in completed.stderr
+    assert "Final experiment parameters" not in completed.stderr  # checked before printing
     last = completed.stderr.strip().splitlines()[-1]
     assert last == (f"{ERROR_PREFIX}--mode eval writes its summaries to "
                     f"{os.path.join(trained, 'validation')}, which cannot be written (no write "

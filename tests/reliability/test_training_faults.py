@@ -128,6 +128,9 @@ def test_a_full_disk_is_a_clear_error_naming_the_path_and_the_last_checkpoint_su
     after = {name: entry for name, entry in snapshot(model_dir).items()
              if name.startswith("ckpt-10") or name == "checkpoint"}
     assert after == before
+    # The failed write's temporary files are gone (TF leaves `ckpt-20_temp/` behind).
+    assert not [name for name in os.listdir(model_dir)
+                if name.endswith("_temp") or ".tmp" in name], os.listdir(model_dir)
     assert tf.train.latest_checkpoint(model_dir) == good
     assert int(read_checkpoint(good)["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == 10
 
