@@ -423,6 +423,8 @@ def _exit_on_sigterm(signum, frame):  # pylint: disable=unused-argument
 
 def main(argv):
     """Runs the driver with parsed FLAGS; user errors exit 2 with one line."""
+    # An earlier run() in this process that ended in an error silenced logging for its exit.
+    std_logging.disable(std_logging.NOTSET)
     if len(argv) > 1:
         _user_error(f"unexpected arguments {argv[1:]}; every option is a --flag.")
     # The preemption action puts its own handler in place while training and this one back

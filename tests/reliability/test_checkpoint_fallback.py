@@ -162,9 +162,9 @@ def test_when_no_checkpoint_reads_it_is_one_line_exit_1_and_nothing_is_touched(r
 def test_a_full_disk_while_the_state_file_is_written_names_the_checkpoint_the_restart_uses(
         tmp_path, monkeypatch, caplog):
     """The checkpoint of step 20 is written, then the disk fills while the state file is: the
-    error names ckpt-20 as the latest, the restart resumes from ckpt-20 and removes the
-    half-written temporary state file. (The failure is injected where TensorFlow writes the
-    state file; everything else is real.)"""
+    error names ckpt-20 as the latest, the half-written temporary state file is removed
+    before the exit, and the restart resumes from ckpt-20. (The failure is injected where
+    TensorFlow writes the state file; everything else is real.)"""
     import logging
 
     from tensorflow.python.checkpoint import checkpoint_management
@@ -184,21 +184,22 @@ def test_a_full_disk_while_the_state_file_is_written_names_the_checkpoint_the_re
 
     monkeypatch.setattr(checkpoint_management.file_io, "atomic_write_string_to_file",
                         write_state)
+    caplog.set_level(logging.INFO)
     with pytest.raises(CheckpointWriteError) as raised:
         train_mock(model_dir, 30)
     message = str(raised.value)
     assert "No space left on device" in message
     assert f"latest: {os.path.join(model_dir, 'ckpt-20')}" in message
     assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-10")  # the stale state file
-    assert glob.glob(os.path.join(model_dir, "checkpoint.tmp*"))
+    # Removed by the failed save itself: an exit on a full disk leaves no temporary file.
+    assert "checkpoint.tmp0123abcd, left by an interrupted write" in caplog.text
+    assert not glob.glob(os.path.join(model_dir, "checkpoint.tmp*"))
 
     monkeypatch.setattr(checkpoint_management.file_io, "atomic_write_string_to_file",
                         real_write)
-    caplog.set_level(logging.INFO)
+    caplog.clear()
     train_mock(model_dir, 30)
     log = caplog.text
     assert f"Restored checkpoint {os.path.join(model_dir, 'ckpt-20')} (global step 20)" in log
-    assert "checkpoint.tmp0123abcd, left by an interrupted write" in log
-    assert not glob.glob(os.path.join(model_dir, "checkpoint.tmp*"))
     assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, "ckpt-30")
     assert checkpoint_global_step(os.path.join(model_dir, "ckpt-30")) == 30

@@ -89,7 +89,10 @@ def test_every_mode_on_a_ram_model_dir_writes_there_only(driver, caplog, tmp_pat
                                      "train/events", *_checkpoint_files(5, 10)}
     assert os.listdir(tmp_path) == []
 
-    # resume: a second run() in this process continues from ckpt-10 (the probe reads it).
+    # A run() with a bad input in between: one line, exit 2, and it silences nothing after.
+    assert run("--experiment=mock", "--mode=trian", f"--model_dir={model_dir}") == 2
+
+    # resume: another run() in this process continues from ckpt-10 (the probe reads it).
     assert run("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
                f"--params_override=trainer.train_steps=20,{_OVERRIDE}") == 0
     info = _messages(caplog, logging.INFO)
