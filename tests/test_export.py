@@ -172,13 +172,15 @@ FRESH_SERVER = textwrap.dedent("""
     import tensorflow as tf
     root = sys.argv[1]
     inputs = np.load(os.path.join(root, "inputs.npz"), allow_pickle=True)
-    outputs = {}
+    outputs, loaded = {}, {}
     for key in inputs.files:
         experiment, signature = key.split("__")
-        loaded = tf.saved_model.load(os.path.join(root, experiment + "_export", "saved_model"))
+        if experiment not in loaded:
+            loaded[experiment] = tf.saved_model.load(
+                os.path.join(root, experiment + "_export", "saved_model"))
         x = inputs[key]
         x = tf.constant(list(x)) if x.dtype == object else tf.constant(x)
-        for name, value in loaded.signatures[signature](inputs=x).items():
+        for name, value in loaded[experiment].signatures[signature](inputs=x).items():
             outputs[key + "__" + name] = value.numpy()
     np.savez(os.path.join(root, "outputs.npz"), **outputs)
     assert not [m for m in sys.modules if m.startswith("lite_launcher")]
@@ -254,7 +256,7 @@ def test_export_dir_has_tfm_layout(trained):
 def test_ema_exports_the_averages_from_a_checkpoint_and_from_the_best_checkpoint(tmp_path):
     params = ll.get_exp_config("digits_mlp")
     params.override({"trainer": {
-        "train_steps": 6, "steps_per_loop": 3, "checkpoint_interval": 6,
+        "train_steps": 6, "steps_per_loop": 3, "summary_interval": 3, "checkpoint_interval": 6,
         "validation_interval": 6, "best_checkpoint_export_subdir": "best",
         "best_checkpoint_eval_metric": "accuracy", "best_checkpoint_metric_comp": "higher",
         "optimizer_config": {"ema": {"average_decay": 0.9, "dynamic_decay": False}}}})
@@ -271,24 +273,23 @@ def test_ema_exports_the_averages_from_a_checkpoint_and_from_the_best_checkpoint
     x = np.random.default_rng(2).uniform(0, 1, (4, 8, 8)).astype(np.float32)
     expected = averaged(x, training=False).numpy()
     assert np.abs(expected - raw_model(x, training=False).numpy()).max() > 1e-3
-    for source in ("model", "best"):
+    for source in ("model", "model/best"):  # a model_dir, and its best-checkpoint subdir
         saved = ll.export_saved_model(params, str(tmp_path / source),
-                                      str(tmp_path / f"export_{source}"))
+                                      str(tmp_path / "export" / source))
         served = tf.saved_model.load(saved).signatures["serving_default"](inputs=x)["outputs"]
         np.testing.assert_allclose(served.numpy(), expected, atol=1e-5, err_msg=source)
 
 
-def test_export_at_another_image_size_serves_the_same_weights(trained, records):
+def test_serving_at_another_image_size_uses_the_trained_weights(trained, records):
     params = resnet_params(records.path)
-    saved = ll.export_saved_model(params, str(trained.root / "resnet"),
-                                  str(trained.root / "resnet_40"), input_type="tflite",
-                                  input_image_size=[40, 40])
-    task = ll.get_task(params.task.replace(model={"input_size": [40, 40, 3]}))
-    reference = task.build_model()
+    task = ll.get_task(params.task)
+    fn, spec = task.build_serving_fn(trained.resnet_model, "tflite", input_image_size=[40, 40])
+    assert spec.shape.as_list() == [None, 40, 40, 3]
+    reference = ll.get_task(params.task.replace(model={"input_size": [40, 40, 3]})).build_model()
     reference.set_weights(trained.resnet_model.get_weights())
     x = np.random.default_rng(3).normal(size=(2, 40, 40, 3)).astype(np.float32)
-    served = tf.saved_model.load(saved).signatures["serving_default"](inputs=x)["logits"]
-    np.testing.assert_allclose(served.numpy(), reference(x, training=False).numpy(), atol=1e-5)
+    np.testing.assert_allclose(fn(tf.constant(x))["logits"].numpy(),
+                               reference(x, training=False).numpy(), atol=1e-5)
 
 
 def test_log_model_flops_and_params(trained):
@@ -317,16 +318,14 @@ def _flags(**values):
     return types.SimpleNamespace(**{**defaults, **values})
 
 
-def test_cli_bad_input_type_is_one_line_exit_2_and_writes_nothing(trained):
-    export_dir = trained.root / "never"
-    result = lite_export("--experiment", "digits_mlp", "--checkpoint_path",
-                         trained.root / "digits", "--export_dir", export_dir, "--input_type",
-                         "image_bytes", expect_rc=2)
-    assert result.stderr.strip().splitlines()[-1] == (
-        "lite-export: error: --input_type 'image_bytes' is not served by "
-        "DigitsClassificationTask; valid: tensor.")
-    assert not export_dir.exists()
-    assert not [p for p in os.listdir(trained.root) if ".tmp-" in p]
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    export_dir = tmp_path / "never"
+    result = lite_export("--experiment", "digits_mlp", "--checkpoint_path", tmp_path,
+                         "--export_dir", export_dir, "--input_image_size", "224", expect_rc=2)
+    assert result.stderr.strip().splitlines() == [
+        "lite-export: error: --input_image_size '224' must be two positive integers, "
+        "height,width (e.g. 224,224)."]
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("change, message", [
@@ -341,6 +340,11 @@ def test_cli_bad_input_type_is_one_line_exit_2_and_writes_nothing(trained):
     (dict(function_keys="tensor"), "must be distinct 'input_type:signature_name' pairs"),
     (dict(batch_size=0), "--batch_size (0) must be a positive integer"),
     (dict(params_override="trainer.nope=1"), "nope"),
+    (dict(input_type="image_bytes"), "--input_type 'image_bytes' is not served by "
+                                     "DigitsClassificationTask; valid: tensor."),
+    (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE, input_type="tensor",
+          checkpoint_path="{root}/resnet"), "valid: image_tensor, image_bytes, tf_example, "
+                                            "serve_examples, tflite"),
 ])
 def test_bad_input_is_a_config_error_and_writes_nothing(trained, change, message):
     values = dict(checkpoint_path="{root}/digits", export_dir="{root}/bad_export")
