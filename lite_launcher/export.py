@@ -33,6 +33,7 @@ export leaves no partial one (for local paths; gs:// and other schemes are writt
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import types
@@ -44,7 +45,8 @@ from absl import logging
 
 from lite_launcher import atomic_write
 from lite_launcher import main as driver
-from lite_launcher.errors import ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError
+from lite_launcher.errors import (ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError,
+                                  NoReadableCheckpointError)
 
 FLAGS = flags.FLAGS
 PROG = "lite-export"
@@ -93,7 +95,8 @@ def define_flags() -> None:
            "model_flops.txt (FLOPs of one image) into export_dir.")
     define("string", "function_keys", "", "Several signatures in one SavedModel: "
            "'input_type:signature_name,...', e.g. "
-           "'tf_example:serving_default,image_tensor:serving_image_tensor'.")
+           "'tf_example:serving_default,image_tensor:serving_image_tensor' (without a "
+           "serving_default, Keras names the first one so too).")
     define("multi_string", "registry_imports", None, "Modules to import that register "
            "experiments and tasks (repeatable).")
 
@@ -193,9 +196,9 @@ def _read(checkpoint, prefix: str, what: str) -> None:
         detail = " ".join(str(error).split())[:300]
         raise ConfigError(f"--checkpoint_path {prefix!r} does not fit the experiment's "
                           f"{what} (another model or config?): {detail}") from error
-    except tf.errors.OpError as error:
-        raise ConfigError(f"--checkpoint_path {prefix!r} cannot be read: "
-                          f"{error.message.splitlines()[0]}") from error
+    except tf.errors.OpError as error:  # truncated or corrupt files: as lite-train, exit 1
+        raise NoReadableCheckpointError(f"--checkpoint_path {prefix!r} cannot be read: "
+                                        f"{error.message.splitlines()[0]}") from error
 
 
 def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:
@@ -205,6 +208,7 @@ def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:
 
     Raises:
       ConfigError: the checkpoint does not fit the model (or, with EMA, holds no averages).
+      NoReadableCheckpointError: its files cannot be read (truncated, corrupt).
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
@@ -237,14 +241,10 @@ def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:
 
 
 def _write_model_params(model, path: str) -> int:
-    total = 0
-    lines = []
+    total, lines = 0, []
     for variable in model.variables:
         shape = [int(d) for d in variable.shape]
-        count = 1
-        for d in shape:
-            count *= d
-        total += count
+        total += math.prod(shape)
         lines.append(f"{variable.path} {shape}")
     atomic_write.write_text(path, "\n".join(lines) + f"\n\nTotal params: {total}\n")
     return total
@@ -305,6 +305,7 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
 
     Raises:
       ConfigError: bad input; nothing is written.
+      NoReadableCheckpointError: the checkpoint's files cannot be read; nothing is written.
       ModelDirWriteError: the export could not be written; no partial export is left.
     """
     import keras  # pylint: disable=import-outside-toplevel
@@ -316,6 +317,9 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
         raise ConfigError(f"--batch_size ({batch_size}) must be a positive integer (or left "
                           f"out: any batch size).")
     check_export_dir(export_dir, export_saved_model_subdir, export_checkpoint_subdir)
+    local = "://" not in export_dir
+    if local:
+        export_dir = os.path.normpath(export_dir)
     prefix = resolve_checkpoint(checkpoint_path)
     task = registry.get_task(params.task)
     if function_keys:
@@ -329,8 +333,7 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
                                            input_image_size=input_image_size)
                for key, name in signatures.items()}
 
-    local = "://" not in export_dir
-    staging = atomic_write.temporary_path(export_dir.rstrip("/")) if local else export_dir
+    staging = atomic_write.temporary_path(export_dir) if local else export_dir
     saved_model_dir = os.path.join(staging, export_saved_model_subdir)
     try:
         archive = keras.export.ExportArchive()

@@ -273,7 +273,8 @@ def test_ema_exports_the_averages_from_a_checkpoint_and_from_the_best_checkpoint
     x = np.random.default_rng(2).uniform(0, 1, (4, 8, 8)).astype(np.float32)
     expected = averaged(x, training=False).numpy()
     assert np.abs(expected - raw_model(x, training=False).numpy()).max() > 1e-3
-    for source in ("model", "model/best"):  # a model_dir, and its best-checkpoint subdir
+    # A model_dir, its best-checkpoint subdir, and an export's checkpoint (model only).
+    for source in ("model", "model/best", "export/model/checkpoint"):
         saved = ll.export_saved_model(params, str(tmp_path / source),
                                       str(tmp_path / "export" / source))
         served = tf.saved_model.load(saved).signatures["serving_default"](inputs=x)["outputs"]
@@ -340,6 +341,8 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     (dict(function_keys="tensor"), "must be distinct 'input_type:signature_name' pairs"),
     (dict(batch_size=0), "--batch_size (0) must be a positive integer"),
     (dict(params_override="trainer.nope=1"), "nope"),
+    (dict(params_override="{trainer: {optimizer_config: {ema: {average_decay: 0.9}}}}"),
+     "does not fit the experiment's optimizer with EMA"),
     (dict(input_type="image_bytes"), "--input_type 'image_bytes' is not served by "
                                      "DigitsClassificationTask; valid: tensor."),
     (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE, input_type="tensor",
@@ -356,6 +359,19 @@ def test_bad_input_is_a_config_error_and_writes_nothing(trained, change, message
         export_lib._main(_flags(**values))  # pylint: disable=protected-access
     assert message in str(error.value)
     assert sorted(os.listdir(trained.root)) == before
+
+
+def test_an_unreadable_checkpoint_exits_1_and_writes_nothing(trained, tmp_path):
+    prefix = tf.train.latest_checkpoint(str(trained.root / "digits"))
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        data = open(path, "rb").read()
+        # The data file cut short, as a full disk leaves it.
+        (tmp_path / os.path.basename(path)).write_bytes(data[:len(data) // 2] if ".data" in path
+                                                        else data)
+    truncated = str(tmp_path / os.path.basename(prefix))
+    with pytest.raises(ll.NoReadableCheckpointError, match="cannot be read"):
+        ll.export_saved_model(trained.digits_params, truncated, str(tmp_path / "export"))
+    assert not (tmp_path / "export").exists()
 
 
 def test_a_failed_write_leaves_no_partial_export(trained, monkeypatch):
