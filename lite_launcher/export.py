@@ -188,17 +188,18 @@ def resolve_checkpoint(checkpoint_path: str) -> str:
 
 
 def _read(checkpoint, prefix: str, what: str) -> None:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
     try:
         checkpoint.read(prefix).expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError) as error:
         detail = " ".join(str(error).split())[:300]
         raise ConfigError(f"--checkpoint_path {prefix!r} does not fit the experiment's "
                           f"{what} (another model or config?): {detail}") from error
-    except tf.errors.OpError as error:  # truncated or corrupt files: as lite-train, exit 1
+    except Exception as error:  # pylint: disable=broad-except
+        # Truncated or corrupt files (TF raises OpErrors, IndexErrors, ...): as lite-train's
+        # checkpoint recovery, any other failure means it does not read (exit 1).
+        text = str(getattr(error, "message", None) or error or type(error).__name__)
         raise NoReadableCheckpointError(f"--checkpoint_path {prefix!r} cannot be read: "
-                                        f"{error.message.splitlines()[0]}") from error
+                                        f"{text.splitlines()[0]}") from error
 
 
 def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:

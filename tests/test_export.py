@@ -352,7 +352,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
 def test_bad_input_is_a_config_error_and_writes_nothing(trained, change, message):
     values = dict(checkpoint_path="{root}/digits", export_dir="{root}/bad_export")
     values.update(change)
-    values = {k: v.format(root=trained.root) if isinstance(v, str) else v
+    values = {k: v.replace("{root}", str(trained.root)) if isinstance(v, str) else v
               for k, v in values.items()}
     before = sorted(os.listdir(trained.root))
     with pytest.raises(ll.ConfigError) as error:
