@@ -59,6 +59,7 @@ _EXPORTS = {
     "get_eval_actions": "lite_launcher.actions",
     "strategy_from_runtime": "lite_launcher.strategy",
     "set_mixed_precision_policy": "lite_launcher.strategy",
+    "export_saved_model": "lite_launcher.export",
 }
 
 __all__ = sorted(_EXPORTS)

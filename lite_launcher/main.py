@@ -70,12 +70,14 @@ def define_flags():
     flags.DEFINE_bool("dry_run", False, "Print the resolved config as YAML and exit.")
 
 
-def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE) -> None:
-    """Prints one line to stderr and exits with `exit_code` (2: the user's input is wrong)."""
+def _user_error(message, exit_code: int = USER_ERROR_EXIT_CODE,
+                prog: str = "lite-train") -> None:
+    """Prints one line `<prog>: error: ...` to stderr and exits with `exit_code` (2: the user's
+    input is wrong)."""
     # gin appends "In call to configurable ..." lines to errors raised inside a configurable
     # (Trainer, create_trainer, ...); the message before them is the user's error.
     text = str(message).split("\n  In call to configurable ")[0]
-    sys.stderr.write(f"lite-train: error: {' '.join(text.split())}\n")
+    sys.stderr.write(f"{prog}: error: {' '.join(text.split())}\n")
     sys.stderr.flush()
     # Keep the error the last line: nothing logged while the process shuts down (e.g. TF's
     # warnings about a half-restored checkpoint being garbage-collected).
@@ -90,20 +92,26 @@ def check_model_dir(model_dir: str, mode: str) -> None:
     """
     from lite_launcher import modes
 
-    if "://" in model_dir:
+    check_output_dir(model_dir, "--model_dir", writable=modes.mode_trains(mode))
+
+
+def check_output_dir(directory: str, flag: str, writable: bool = True) -> None:
+    """Rejects a local directory flag (`--model_dir`, `--export_dir`) that cannot be a
+    directory or, with `writable`, cannot be written. TensorFlow-free; writes nothing."""
+    if "://" in directory:
         return
-    path = os.path.abspath(model_dir)
+    path = os.path.abspath(directory)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"--model_dir {model_dir!r} is a file, not a directory; pass a "
+        raise ConfigError(f"{flag} {directory!r} is a file, not a directory; pass a "
                           f"directory path.")
     existing = path
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise ConfigError(f"--model_dir {model_dir!r} cannot be created: {existing!r} is a file, "
+        raise ConfigError(f"{flag} {directory!r} cannot be created: {existing!r} is a file, "
                           f"not a directory.")
-    if modes.mode_trains(mode) and not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"--model_dir {model_dir!r} is not writable: no write permission on "
+    if writable and not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {directory!r} is not writable: no write permission on "
                           f"{existing!r}.")
 
 
@@ -544,10 +552,10 @@ checkpoints, divergence), 2 bad input (one line on stderr), 143 SIGTERM.
 """
 
 
-def driver_help() -> str:
+def driver_help(intro: str = _HELP_INTRO) -> str:
     """The text of `lite-train --help`: usage and the driver's own flags with their help."""
     module = FLAGS.find_module_defining_flag("experiment")
-    return (f"{_HELP_INTRO}\n{FLAGS.module_help(module)}\n\n"
+    return (f"{intro}\n{FLAGS.module_help(module)}\n\n"
             f"Try --helpfull to get a list of all flags (absl's and TensorFlow's too).\n")
 
 
@@ -558,9 +566,9 @@ def _wants_short_help(argv) -> bool:
     return any(arg in _SHORT_HELP_ARGS for arg in args)
 
 
-def _flags_parser(argv):
+def _flags_parser(argv, prog: str = "lite-train", intro: str = _HELP_INTRO):
     if _wants_short_help(argv):
-        sys.stdout.write(driver_help())
+        sys.stdout.write(driver_help(intro))
         sys.stdout.flush()
         sys.exit(0)
     # The driver's flags absent from argv get their defaults, not the values of an earlier
@@ -572,7 +580,7 @@ def _flags_parser(argv):
     try:
         return FLAGS(argv)
     except flags.Error as error:
-        _user_error(f"{error} (see lite-train --help)")
+        _user_error(f"{error} (see {prog} --help)", prog=prog)
     except SystemExit as exit_request:
         # absl exits with 1 after printing --help; asking for help is not a failure.
         if any(arg in ("--help", "-h", "--helpfull", "--helpshort", "-?") for arg in argv[1:]):

@@ -217,6 +217,47 @@ class Task(tf.Module):
         """The forward pass in inference mode."""
         return model(inputs, training=False)
 
+    # The `lite-export --input_type` values `build_serving_fn` accepts; the first is the default.
+    serving_input_types = ("tensor",)
+
+    def build_serving_fn(self, model: keras.Model, input_type: str, batch_size=None,
+                         input_image_size=None):
+        """What `lite-export` saves as a serving signature (TFM's `ExportModule.serve`).
+
+        Returns `(fn, input_spec)`: `fn(inputs)` maps one batch of `input_spec` (a named
+        `tf.TensorSpec`) to a dict of named output tensors, calling `inference_step`. Override
+        it (and `serving_input_types`) to serve another input, e.g. encoded bytes. The base
+        serves input type "tensor": the model's own input (its shape and dtype, batch size
+        `batch_size` or any) under the name "inputs", and returns {"outputs": the model's
+        output} (or the model's dict of outputs).
+
+        Raises:
+          ConfigError: `input_type` is not one of `serving_input_types`, `input_image_size`
+            is given, or the model has not one input of a known shape.
+        """
+        if input_type not in self.serving_input_types:
+            raise ConfigError(f"--input_type {input_type!r} is not served by "
+                              f"{type(self).__name__}; valid: "
+                              f"{', '.join(self.serving_input_types)}.")
+        if input_image_size:
+            raise ConfigError(f"--input_image_size applies to image tasks; "
+                              f"{type(self).__name__} serves the model's own input, so leave "
+                              f"it out.")
+        model_inputs = getattr(model, "inputs", None)
+        if not model_inputs or len(model_inputs) != 1:
+            raise ConfigError(
+                f"{type(self).__name__}'s model ({type(model).__name__}) has "
+                f"{len(model_inputs or [])} fixed inputs; the base serving function needs "
+                f"exactly one: override Task.build_serving_fn.")
+        shape = [batch_size] + list(model_inputs[0].shape[1:])
+        spec = tf.TensorSpec(shape, tf.as_dtype(model_inputs[0].dtype), name="inputs")
+
+        def serve(inputs):
+            outputs = self.inference_step(inputs, model)
+            return dict(outputs) if isinstance(outputs, dict) else {"outputs": outputs}
+
+        return serve, spec
+
     def aggregate_logs(self, state=None, step_logs=None):
         """Folds one eval step's outputs into `state` on the host. The base keeps nothing."""
         del step_logs

@@ -232,6 +232,11 @@ class Parser:
         """(centre-cropped evaluation image, label)."""
         return self._eval_image(decoded), self._label(decoded)
 
+    def parse_eval_image(self, image):
+        """The evaluation image of one encoded image (bytes) or decoded [h, w, 3] image: what
+        the serving signatures of `lite-export` feed the model."""
+        return self._eval_image({self._image_key: image})
+
     def parse_fn(self, is_training: bool):
         """The map function for a training or an evaluation dataset."""
         return self.parse_train_data if is_training else self.parse_eval_data

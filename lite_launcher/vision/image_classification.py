@@ -18,7 +18,7 @@ from absl import logging
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
-from lite_launcher.vision import classification_input, configs, modeling
+from lite_launcher.vision import classification_input, configs, modeling, serving
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6
@@ -68,6 +68,14 @@ class ImageClassificationTask(Task):
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         configs.check_buildable(self.task_config)
         return classification_input.build_dataset(params, self.task_config, input_context)
+
+    # TFM's serving input types (official/vision/serving); see lite_launcher.vision.serving.
+    serving_input_types = serving.INPUT_TYPES
+
+    def build_serving_fn(self, model: keras.Model, input_type: str, batch_size=None,
+                         input_image_size=None):
+        """`inputs` (TFM's image_tensor, image_bytes, tf_example, ...) -> `logits`, `probs`."""
+        return serving.build_serving_fn(self, model, input_type, batch_size, input_image_size)
 
     # ----- labels, losses, metrics ---------------------------------------------------
 

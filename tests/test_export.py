@@ -1,0 +1,386 @@
+"""`lite-export` (lite_launcher/export.py): trained checkpoints as SavedModels, served by
+TensorFlow alone.
+
+digits_mlp and a ResNet-10 `resnet_imagenet` (32x32, 5 classes) are trained a few steps
+in-process, exported with the `lite-export` CLI (digits: its one input type; ResNet: every
+TFM input type, one signature each, via `--function_keys`), and loaded in a fresh Python that
+never imports lite_launcher. Each signature's outputs are compared with the Keras model's on
+the same inputs: JPEGs and tf.Examples against the evaluation pipeline's images (served =
+evaluated), decoded images and a PNG against a centre crop + resize + normalisation written
+here in numpy.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+import lite_launcher as ll
+from lite_launcher import export as export_lib
+from lite_launcher import optimization
+
+from test_modes import ROOT, subprocess_env
+
+NUM_CLASSES = 5
+SIZE = 32
+MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
+STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
+TIMEOUT = 300
+SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+RESNET_SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_image_bytes",
+                     "tf_example": "serving_tf_example",
+                     "serve_examples": "serving_serve_examples", "tflite": "serving_tflite"}
+
+
+def lite_export(*args, expect_rc=0):
+    result = subprocess.run([sys.executable, "-m", "lite_launcher.export"] + [str(a) for a in args],
+                            cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    assert result.returncode == expect_rc, result.stderr[-4000:]
+    return result
+
+
+def _images(rng, count, height, width):
+    """Smooth random uint8 images (JPEG keeps them close, so the classes stay apart)."""
+    small = rng.uniform(0, 255, (count, 6, 6, 3)).astype(np.float32)
+    return tf.cast(tf.image.resize(small, [height, width]), tf.uint8).numpy()
+
+
+def _example(encoded, label):
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    })).SerializeToString()
+
+
+def _reference_preprocess(image):
+    """TFM's evaluation preprocessing of one decoded image, written out: centre crop of 0.875
+    of the short side, bilinear resize to SIZE, ImageNet mean/std."""
+    height, width = image.shape[:2]
+    side = 0.875 * min(height, width)
+    top, left = int((height - side) / 2), int((width - side) / 2)
+    crop = image[top:top + int(side), left:left + int(side)].astype(np.float32)
+    resized = tf.image.resize(crop, [SIZE, SIZE], method="bilinear").numpy()
+    return (resized - MEAN) / STD
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    """A TFRecord of 8 JPEG tf.Examples (40x48), plus the images themselves."""
+    root = tmp_path_factory.mktemp("records")
+    rng = np.random.default_rng(0)
+    images = _images(rng, 8, 40, 48)
+    labels = [i % NUM_CLASSES for i in range(len(images))]
+    jpegs = [tf.io.encode_jpeg(image, quality=95).numpy() for image in images]
+    examples = [_example(jpeg, label) for jpeg, label in zip(jpegs, labels)]
+    path = str(root / "data.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for example in examples:
+            writer.write(example)
+    png_image = _images(rng, 1, 36, 30)[0]
+    return types.SimpleNamespace(path=path, jpegs=jpegs, examples=examples,
+                                 decoded=np.stack([tf.io.decode_jpeg(j).numpy() for j in jpegs]),
+                                 png=tf.io.encode_png(png_image).numpy(), png_image=png_image)
+
+
+def resnet_params(input_path, **trainer):
+    params = ll.get_exp_config("resnet_imagenet")
+    params.override({
+        "runtime": {"distribution_strategy": "off", "num_gpus": 0, "enable_xla": False},
+        "task": {"model": {"num_classes": NUM_CLASSES, "input_size": [SIZE, SIZE, 3],
+                           "backbone": {"resnet": {"model_id": 10}}},
+                 "train_data": {"input_path": input_path, "global_batch_size": 4},
+                 "validation_data": {"input_path": input_path, "global_batch_size": 8,
+                                     "drop_remainder": False}},
+        "trainer": {"train_steps": 2, "steps_per_loop": 2, "checkpoint_interval": 2,
+                    "summary_interval": 2, "validation_interval": 2, "validation_steps": 1,
+                    **trainer}})
+    return params
+
+
+RESNET_OVERRIDE = ("runtime.distribution_strategy=off,runtime.num_gpus=0,"
+                   "runtime.enable_xla=false,task.model.num_classes=5,"
+                   "task.model.input_size=[32,32,3],task.model.backbone.resnet.model_id=10")
+
+
+def train(params, model_dir, mode="train"):
+    """Trains in this process; returns (task, the trained Keras model)."""
+    params.validate()
+    task = ll.get_task(params.task, logging_dir=str(model_dir))
+    model, _ = ll.run_experiment(distribution_strategy=tf.distribute.get_strategy(), task=task,
+                                 mode=mode, params=params, model_dir=str(model_dir))
+    return task, model
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, records):
+    """Both experiments trained, exported with lite-export, and served in a fresh process."""
+    root = tmp_path_factory.mktemp("export")
+    digits_params = ll.get_exp_config("digits_mlp")
+    digits_params.override({"trainer": {"train_steps": 4, "steps_per_loop": 2,
+                                        "checkpoint_interval": 4}})
+    _, digits_model = train(digits_params, root / "digits")
+    resnet_task, resnet_model = train(resnet_params(records.path), root / "resnet")
+
+    lite_export("--experiment", "digits_mlp", "--checkpoint_path", root / "digits",
+                "--export_dir", root / "digits_export")
+    lite_export("--experiment", "resnet_imagenet", "--params_override", RESNET_OVERRIDE,
+                "--checkpoint_path", root / "resnet", "--export_dir", root / "resnet_export",
+                "--input_image_size", f"{SIZE},{SIZE}", "--function_keys",
+                ",".join(f"{k}:{v}" for k, v in RESNET_SIGNATURES.items()))
+
+    # The same inputs for the Keras models (here) and the SavedModels (a fresh process).
+    digits_inputs = np.random.default_rng(1).uniform(0, 1, (5, 8, 8)).astype(np.float32)
+    eval_dataset = resnet_task.build_inputs(resnet_params(records.path).task.validation_data)
+    eval_images = next(iter(eval_dataset))[0].numpy()  # the evaluation pipeline's images
+    mixed_bytes = records.jpegs[:3] + [records.png]
+    inputs = {
+        "digits/serving_default": digits_inputs,
+        "resnet/serving_default": records.decoded,
+        "resnet/serving_image_bytes": np.array(mixed_bytes, dtype=object),
+        "resnet/serving_tf_example": np.array(records.examples, dtype=object),
+        "resnet/serving_serve_examples": np.array(records.examples, dtype=object),
+        "resnet/serving_tflite": eval_images,
+    }
+    png_image = _reference_preprocess(records.png_image)[None]
+    keras_inputs = {
+        "digits/serving_default": digits_inputs,
+        "resnet/serving_default": np.stack([_reference_preprocess(i) for i in records.decoded]),
+        "resnet/serving_image_bytes": np.concatenate([eval_images[:3], png_image]),
+        "resnet/serving_tf_example": eval_images,
+        "resnet/serving_serve_examples": eval_images,
+        "resnet/serving_tflite": eval_images,
+    }
+    keras_logits = {key: (digits_model if key.startswith("digits") else resnet_model)(
+        x, training=False).numpy() for key, x in keras_inputs.items()}
+    np.savez(root / "inputs.npz", **{k.replace("/", "__"): v for k, v in inputs.items()})
+    served = serve_in_fresh_process(root)
+    return types.SimpleNamespace(root=root, keras_logits=keras_logits, served=served,
+                                 digits_params=digits_params, digits_model=digits_model,
+                                 resnet_model=resnet_model, inputs=inputs)
+
+
+FRESH_SERVER = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import tensorflow as tf
+    root = sys.argv[1]
+    inputs = np.load(os.path.join(root, "inputs.npz"), allow_pickle=True)
+    outputs, loaded = {}, {}
+    for key in inputs.files:
+        experiment, signature = key.split("__")
+        if experiment not in loaded:
+            loaded[experiment] = tf.saved_model.load(
+                os.path.join(root, experiment + "_export", "saved_model"))
+        x = inputs[key]
+        x = tf.constant(list(x)) if x.dtype == object else tf.constant(x)
+        for name, value in loaded[experiment].signatures[signature](inputs=x).items():
+            outputs[key + "__" + name] = value.numpy()
+    np.savez(os.path.join(root, "outputs.npz"), **outputs)
+    assert not [m for m in sys.modules if m.startswith("lite_launcher")]
+""")
+
+
+def serve_in_fresh_process(root):
+    script = root / "serve.py"
+    script.write_text(FRESH_SERVER)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONPATH", None)  # nothing of this repository on the path
+    result = subprocess.run([sys.executable, str(script), str(root)], cwd=str(root), env=env,
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-4000:]
+    with np.load(root / "outputs.npz") as outputs:
+        return {key: outputs[key] for key in outputs.files}
+
+
+@pytest.mark.parametrize("key", ["digits/serving_default", "resnet/serving_default",
+                                 "resnet/serving_image_bytes", "resnet/serving_tf_example",
+                                 "resnet/serving_serve_examples", "resnet/serving_tflite"])
+def test_saved_model_serves_what_the_keras_model_computes(trained, key):
+    served_key = key.replace("/", "__")
+    expected = trained.keras_logits[key]
+    if key.startswith("digits"):  # the base Task's signature: the model's output
+        np.testing.assert_allclose(trained.served[served_key + "__outputs"], expected,
+                                   atol=1e-5)
+        return
+    logits = trained.served[served_key + "__logits"]
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
+    np.testing.assert_allclose(trained.served[served_key + "__probs"],
+                               tf.nn.softmax(expected).numpy(), atol=1e-5)
+    assert logits.shape == (len(trained.inputs[key]), NUM_CLASSES)
+
+
+def test_saved_model_cli_lists_tfm_signature_names(trained):
+    text = subprocess.run(
+        [SAVED_MODEL_CLI, "show", "--all", "--dir",
+         str(trained.root / "resnet_export" / "saved_model")],
+        capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout
+    signatures = {block.split("']", 1)[0]: block
+                  for block in text.split("signature_def['")[1:]}
+    assert set(RESNET_SIGNATURES.values()) <= set(signatures)
+    image_tensor = signatures["serving_default"]
+    assert "inputs['inputs'] tensor_info:\n        dtype: DT_UINT8\n        shape: (-1, -1, -1, 3)" \
+        in image_tensor
+    for name in ("logits", "probs"):
+        assert (f"outputs['{name}'] tensor_info:\n        dtype: DT_FLOAT\n"
+                f"        shape: (-1, {NUM_CLASSES})") in image_tensor
+    for name in ("serving_image_bytes", "serving_tf_example", "serving_serve_examples"):
+        assert "inputs['inputs'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" \
+            in signatures[name]
+    assert (f"inputs['inputs'] tensor_info:\n        dtype: DT_FLOAT\n"
+            f"        shape: (-1, {SIZE}, {SIZE}, 3)") in signatures["serving_tflite"]
+
+
+def test_export_dir_has_tfm_layout(trained):
+    export_dir = trained.root / "digits_export"
+    assert sorted(os.listdir(export_dir)) == ["checkpoint", "params.yaml", "saved_model"]
+    # The config lite-export built the model from (the experiment's, no overrides given).
+    assert yaml.safe_load((export_dir / "params.yaml").read_text()) == yaml.safe_load(
+        ll.get_exp_config("digits_mlp").to_yaml())
+    # The exported checkpoint holds the served weights, readable as TFM's (model=...).
+    model = ll.get_task(trained.digits_params.task).build_model()
+    tf.train.Checkpoint(model=model).read(
+        tf.train.latest_checkpoint(str(export_dir / "checkpoint"))).assert_existing_objects_matched()
+    for mine, theirs in zip(model.weights, trained.digits_model.weights):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    # No temporary directory left beside the exports.
+    assert not [p for p in os.listdir(trained.root) if ".tmp-" in p]
+
+
+def test_ema_exports_the_averages_from_a_checkpoint_and_from_the_best_checkpoint(tmp_path):
+    params = ll.get_exp_config("digits_mlp")
+    params.override({"trainer": {
+        "train_steps": 6, "steps_per_loop": 3, "summary_interval": 3, "checkpoint_interval": 6,
+        "validation_interval": 6, "best_checkpoint_export_subdir": "best",
+        "best_checkpoint_eval_metric": "accuracy", "best_checkpoint_metric_comp": "higher",
+        "optimizer_config": {"ema": {"average_decay": 0.9, "dynamic_decay": False}}}})
+    task, raw_model = train(params, tmp_path / "model", mode="train_and_eval")
+    # The averages, read from the checkpoint's optimizer (not through lite-export's swap).
+    averaged = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    optimization.create_optimizer_variables(optimizer, averaged)
+    tf.train.Checkpoint(model=averaged, optimizer=optimizer).read(
+        tf.train.latest_checkpoint(str(tmp_path / "model"))).expect_partial()
+    for variable, average in zip(averaged.trainable_variables,
+                                 optimization.ema_variables(optimizer)):
+        variable.assign(average)
+    x = np.random.default_rng(2).uniform(0, 1, (4, 8, 8)).astype(np.float32)
+    expected = averaged(x, training=False).numpy()
+    assert np.abs(expected - raw_model(x, training=False).numpy()).max() > 1e-3
+    # A model_dir, its best-checkpoint subdir, and an export's checkpoint (model only).
+    for source in ("model", "model/best", "export/model/checkpoint"):
+        saved = ll.export_saved_model(params, str(tmp_path / source),
+                                      str(tmp_path / "export" / source))
+        served = tf.saved_model.load(saved).signatures["serving_default"](inputs=x)["outputs"]
+        np.testing.assert_allclose(served.numpy(), expected, atol=1e-5, err_msg=source)
+
+
+def test_serving_at_another_image_size_uses_the_trained_weights(trained, records):
+    params = resnet_params(records.path)
+    task = ll.get_task(params.task)
+    fn, spec = task.build_serving_fn(trained.resnet_model, "tflite", input_image_size=[40, 40])
+    assert spec.shape.as_list() == [None, 40, 40, 3]
+    reference = ll.get_task(params.task.replace(model={"input_size": [40, 40, 3]})).build_model()
+    reference.set_weights(trained.resnet_model.get_weights())
+    x = np.random.default_rng(3).normal(size=(2, 40, 40, 3)).astype(np.float32)
+    np.testing.assert_allclose(fn(tf.constant(x))["logits"].numpy(),
+                               reference(x, training=False).numpy(), atol=1e-5)
+
+
+def test_log_model_flops_and_params(trained):
+    export_dir = trained.root / "digits_flops"
+    ll.export_saved_model(trained.digits_params, str(trained.root / "digits"), str(export_dir),
+                          log_model_flops_and_params=True)
+    params_text = (export_dir / "model_params.txt").read_text()
+    assert params_text.endswith(f"Total params: {trained.digits_model.count_params()}\n")
+    # 64 -> 128 -> 10: two matmuls (2mn each) and two bias adds, one image.
+    flops = 2 * 64 * 128 + 128 + 2 * 128 * 10 + 10
+    report = (export_dir / "model_flops.txt").read_text()
+    assert "dense_0_1/MatMul (16.38k/16.38k flops)" in report
+    assert report.endswith(f"Total float ops: {flops}\n")
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input: one line, exit 2, nothing written.
+
+
+def _flags(**values):
+    defaults = dict(experiment="digits_mlp", config_file=None, params_override=None,
+                    checkpoint_path=None, export_dir=None, input_type=None, batch_size=None,
+                    input_image_size=None, export_checkpoint_subdir="checkpoint",
+                    export_saved_model_subdir="saved_model", log_model_flops_and_params=False,
+                    function_keys="", registry_imports=None)
+    return types.SimpleNamespace(**{**defaults, **values})
+
+
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    export_dir = tmp_path / "never"
+    result = lite_export("--experiment", "digits_mlp", "--checkpoint_path", tmp_path,
+                         "--export_dir", export_dir, "--input_image_size", "224", expect_rc=2)
+    assert result.stderr.strip().splitlines() == [
+        "lite-export: error: --input_image_size '224' must be two positive integers, "
+        "height,width (e.g. 224,224)."]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(checkpoint_path="{root}/nothing"), "is neither a checkpoint directory nor"),
+    (dict(checkpoint_path="{root}"), "is a directory with no checkpoint"),
+    (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE,
+          checkpoint_path="{root}/digits"), "does not fit the experiment's model"),
+    (dict(export_dir="{root}/digits_export"), "already holds an export (saved_model, "
+                                              "checkpoint, params.yaml)"),
+    (dict(input_image_size="32"), "--input_image_size '32' must be two positive integers"),
+    (dict(input_image_size="32,32"), "--input_image_size applies to image tasks"),
+    (dict(function_keys="tensor"), "must be distinct 'input_type:signature_name' pairs"),
+    (dict(batch_size=0), "--batch_size (0) must be a positive integer"),
+    (dict(params_override="trainer.nope=1"), "nope"),
+    (dict(params_override="{trainer: {optimizer_config: {ema: {average_decay: 0.9}}}}"),
+     "does not fit the experiment's optimizer with EMA"),
+    (dict(input_type="image_bytes"), "--input_type 'image_bytes' is not served by "
+                                     "DigitsClassificationTask; valid: tensor."),
+    (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE, input_type="tensor",
+          checkpoint_path="{root}/resnet"), "valid: image_tensor, image_bytes, tf_example, "
+                                            "serve_examples, tflite"),
+])
+def test_bad_input_is_a_config_error_and_writes_nothing(trained, change, message):
+    values = dict(checkpoint_path="{root}/digits", export_dir="{root}/bad_export")
+    values.update(change)
+    values = {k: v.replace("{root}", str(trained.root)) if isinstance(v, str) else v
+              for k, v in values.items()}
+    before = sorted(os.listdir(trained.root))
+    with pytest.raises(ll.ConfigError) as error:
+        export_lib._main(_flags(**values))  # pylint: disable=protected-access
+    assert message in str(error.value)
+    assert sorted(os.listdir(trained.root)) == before
+
+
+def test_an_unreadable_checkpoint_exits_1_and_writes_nothing(trained, tmp_path):
+    prefix = tf.train.latest_checkpoint(str(trained.root / "digits"))
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        data = open(path, "rb").read()
+        # The data file cut short, as a full disk leaves it.
+        (tmp_path / os.path.basename(path)).write_bytes(data[:len(data) // 2] if ".data" in path
+                                                        else data)
+    truncated = str(tmp_path / os.path.basename(prefix))
+    with pytest.raises(ll.NoReadableCheckpointError, match="cannot be read"):
+        ll.export_saved_model(trained.digits_params, truncated, str(tmp_path / "export"))
+    assert not (tmp_path / "export").exists()
+
+
+def test_a_failed_write_leaves_no_partial_export(trained, monkeypatch):
+    def fail(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(type(trained.digits_params), "save_yaml", fail)
+    before = sorted(os.listdir(trained.root))
+    with pytest.raises(ll.ModelDirWriteError, match="No space left on device"):
+        ll.export_saved_model(trained.digits_params, str(trained.root / "digits"),
+                              str(trained.root / "full_disk"))
+    assert sorted(os.listdir(trained.root)) == before
