@@ -206,6 +206,19 @@ class ExperimentConfig(Config):
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
 
+    def _validate(self):
+        # TFM's experiment factories restrict `task.train_data.is_training != None`; lite has
+        # no `restrictions`, so the configs the registry returns carry this mark instead
+        # (copies and `replace` keep it). A null there reads training data as evaluation
+        # data (no shuffling, no repeat); validation_data's null reads it as what it is.
+        if not self.__dict__.get("_lite_from_experiment_factory", False):
+            return
+        data = getattr(self.task, "train_data", None)
+        if isinstance(data, DataConfig) and data.is_training is None:
+            raise ConfigError(
+                "task.train_data.is_training is null; set it to true: null would read the "
+                "training data as evaluation data (TFM's experiments refuse it too).")
+
 
 def validate_for_trainer(config, *, parameter_servers: bool, builds_train_data: bool,
                          builds_validation_data: bool) -> None:

@@ -245,9 +245,10 @@ def load_registrations(registry_imports) -> None:
     """Imports the built-ins, installed entry-point plugins and `--registry_imports`.
 
     Also the modules of TFM's gin configurables (`Trainer`, `create_trainer`, the actions,
-    `run_experiment`), so that gin files parsed next can bind them.
+    `run_experiment`, `build_optimizer`: `train_lib`), so that gin files parsed next can bind
+    them (gin refuses a configurable registered after it parsed).
     """
-    from lite_launcher import experiment  # noqa: F401  pylint: disable=unused-import
+    from lite_launcher import train_lib  # noqa: F401  pylint: disable=unused-import
     from lite_launcher import registry
     import lite_launcher.registry_imports  # noqa: F401  (registers the built-ins)
 

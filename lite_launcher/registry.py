@@ -142,7 +142,10 @@ def get_exp_config(name: str):
             f"built-ins register on `import lite_launcher.registry_imports`).")
     config = _EXPERIMENTS[name]()
     # A deep copy, so that a factory returning a shared object still gives a fresh config.
-    return copy.deepcopy(config)
+    config = copy.deepcopy(config)
+    # What TFM's factories state as `restrictions` (is_training set): checked by validate().
+    object.__setattr__(config, "_lite_from_experiment_factory", True)
+    return config
 
 
 def register_task_cls(task_config_cls: type):
