@@ -78,8 +78,12 @@ class ExactMean:
         else:
             weights = tf.broadcast_to(tf.cast(sample_weight, self.dtype), tf.shape(values))
             total, count = tf.reduce_sum(values * weights), tf.reduce_sum(weights)
-        self.total.assign_add(total)
-        self.count.assign_add(count)
+        # After the values: a constant count (a scalar's size) would otherwise be added in a
+        # traced step whose input fetch failed at the end of the data, as happens to TFM's
+        # eval_step ported as written (it has no `after_inputs`).
+        with tf.control_dependencies([total]):
+            self.total.assign_add(total)
+            self.count.assign_add(count)
 
     @_not_converted
     def result(self) -> tf.Tensor:
