@@ -46,7 +46,7 @@ def _config(optimizer_config=None, **trainer):
 
 def _run(config, trainer_cls, model_dir, mode="train_and_eval"):
     """run_experiment with a trainer built as TFM's guide builds it (in the strategy scope)."""
-    strategy = ll.get_distribution_strategy("off")
+    strategy = tf.distribute.get_strategy()
     with strategy.scope():
         task = tiny.TinyTask(config.task)
         model = task.build_model()
@@ -270,7 +270,7 @@ def test_base_trainer_logs_the_learning_rate_of_schedules_constants_and_each_opt
 
 def _two_optimizer_run(model_dir, train_steps):
     config = _config(train_steps=train_steps, checkpoint_train_iterator=True)
-    strategy = ll.get_distribution_strategy("off")
+    strategy = tf.distribute.get_strategy()
     with strategy.scope():
         task = TwoLayerTask(config.task)
     runner = ll.ExperimentRunner(distribution_strategy=strategy, task=task, mode="train",
@@ -318,7 +318,7 @@ class OwnMetricModel(keras.Model):
 
 
 def test_compiled_model_brings_only_the_metrics_it_defines():
-    strategy = ll.get_distribution_strategy("off")
+    strategy = tf.distribute.get_strategy()
     with strategy.scope():
         task = tiny.TinyTask(tiny.make_config().task)
         model = OwnMetricModel()

@@ -30,7 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import lite_launcher as ll  # noqa: E402
 from lite_launcher import modes  # noqa: E402
-from lite_launcher import train_lib  # noqa: E402,F401  (gin configurables, as TFM's train_lib)
 
 FLAGS = flags.FLAGS
 
@@ -53,6 +52,9 @@ class ProgressLog:
 
 def run(mode, model_dir, progress_log=None):
     """The forked part of the driver: gin -> config -> strategy -> custom trainer -> run."""
+    # TFM's train_lib registers the gin configurables; imported here, not at the top, so that
+    # a bad --mode is reported before TensorFlow loads (and prints its start-up lines).
+    from lite_launcher import train_lib  # noqa: F401  pylint: disable=unused-import
     import custom_trainer
     import my_registry  # noqa: F401  (registers linear_digits)
 
