@@ -1,4 +1,4 @@
-"""The two examples run end to end: examples/custom_trainer.py and examples/forked_driver/."""
+"""The examples run end to end: custom_trainer.py, forked_driver/ and ranking/ (TFM's ranking driver)."""
 
 import json
 import os
