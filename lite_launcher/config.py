@@ -207,11 +207,11 @@ class ExperimentConfig(Config):
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
 
     def _validate(self):
-        # TFM's experiment factories restrict `task.train_data.is_training != None`; lite has
-        # no `restrictions`, so the configs the registry returns carry this mark instead
-        # (copies and `replace` keep it). A null there reads training data as evaluation
-        # data (no shuffling, no repeat); validation_data's null reads it as what it is.
-        if not self.__dict__.get("_lite_from_experiment_factory", False):
+        # TFM's experiments that set `task.train_data.is_training` restrict it to stay set
+        # (`restrictions`); lite has none, so `get_exp_config` marks such configs instead
+        # (copies and `replace` keep the mark). A null there reads the training data as
+        # evaluation data (no shuffling, no repeat).
+        if not self.__dict__.get("_lite_train_data_sets_is_training", False):
             return
         data = getattr(self.task, "train_data", None)
         if isinstance(data, DataConfig) and data.is_training is None:

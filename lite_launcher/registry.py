@@ -143,8 +143,11 @@ def get_exp_config(name: str):
     config = _EXPERIMENTS[name]()
     # A deep copy, so that a factory returning a shared object still gives a fresh config.
     config = copy.deepcopy(config)
-    # What TFM's factories state as `restrictions` (is_training set): checked by validate().
-    object.__setattr__(config, "_lite_from_experiment_factory", True)
+    # TFM's experiments that set `task.train_data.is_training` also restrict it to be set
+    # (`restrictions`, which lite lacks): validate() checks this mark instead.
+    train_data = getattr(getattr(config, "task", None), "train_data", None)
+    if getattr(train_data, "is_training", None) is not None:
+        object.__setattr__(config, "_lite_train_data_sets_is_training", True)
     return config
 
 
