@@ -60,6 +60,10 @@ _EXPORTS = {
     "strategy_from_runtime": "lite_launcher.strategy",
     "set_mixed_precision_policy": "lite_launcher.strategy",
     "export_saved_model": "lite_launcher.export",
+    # TFM's vision train.py helpers (train_utils / summary_manager), for forked drivers
+    "save_gin_config": "lite_launcher.main",
+    "maybe_build_eval_summary_manager": "lite_launcher.summaries",
+    "learning_rate_value": "lite_launcher.optimization",
 }
 
 __all__ = sorted(_EXPORTS)

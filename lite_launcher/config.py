@@ -206,6 +206,19 @@ class ExperimentConfig(Config):
     trainer: TrainerConfig = dataclasses.field(default_factory=TrainerConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
 
+    def _validate(self):
+        # TFM's experiments that set `task.train_data.is_training` restrict it to stay set
+        # (`restrictions`); lite has none, so `get_exp_config` marks such configs instead
+        # (copies and `replace` keep the mark). A null there reads the training data as
+        # evaluation data (no shuffling, no repeat).
+        if not self.__dict__.get("_lite_train_data_sets_is_training", False):
+            return
+        data = getattr(self.task, "train_data", None)
+        if isinstance(data, DataConfig) and data.is_training is None:
+            raise ConfigError(
+                "task.train_data.is_training is null; set it to true: null would read the "
+                "training data as evaluation data (TFM's experiments refuse it too).")
+
 
 def validate_for_trainer(config, *, parameter_servers: bool, builds_train_data: bool,
                          builds_validation_data: bool) -> None:

@@ -43,7 +43,16 @@ MAX_PREEMPTION_RETRIES = 3
 
 
 def define_flags():
-    """Defines the driver's flags (TFM's names and meanings). Safe to call more than once."""
+    """Defines TFM's driver flags (`official/common/flags.define_flags`), with its names and
+    meanings; safe to call more than once.
+
+    Only those, so a forked driver can define its own (TFM's vision `train.py` defines
+    `--enable_async_checkpointing` itself). `lite-train`'s extra flags are
+    `define_lite_train_flags`'s. Not defined: TFM's `--tpu_platform`, `--tfhub_handle` and
+    `--tflex_output_uri`, which no TFM library reads (a forked driver that uses them defines
+    them). `--tf_data_service` is defined, and refused when set (lite has no tf.data
+    service).
+    """
     if "experiment" in FLAGS:
         return
     flags.DEFINE_string("experiment", None, "The registered experiment to run (see "
@@ -57,9 +66,25 @@ def define_flags():
                               "config, applied in order.")
     flags.DEFINE_string("params_override", None, "A YAML/JSON string, a YAML file path, or "
                         "'a.b=1,c.d=x' pairs, applied after --config_file.")
-    flags.DEFINE_multi_string("gin_file", None, "Gin config files.")
-    flags.DEFINE_multi_string("gin_params", None, "Gin bindings, e.g. 'f.x = 1'.")
+    # As TFM's: a library may have defined the gin flags already.
+    for name, text in (("gin_file", "Gin config files."),
+                       ("gin_params", "Gin bindings, e.g. 'f.x = 1'.")):
+        if name not in FLAGS:
+            flags.DEFINE_multi_string(name, None, text)
     flags.DEFINE_string("tpu", None, "TPU address (sets runtime.tpu).")
+    flags.DEFINE_string("tf_data_service", None, "The tf.data service address (TFM's flag; "
+                        "lite_launcher has no tf.data service, so setting it is an error).")
+
+
+def define_lite_train_flags():
+    """Defines `define_flags()`'s flags and `lite-train`'s own; safe to call more than once.
+
+    The extras, defined here as TFM's `train.py` defines its own: `--enable_async_checkpointing`,
+    `--continuous_eval_max_wait_s`, `--registry_imports`, `--list_experiments`, `--dry_run`.
+    """
+    define_flags()
+    if "dry_run" in FLAGS:
+        return
     flags.DEFINE_bool("enable_async_checkpointing", False, "Write checkpoints asynchronously.")
     flags.DEFINE_float("continuous_eval_max_wait_s", None, "continuous_eval: exit 0 after this "
                        "many seconds without a new checkpoint, even below train_steps (default: "
@@ -228,9 +253,10 @@ def load_registrations(registry_imports) -> None:
     """Imports the built-ins, installed entry-point plugins and `--registry_imports`.
 
     Also the modules of TFM's gin configurables (`Trainer`, `create_trainer`, the actions,
-    `run_experiment`), so that gin files parsed next can bind them.
+    `run_experiment`, `build_optimizer`: `train_lib`), so that gin files parsed next can bind
+    them (gin refuses a configurable registered after it parsed).
     """
-    from lite_launcher import experiment  # noqa: F401  pylint: disable=unused-import
+    from lite_launcher import train_lib  # noqa: F401  pylint: disable=unused-import
     from lite_launcher import registry
     import lite_launcher.registry_imports  # noqa: F401  (registers the built-ins)
 
@@ -592,7 +618,7 @@ def run():
     """Console-script entry point for `lite-train`."""
     # Quiet TensorFlow's C++ start-up chatter unless the user asked for it.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    define_flags()
+    define_lite_train_flags()
     app.run(main, flags_parser=_flags_parser)
 
 

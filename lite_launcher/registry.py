@@ -142,7 +142,13 @@ def get_exp_config(name: str):
             f"built-ins register on `import lite_launcher.registry_imports`).")
     config = _EXPERIMENTS[name]()
     # A deep copy, so that a factory returning a shared object still gives a fresh config.
-    return copy.deepcopy(config)
+    config = copy.deepcopy(config)
+    # TFM's experiments that set `task.train_data.is_training` also restrict it to be set
+    # (`restrictions`, which lite lacks): validate() checks this mark instead.
+    train_data = getattr(getattr(config, "task", None), "train_data", None)
+    if getattr(train_data, "is_training", None) is not None:
+        object.__setattr__(config, "_lite_train_data_sets_is_training", True)
+    return config
 
 
 def register_task_cls(task_config_cls: type):

@@ -4,7 +4,7 @@ The strategy names and their meaning follow TFM's `runtime.distribution_strategy
 
 | name                    | strategy                                                       |
 |-------------------------|----------------------------------------------------------------|
-| `off`                   | `None`: the caller runs under the default strategy             |
+| `off`                   | the default strategy (`tf.distribute.get_strategy()`), as TFM   |
 | `one_device`            | `OneDeviceStrategy` on GPU:0 (`num_gpus=1`) or CPU:0            |
 | `mirrored`              | `MirroredStrategy` over `num_gpus` GPUs, or CPU:0 when 0        |
 | `multi_worker_mirrored` | `MultiWorkerMirroredStrategy`, cluster from `TF_CONFIG`         |
@@ -14,8 +14,8 @@ The strategy names and their meaning follow TFM's `runtime.distribution_strategy
 Typical driver flow (what `strategy_from_runtime` does, plus mixed precision):
 
     set_mixed_precision_policy(runtime.mixed_precision_dtype)  # before any model is built
-    strategy = strategy_from_runtime(runtime)                  # None for "off"
-    with (strategy.scope() if strategy else contextlib.nullcontext()):
+    strategy = strategy_from_runtime(runtime)                  # default for "off"
+    with strategy.scope():
         ...
 
 Multi-worker saving: every worker must take part in saving (variables sync on read), but two
@@ -64,7 +64,7 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
                               all_reduce_alg: Optional[str] = None,
                               num_packs: int = 1,
                               tpu_address: Optional[str] = None,
-                              **kwargs) -> Optional[tf.distribute.Strategy]:
+                              **kwargs) -> tf.distribute.Strategy:
     """Returns the `tf.distribute.Strategy` named by `distribution_strategy`.
 
     Args:
@@ -86,8 +86,8 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
           `SimpleClusterResolver` over in-process servers).
 
     Returns:
-      The strategy, or None for "off". None means "no explicit strategy": callers use the
-      default strategy (`tf.distribute.get_strategy()`), i.e. they skip `strategy.scope()`.
+      The strategy; for "off" the default strategy (`tf.distribute.get_strategy()`), as
+      TFM's, so `strategy.scope()` and `strategy.distribute_datasets_from_function` work.
 
     Raises:
       ConfigError: unknown name or all_reduce_alg, bad num_gpus / num_packs / devices, a
@@ -96,6 +96,12 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
     """
     devices = kwargs.pop("devices", None)
     cluster_resolver = kwargs.pop("cluster_resolver", None)
+    if "dist_strategy" in kwargs:
+        # TFM's guide writes this keyword; TFM drops it silently and builds "mirrored".
+        raise TypeError(
+            f"get_distribution_strategy() got dist_strategy={kwargs['dist_strategy']!r}; the "
+            f"argument is distribution_strategy= (TFM ignores dist_strategy and builds its "
+            f"default, 'mirrored').")
     if kwargs:
         raise TypeError(
             f"get_distribution_strategy() got unexpected keyword arguments {sorted(kwargs)}; "
@@ -126,7 +132,7 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
                 f"num_gpus={num_gpus} needs a multi-device strategy such as 'mirrored'; "
                 f"distribution_strategy 'off' runs on one device.")
         _check_gpu_count(num_gpus)
-        return None
+        return tf.distribute.get_strategy()
 
     if name == "one_device":
         if devices is not None:
@@ -387,12 +393,12 @@ def configure_cluster(worker_hosts: Optional[str] = None, task_index: int = -1) 
     return len(workers)
 
 
-def strategy_from_runtime(runtime_config) -> Optional[tf.distribute.Strategy]:
+def strategy_from_runtime(runtime_config) -> tf.distribute.Strategy:
     """Configures the cluster and builds the strategy described by a `RuntimeConfig`.
 
     Runs `configure_cluster(runtime.worker_hosts, runtime.task_index)`, then
     `get_distribution_strategy` with the runtime's strategy, num_gpus, all_reduce_alg,
-    num_packs and tpu. Returns None for "off" (use the default strategy).
+    num_packs and tpu. Returns the default strategy for "off".
     Mixed precision is separate: call `set_mixed_precision_policy` before building models.
     """
     configure_cluster(runtime_config.worker_hosts, runtime_config.task_index)

@@ -69,6 +69,49 @@ WRITE_ERRORS = (tf.errors.ResourceExhaustedError, tf.errors.OutOfRangeError,
                 OSError)
 
 
+# TensorBoard's image plugin: the tensor is [width, height, png, png, ...] (plugin data
+# version 0 serialises to empty content).
+_IMAGE_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="images"))
+
+
+def image(name: str, data, step=None, max_outputs: int = 3):
+    """Writes a batch of images `[k, h, w, c]` (c: 1, 3 or 4; floats in [0, 1] or uint8) as a
+    TensorBoard image summary, the record of `tf.summary.image`, without `tensorboard`.
+
+    Returns:
+      A boolean (tensor): True if written.
+    """
+    with tf.summary.experimental.summary_scope(name, "image_summary",
+                                               values=[data, max_outputs, step]) as (tag, _):
+        images = tf.image.convert_image_dtype(tf.convert_to_tensor(data), tf.uint8,
+                                              saturate=True)[:max_outputs]
+        encoded = tf.map_fn(tf.image.encode_png, images, fn_output_signature=tf.string)
+        shape = tf.shape(images)
+        dimensions = tf.stack([tf.as_string(shape[2]), tf.as_string(shape[1])])
+        return tf.summary.write(tag=tag, tensor=tf.concat([dimensions, encoded], axis=0),
+                                step=step, metadata=_IMAGE_METADATA)
+
+
+def image_or_scalar(name: str, data, step=None):
+    """A `summary_fn` writing outputs named `image/...` as images, others as scalars (TFM's
+    `ImageScalarSummaryManager` rule)."""
+    if str(name).startswith("image/"):
+        return image(name, data, step=step, max_outputs=20)
+    return scalar(name, data, step=step)
+
+
+def maybe_build_eval_summary_manager(params, model_dir: str):
+    """TFM's vision `summary_manager.maybe_build_eval_summary_manager`: for a task config
+    with `allow_image_summary: true`, a `SummaryManager` on the evaluation directory that
+    writes `image/...` outputs as images (for `run_experiment(eval_summary_manager=)`);
+    otherwise None (`run_experiment` then writes scalars, its default)."""
+    if not getattr(params.task, "allow_image_summary", False):
+        return None
+    return SummaryManager(os.path.join(model_dir, params.trainer.validation_summary_subdir),
+                          summary_fn=image_or_scalar)
+
+
 def scalar(name: str, data, step=None):
     """Writes `data` as a TensorBoard scalar to the default summary writer.
 

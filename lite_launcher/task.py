@@ -195,8 +195,17 @@ class Task(tf.Module):
 
         With a `LossScaleOptimizer`, a non-finite gradient on any replica makes every replica
         skip the step (see `sync_non_finite_gradients`); `apply_gradients` then unscales the
-        gradients, skips the step and lowers the loss scale.
+        gradients, skips the step and lowers the loss scale. Several optimizers: pass a
+        `keras.optimizers.MultiOptimizer` (it sends each variable to its optimizer); with a
+        dict or list of optimizers override this method, since which variables each one
+        trains is the model's to say.
         """
+        if isinstance(optimizer, (dict, list, tuple)):
+            raise TypeError(
+                f"Task.apply_update got a {type(optimizer).__name__} of {len(optimizer)} "
+                f"optimizers and cannot tell which variables each one trains: use "
+                f"keras.optimizers.MultiOptimizer, or override {type(self).__name__}."
+                f"apply_update to apply each to its variables.")
         if is_loss_scale_optimizer(optimizer):
             grads = sync_non_finite_gradients(grads)
         optimizer.apply_gradients(list(zip(grads, model.trainable_variables)))

@@ -78,8 +78,12 @@ class ExactMean:
         else:
             weights = tf.broadcast_to(tf.cast(sample_weight, self.dtype), tf.shape(values))
             total, count = tf.reduce_sum(values * weights), tf.reduce_sum(weights)
-        self.total.assign_add(total)
-        self.count.assign_add(count)
+        # After the values: a constant count (a scalar's size) would otherwise be added in a
+        # traced step whose input fetch failed at the end of the data, as happens to TFM's
+        # eval_step ported as written (it has no `after_inputs`).
+        with tf.control_dependencies([total]):
+            self.total.assign_add(total)
+            self.count.assign_add(count)
 
     @_not_converted
     def result(self) -> tf.Tensor:
@@ -90,6 +94,33 @@ class ExactMean:
     def reset_state(self):
         for variable in self.variables:
             variable.assign(tf.zeros([], self.dtype))
+
+    reset_states = reset_state  # TFM's (tf_keras) name, called by trainers ported from TFM
+
+
+def with_tfm_reset_states(metric):
+    """Gives a Keras 3 metric TFM's `reset_states()` (tf_keras's name of `reset_state()`), on
+    this instance only, so trainer code ported from TFM runs; returns the metric."""
+    if not hasattr(metric, "reset_states") and hasattr(metric, "reset_state"):
+        metric.reset_states = metric.reset_state
+    return metric
+
+
+def model_defined_metrics(model) -> list:
+    """`model.metrics` without what `model.compile` adds (its `loss` tracker, compile metrics
+    and per-output loss trackers): only the metrics the model itself defines.
+
+    A model compiled with its optimizer (as TFM's ranking driver does) would otherwise bring
+    a `loss` of Keras's own into the trainer's logs, which no step updates. Keras 3 has no
+    public accessor for the compile trackers, so they are read from its attributes.
+    """
+    metrics = list(getattr(model, "metrics", None) or [])
+    if not getattr(model, "compiled", False):
+        return metrics
+    compiled = [getattr(model, "_loss_tracker", None), getattr(model, "_compile_metrics", None)]
+    compiled += list(getattr(getattr(model, "_compile_loss", None), "metrics", None) or [])
+    compiled_ids = {id(m) for m in compiled if m is not None}
+    return [m for m in metrics if id(m) not in compiled_ids]
 
 
 def _accepts_input_context(fn) -> bool:
@@ -273,7 +304,10 @@ class Trainer(_AsyncTrainer):
       config: an `ExperimentConfig` (needs `trainer` and `task`).
       task: the `Task`.
       model: the `keras.Model` built by `task.build_model()`.
-      optimizer: a Keras optimizer (or a dict/list of them for multi-optimizer subclasses).
+      optimizer: a Keras optimizer; for several, a `keras.optimizers.MultiOptimizer` (each
+        inner optimizer is checkpointed and logs its own learning rate). A dict/list of
+        optimizers is checkpointed and logged too, but `Task.apply_update` cannot know which
+        variables each one trains: override it (or `train_step`) to apply them.
       train: whether this trainer trains (builds the train dataset when not given).
       evaluate: whether it evaluates (builds the validation dataset when not given).
       train_dataset / validation_dataset: datasets or distributed datasets to use instead of
@@ -308,9 +342,11 @@ class Trainer(_AsyncTrainer):
         # Exact means: parameter-server workers update them concurrently.
         self._train_loss = ExactMean("training_loss")
         self._validation_loss = ExactMean("validation_loss")
-        model_metrics = list(getattr(model, "metrics", None) or [])
-        self._train_metrics = list(task.build_metrics(training=True)) + model_metrics
-        self._validation_metrics = list(task.build_metrics(training=False)) + model_metrics
+        model_metrics = model_defined_metrics(model)
+        self._train_metrics = [with_tfm_reset_states(m) for m in
+                               list(task.build_metrics(training=True)) + model_metrics]
+        self._validation_metrics = [with_tfm_reset_states(m) for m in
+                                    list(task.build_metrics(training=False)) + model_metrics]
 
         if train and train_dataset is None:
             train_dataset = self.distribute_dataset(task.build_inputs, config.task.train_data)
@@ -450,8 +486,10 @@ class Trainer(_AsyncTrainer):
     def train_loop_end(self) -> Dict[str, Any]:
         """Called eagerly after each inner loop: metric results (then reset) and learning rate.
 
-        Returns every train metric, `training_loss` and `learning_rate` (one
-        `<name>_learning_rate` per optimizer when there are several).
+        Returns every train metric, `training_loss` and `learning_rate`, the rate at the
+        step being trained next (a schedule's value, or the constant); for several optimizers
+        one `<name>_learning_rate` each (a `MultiOptimizer`'s inner ones as TFM's
+        RankingTrainer names them: `<OptimizerClass>_<i>_learning_rate`).
         """
         self.join()
         if self._is_async or not self._config.trainer.train_tf_function:

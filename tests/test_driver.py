@@ -66,7 +66,7 @@ DRIVER_FLAGS = ("experiment", "mode", "model_dir", "config_file", "params_overri
 def test_help_lists_the_driver_flags_with_their_help_and_exits_0():
     result = lite_train("--help")
     assert "USAGE: lite-train" in result.stdout
-    main_lib.define_flags()
+    main_lib.define_lite_train_flags()
     for name in DRIVER_FLAGS:
         # A bool flag prints as --[no]name.
         assert (f"--{name}:" in result.stdout or f"--[no]{name}:" in result.stdout), name

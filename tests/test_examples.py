@@ -1,10 +1,12 @@
-"""The two examples run end to end: examples/custom_trainer.py and examples/forked_driver/."""
+"""The examples run end to end: custom_trainer.py, forked_driver/ and ranking/ (TFM's ranking driver)."""
 
 import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -176,3 +178,127 @@ def test_custom_trainer_xla_branch_matches_plain_step_under_mirrored(tmp_path):
         results[enable_xla] = [v.numpy() for v in trainer.model.trainable_variables]
     for plain, xla in zip(results[False], results[True]):
         np.testing.assert_allclose(xla, plain, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# examples/ranking: TFM's two-optimizer RankingTrainer and driver (issue 18).
+
+RANKING = os.path.join(EXAMPLES, "ranking")
+
+STALL_MODULE = '''
+"""A train action that stops the process in place after its Nth inner loop (a test's kill
+point: the process is SIGKILLed while it waits, so the kill lands at a known step)."""
+import time
+
+import gin
+
+
+@gin.configurable
+class StallAfterLoops:
+    def __init__(self, loops=gin.REQUIRED, marker=gin.REQUIRED):
+        self.loops, self.marker, self.calls = loops, marker, 0
+
+    def __call__(self, output):
+        self.calls += 1
+        if self.calls == self.loops:
+            with open(self.marker, "w") as f:
+                f.write("stalled")
+            time.sleep(600)
+'''
+
+
+def _ranking_command(*args):
+    return [sys.executable, os.path.join(RANKING, "driver.py"), "--experiment=ranking_tiny",
+            *[str(a) for a in args]]
+
+
+def _ranking_straight_run(model_dir):
+    """train_and_eval in this process, through the example's own trainer builder."""
+    sys.path.insert(0, RANKING)
+    try:
+        import ranking
+    finally:
+        sys.path.remove(RANKING)
+    params = ll.get_exp_config("ranking_tiny")
+    strategy = ll.get_distribution_strategy(distribution_strategy="off")
+    task = ll.get_task(params.task, logging_dir=model_dir)
+    trainer = ranking.build_ranking_trainer(params, task, strategy, "train_and_eval", model_dir)
+    ll.run_experiment(distribution_strategy=strategy, task=task, mode="train_and_eval",
+                      params=params, model_dir=model_dir, trainer=trainer)
+    return trainer
+
+
+def test_ranking_example_killed_and_resumed_equals_a_straight_run_with_an_evaluator_beside(
+        tmp_path):
+    straight_dir = str(tmp_path / "straight")
+    straight = _ranking_straight_run(straight_dir)
+
+    model_dir = tmp_path / "killed"
+    marker = tmp_path / "stalled"
+    (tmp_path / "ranking_stall.py").write_text(STALL_MODULE)
+    gin_file = tmp_path / "stall.gin"
+    gin_file.write_text(textwrap.dedent(f"""
+        import ranking_stall
+        run_experiment.train_actions = [@ranking_stall.StallAfterLoops()]
+        StallAfterLoops.loops = 3
+        StallAfterLoops.marker = {str(marker)!r}
+    """))
+    env = subprocess_env(str(tmp_path))
+    # 1. Train, stopped after its third loop (step 15, before that loop's checkpoint), killed.
+    killed = subprocess.Popen(_ranking_command("--mode=train", f"--model_dir={model_dir}",
+                                               f"--gin_file={gin_file}"),
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not marker.exists():
+            assert killed.poll() is None, killed.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the training job never reached step 15"
+            time.sleep(0.05)
+    finally:
+        killed.kill()
+        killed.wait()
+    assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-10")
+    # 2. An evaluator on the same model_dir (its own summary dir), then the resumed training.
+    evaluator = subprocess.Popen(
+        _ranking_command("--mode=continuous_eval", f"--model_dir={model_dir}",
+                         "--params_override=trainer.validation_summary_subdir=ceval"),
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        resumed = subprocess.run(_ranking_command("--mode=train_and_eval",
+                                                  f"--model_dir={model_dir}"),
+                                 cwd=ROOT, env=env, capture_output=True, text=True,
+                                 timeout=TIMEOUT)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        _, evaluator_err = evaluator.communicate(timeout=TIMEOUT)
+    finally:
+        if evaluator.poll() is None:
+            evaluator.kill()
+    assert evaluator.returncode == 0, evaluator_err[-3000:]
+
+    # Resumed from step 10 (both inner optimizers' state restored) == the straight run.
+    resumed_values = checkpoint_values(str(model_dir / "ckpt-20"))
+    straight_values = checkpoint_values(os.path.join(straight_dir, "ckpt-20"))
+    inner = [n for n in straight_values if n.startswith("optimizer/inner_optimizer_")]
+    assert len([n for n in inner if n.endswith("_iterations/.ATTRIBUTES/VARIABLE_VALUE")]) == 2
+    for name in inner + [n for n in straight_values if n.startswith("model/")]:
+        np.testing.assert_allclose(resumed_values[name], straight_values[name], rtol=1e-5,
+                                   atol=1e-6, err_msg=name)
+    for i in (0, 1):
+        assert resumed_values[f"optimizer/inner_optimizer_{i}/_iterations/"
+                              f".ATTRIBUTES/VARIABLE_VALUE"] == 20
+    assert int(straight.global_step.numpy()) == 20
+
+    # One learning rate per optimizer, TFM's names; no made-up `loss` from model.compile.
+    train = read_scalars(str(model_dir / "train"))
+    assert train["SGD_0_learning_rate"][20] == pytest.approx(0.3)
+    # The rate of the next step, at Adam's 20 completed iterations: 0.02 * 0.5 ** (20 / 10).
+    assert train["Adam_1_learning_rate"][20] == pytest.approx(0.005)
+    assert "loss" not in train and "learning_rate" not in train
+    straight_eval = read_scalars(os.path.join(straight_dir, "validation"))
+    assert "loss" not in straight_eval
+    # The evaluator beside it evaluated every checkpoint once, the last one as the trainer.
+    beside = read_scalars(str(model_dir / "ceval"))
+    assert sorted(beside["auc"]) == [5, 10, 15, 20]
+    for metric in ("auc", "accuracy", "validation_loss"):
+        assert beside[metric][20] == pytest.approx(straight_eval[metric][20], rel=1e-4)

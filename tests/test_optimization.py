@@ -447,7 +447,9 @@ def test_no_ema_by_default():
 
 def test_fixed_decay_ema_is_keras_own_and_matches_numpy():
     optimizer, _ = build(ema_params(average_decay=0.8, dynamic_decay=False))
-    assert type(optimizer) is keras.optimizers.SGD  # pylint: disable=unidiomatic-typecheck
+    # TFM's class (issue 18), averaging as Keras's own use_ema with a fixed decay.
+    assert type(optimizer) is opt_lib.ema_optimizer.SGDWithEMASchedule  # noqa: E721
+    assert isinstance(optimizer, opt_lib.ExponentialMovingAverage)
     assert optimizer.use_ema and optimizer.ema_momentum == 0.8
     vs = variables()
     history = run_steps(optimizer, vs, 5)
@@ -1183,13 +1185,15 @@ def test_registered_optimizer_and_schedule_are_built_from_their_config(registere
     np.testing.assert_allclose(var.numpy(), expected, rtol=1e-6)
 
 
-def test_registered_optimizer_needs_an_ema_class_for_tfms_ema_schedule(registered_test_classes):
+def test_registered_optimizer_gets_an_ema_class_for_tfms_ema_schedule(registered_test_classes):
     factory = opt_lib.OptimizerFactory(_regtest_config(average_decay=0.5))
-    with pytest.raises(ConfigError, match=r"optimizer\.regtest_scaled.*register_optimizer_cls"):
-        factory.build_optimizer(0.1)
+    derived = factory.build_optimizer(0.1)  # no ema_cls registered: the mixin is added
+    assert type(derived).__name__ == "ScaledSGDWithEMASchedule"
+    assert isinstance(derived, ScaledSGD) and isinstance(derived, opt_lib.ExponentialMovingAverage)
+    assert type(factory.build_optimizer(0.1)) is type(derived)  # one class, made once
     plain_ema = opt_lib.OptimizerFactory(_regtest_config(average_decay=0.5,
                                                          dynamic_decay=False))
-    assert type(plain_ema.build_optimizer(0.1)) is ScaledSGD  # Keras's own EMA suffices
+    assert type(plain_ema.build_optimizer(0.1)) is type(derived)
     opt_lib.optimizer_factory.OPTIMIZERS_CLS.pop("regtest_scaled")
     opt_lib.register_optimizer_cls("regtest_scaled", ScaledSGD, ema_cls=ScaledSGDWithEMASchedule)
     optimizer = factory.build_optimizer(0.1)

@@ -52,9 +52,12 @@ def clean_tf_config(monkeypatch):
 # ----------------------------------------------------------------------------- names
 
 
-def test_off_returns_none_case_insensitive():
-    assert st.get_distribution_strategy("off") is None
-    assert st.get_distribution_strategy("OFF") is None
+def test_off_returns_the_default_strategy_case_insensitive():
+    # As TFM's: the default strategy, so TFM's driver code (`strategy.scope()`,
+    # `strategy.distribute_datasets_from_function`) runs with "off" (issue 18, item 7).
+    default = tf.distribute.get_strategy()
+    assert st.get_distribution_strategy("off") is default
+    assert st.get_distribution_strategy("OFF") is default
 
 
 def test_one_device_on_cpu():
@@ -389,7 +392,8 @@ def test_strategy_from_runtime_configures_cluster_and_builds():
     strategy = st.strategy_from_runtime(runtime)
     assert isinstance(strategy, tf.distribute.OneDeviceStrategy)
     assert json.loads(os.environ["TF_CONFIG"])["cluster"] == {"worker": ["localhost:1234"]}
-    assert st.strategy_from_runtime(RuntimeConfig(distribution_strategy="off")) is None
+    assert st.strategy_from_runtime(RuntimeConfig(distribution_strategy="off")) is \
+        tf.distribute.get_strategy()
 
 
 def test_strategy_from_runtime_passes_all_reduce_alg():

@@ -38,7 +38,8 @@ Where TFM and Keras 3 differ, this package does what a TFM user expects and says
   last boundary, where TFM's divides by zero).
 - `build_optimizer(lr, postprocessor=fn)` passes the built optimizer through `fn`, as TFM's.
 - EMA is Keras 3's own, with TFM's `dynamic_decay` and `start_step`, and optionally over the
-  non-trainable variables too (see `ema_optimizer`).
+  non-trainable variables too; an optimizer built with `ema` is an `ExponentialMovingAverage`
+  (TFM's class, with `swap_weights()` and `shadow_copy(model)`), see `ema_optimizer`.
 - A fixed `runtime.loss_scale` uses `FixedLossScaleOptimizer`, a `LossScaleOptimizer` whose
   scale never changes and which, like TF2's fixed loss scale, never skips a step.
 """
@@ -59,7 +60,7 @@ _LAZY = {
     **dict.fromkeys(
         ("OptimizerFactory", "OptimizerEntry", "OPTIMIZERS_CLS", "LR_CLS", "WARMUP_CLS",
          "register_optimizer_cls", "register_learning_rate_cls", "register_warmup_cls",
-         "optimizers_by_name", "create_optimizer_variables"),
+         "optimizers_by_name", "create_optimizer_variables", "track_inner_optimizers"),
         "optimizer_factory"),
     **dict.fromkeys(
         ("Offset", "PiecewiseConstantDecayWithOffset", "ExponentialDecayWithOffset",
@@ -69,8 +70,9 @@ _LAZY = {
         "lr_schedule"),
     **dict.fromkeys(("LAMB", "LARS"), "optimizers"),
     **dict.fromkeys(
-        ("EMAScheduleMixin", "has_ema", "ema_variables", "swap_ema_weights",
-         "average_non_trainable_variables"), "ema_optimizer"),
+        ("ExponentialMovingAverage", "EMAScheduleMixin", "with_ema_schedule", "has_ema",
+         "ema_variables", "swap_ema_weights", "average_non_trainable_variables"),
+        "ema_optimizer"),
     **dict.fromkeys(("FixedLossScaleOptimizer", "configure_loss_scale", "unwrap_loss_scale"),
                     "loss_scale"),
 }

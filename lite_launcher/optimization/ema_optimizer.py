@@ -2,7 +2,8 @@
 
 EMA is Keras 3's own (`use_ema=True`, `ema_momentum=average_decay`): the averages live in the
 optimizer, are updated in `apply_gradients` under every strategy and are saved with it in
-checkpoints. `EMAScheduleMixin` adds TFM's `dynamic_decay` and `start_step`, and with
+checkpoints. `ExponentialMovingAverage` (TFM's class name; every optimizer built with
+`optimizer_config.ema` is one) adds TFM's `dynamic_decay` and `start_step`, and with
 `trainable_weights_only: false` also averages the model's non-trainable variables (BatchNorm
 statistics); `<Optimizer>WithEMASchedule` are the built-in optimizers with it. The first
 average is a copy of the weights (as in Keras), not zeros.
@@ -23,12 +24,21 @@ from lite_launcher.optimization.optimizers import LAMB, LARS
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
 
-class EMAScheduleMixin:
-    """Keras EMA with TFM's `start_step` and `dynamic_decay` (see `EMAConfig`), and optional
-    averages of non-trainable variables.
+class ExponentialMovingAverage:
+    """TFM's `optimization.ExponentialMovingAverage`: an optimizer keeping moving averages.
 
-    Put it first among the bases of a Keras optimizer class (`class MyOptWithEMASchedule(
-    EMAScheduleMixin, MyOpt)`); without `use_ema` it changes nothing.
+    Every optimizer built with `optimizer_config.ema` is an instance of it, so TFM's trainer
+    code runs as written:
+
+        if isinstance(self.optimizer, optimization.ExponentialMovingAverage):
+            self.optimizer.swap_weights()
+
+    On Keras 3 it is a mixin of a Keras optimizer class, not a wrapper around another
+    optimizer: Keras's own EMA (`use_ema`, `ema_momentum`) plus TFM's `start_step` and
+    `dynamic_decay` (see `EMAConfig`) and, with `ema_trainable_weights_only=False`, averages
+    of the model's floating-point non-trainable variables (BatchNorm statistics). Put it first
+    among the bases (`class MyOptWithEMASchedule(ExponentialMovingAverage, MyOpt)`); without
+    `use_ema` it changes nothing. `EMAScheduleMixin` is the same class.
     """
 
     def __init__(self, *args, ema_dynamic_decay=True, ema_start_step=0,
@@ -82,10 +92,60 @@ class EMAScheduleMixin:
             d = ops.cast(decay, var.dtype)
             average.assign(ops.add(ops.multiply(d, average), ops.multiply(1.0 - d, var)))
 
+    # ----- TFM's ExponentialMovingAverage API
+    def shadow_copy(self, model) -> None:
+        """Creates the averages of `model`'s weights now (TFM's name): builds the optimizer on
+        `model.trainable_variables` and, with `ema_trainable_weights_only=False`, averages
+        its non-trainable variables too. Does nothing when they exist already."""
+        if not self.built:
+            self.build(model.trainable_variables)
+        self.average_non_trainable_variables(list(model.non_trainable_variables))
+
+    @property
+    def has_shadow_copy(self) -> bool:
+        """Whether the averages exist (the optimizer is built with `use_ema`)."""
+        return bool(self.use_ema and self.built)
+
+    def swap_weights(self) -> None:
+        """Swaps the trained weights with their averages (TFM's name); twice restores them.
+
+        Call it in cross-replica context, as TFM's (outside `strategy.run`); the swap runs
+        in the optimizer's strategy.
+        """
+        if not self.has_shadow_copy:
+            raise ValueError(
+                f"Optimizer {self.name!r} has no averages to swap yet; call "
+                f"shadow_copy(model) (the Trainer does) or apply a step first.")
+        # Keras keeps the variables an optimizer was built on in `_trainable_variables`.
+        variables = list(self._trainable_variables)  # pylint: disable=protected-access
+        with self._distribution_strategy.scope():  # pylint: disable=protected-access
+            swap_ema_weights(self, variables)
+
     def get_config(self):
         return {**super().get_config(), "ema_dynamic_decay": self.ema_dynamic_decay,
                 "ema_start_step": self.ema_start_step,
                 "ema_trainable_weights_only": self.ema_trainable_weights_only}
+
+
+EMAScheduleMixin = ExponentialMovingAverage  # the name lite used before TFM's
+
+
+def with_ema_schedule(optimizer_cls: type) -> type:
+    """`optimizer_cls` with `ExponentialMovingAverage` first among its bases (itself when it
+    has it already); one class per `optimizer_cls`, made once."""
+    if issubclass(optimizer_cls, ExponentialMovingAverage):
+        return optimizer_cls
+    made = _DERIVED_EMA_CLASSES.get(optimizer_cls)
+    if made is None:
+        made = type(f"{optimizer_cls.__name__}WithEMASchedule",
+                    (ExponentialMovingAverage, optimizer_cls),
+                    {"__module__": optimizer_cls.__module__,
+                     "__doc__": f"`{optimizer_cls.__name__}` with TFM's EMA schedule."})
+        _DERIVED_EMA_CLASSES[optimizer_cls] = made
+    return made
+
+
+_DERIVED_EMA_CLASSES: dict = {}
 
 
 # The built-in optimizers with TFM's EMA schedule (`register_optimizer_cls` takes a user's).

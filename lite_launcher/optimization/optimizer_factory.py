@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Dict, Optional, Sequence
 
+import gin
 import keras
 from absl import logging
 
 from lite_launcher.base_config import Config, ConfigError
-from lite_launcher.optimization import ema_optimizer, lr_schedule, optimizers
+from lite_launcher.optimization import ema_optimizer, loss_scale, lr_schedule, optimizers
 from lite_launcher.optimization.configs import OptimizationConfig, clip_kwargs
 
 _CLIP_FIELDS = ("clipnorm", "clipvalue", "global_clipnorm")
@@ -49,8 +50,8 @@ class OptimizerEntry:
 
     Attributes:
       cls: the Keras optimizer class.
-      ema_cls: `cls` with `EMAScheduleMixin`, built when `ema` sets TFM's schedule
-        (`dynamic_decay`, `start_step` or `trainable_weights_only: false`); None: none exists.
+      ema_cls: `cls` with `ExponentialMovingAverage`, built when `ema` is set; None: the
+        factory adds the mixin itself (`ema_optimizer.with_ema_schedule`).
       arguments: the branch config -> constructor kwargs besides learning_rate, name and
         clipping.
       weight_decay_exclusion: the branch config -> a regex of variables Keras must not decay
@@ -149,12 +150,13 @@ def register_optimizer_cls(key: str, optimizer_cls: type,
     The optimizer is built as `optimizer_cls(learning_rate=lr, **fields)`, the fields of the
     `optimizer.<key>` config (subclass `OptimizerConfig` to add that field, and
     `BaseOptimizerConfig` for its config, as in TFM). `ema_cls` is the class built when `ema`
-    sets TFM's schedule: `optimizer_cls` with `ema_optimizer.EMAScheduleMixin` first among its
-    bases (the default, when `optimizer_cls` already has the mixin). Registering a key twice
+    is set: `optimizer_cls` with `ema_optimizer.ExponentialMovingAverage` first among its
+    bases (by default `optimizer_cls` itself when it has the mixin, else one the factory
+    derives). Registering a key twice
     is a `ValueError`, as in TFM.
     """
     _check_new_key(OPTIMIZERS_CLS, key, "Optimizer")
-    if ema_cls is None and issubclass(optimizer_cls, ema_optimizer.EMAScheduleMixin):
+    if ema_cls is None and issubclass(optimizer_cls, ema_optimizer.ExponentialMovingAverage):
         ema_cls = optimizer_cls
     OPTIMIZERS_CLS[key] = OptimizerEntry(
         optimizer_cls, ema_cls,
@@ -241,16 +243,18 @@ class OptimizerFactory:
             lr = lr_schedule.LegacyDecay(lr, decay)
         return lr
 
+    @gin.configurable  # as TFM's: a gin file may set `build_optimizer.postprocessor`
     def build_optimizer(self, lr, postprocessor=None):
         """Returns the Keras 3 optimizer with learning rate `lr` (float or schedule).
 
         `postprocessor` (TFM's argument): a function given the built optimizer that returns
         the optimizer to use (a wrapped or modified one); it must return a Keras optimizer.
 
-        With `ema` set, the optimizer keeps moving averages of the variables it trains
-        (Keras `use_ema=True`, `ema_momentum=average_decay`; TFM's `dynamic_decay` and
-        `start_step` via `EMAScheduleMixin`). Read or swap them with `ema_variables` /
-        `swap_ema_weights`.
+        With `ema` set, the optimizer is an `ExponentialMovingAverage` (TFM's class: its
+        `swap_weights()` / `shadow_copy(model)`) keeping moving averages of the variables it
+        trains (Keras `use_ema=True`, `ema_momentum=average_decay`, TFM's `dynamic_decay`
+        and `start_step`): `entry.ema_cls`, else the class with the mixin added. Read or
+        swap them also with `ema_variables` / `swap_ema_weights`.
         """
         kind, cfg = self._optimizer_type, self._optimizer_config
         entry = OPTIMIZERS_CLS.get(kind)
@@ -269,19 +273,12 @@ class OptimizerFactory:
             lr = float(lr)  # Keras accepts only a Python float here
         ema = self._ema_config
         if ema is not None:
-            kwargs.update(use_ema=True, ema_momentum=float(ema.average_decay))
-            if ema.dynamic_decay or ema.start_step or not ema.trainable_weights_only:
-                if entry.ema_cls is None:
-                    raise ConfigError(
-                        f"optimizer.{kind} ({cls.__name__}) has no EMA-schedule class for "
-                        f"ema.dynamic_decay / start_step / trainable_weights_only: register "
-                        f"it with register_optimizer_cls(..., ema_cls=...), or set "
-                        f"ema.dynamic_decay: false, ema.start_step: 0 and "
-                        f"ema.trainable_weights_only: true.")
-                cls = entry.ema_cls
-                kwargs.update(ema_dynamic_decay=ema.dynamic_decay,
-                              ema_start_step=ema.start_step,
-                              ema_trainable_weights_only=ema.trainable_weights_only)
+            # Always an `ExponentialMovingAverage` (TFM's check in eval_begin / eval_end);
+            # with a fixed decay from step 0 it averages exactly as Keras's own `use_ema`.
+            cls = entry.ema_cls or ema_optimizer.with_ema_schedule(cls)
+            kwargs.update(use_ema=True, ema_momentum=float(ema.average_decay),
+                          ema_dynamic_decay=ema.dynamic_decay, ema_start_step=ema.start_step,
+                          ema_trainable_weights_only=ema.trainable_weights_only)
         try:
             optimizer = cls(learning_rate=lr, **kwargs)
         except ValueError as e:
@@ -298,16 +295,46 @@ class OptimizerFactory:
         return optimizer
 
 
+def _multi_optimizer(optimizer):
+    """The `keras.optimizers.MultiOptimizer` `optimizer` is or wraps (loss scaling), or None."""
+    inner = loss_scale.unwrap_loss_scale(optimizer)
+    return inner if isinstance(inner, keras.optimizers.MultiOptimizer) else None
+
+
 def optimizers_by_name(optimizer) -> Dict[str, object]:
-    """The optimizer(s) by name: `{"": opt}` for one, the entries of a dict or list of them
-    (a multi-optimizer Trainer subclass), `{}` for None."""
+    """The optimizer(s) by name, as the Trainer logs their learning rates.
+
+    `{"": opt}` for one; for a `keras.optimizers.MultiOptimizer` its inner optimizers named
+    as TFM's RankingTrainer logs them, `<OptimizerClass>_<i>` (`SGD_0`, `Adam_1`); the
+    entries of a dict or list of optimizers (a multi-optimizer Trainer subclass); `{}` for
+    None.
+    """
     if optimizer is None:
         return {}
     if isinstance(optimizer, dict):
         return dict(optimizer)
     if isinstance(optimizer, (list, tuple)):
         return {getattr(o, "name", None) or f"optimizer_{i}": o for i, o in enumerate(optimizer)}
+    multi = _multi_optimizer(optimizer)
+    if multi is not None:
+        return {f"{type(o).__name__}_{i}": o for i, o in enumerate(multi.optimizers)}
     return {"": optimizer}
+
+
+def track_inner_optimizers(optimizer) -> None:
+    """Makes a `MultiOptimizer`'s inner optimizers checkpoint dependencies of it.
+
+    Keras 3 keeps them in a list TensorFlow's checkpoints do not follow: without this a
+    checkpoint of the model's optimizer holds none of their state (iterations, moments), and
+    a resumed run restarts each at step 0. They are saved as `inner_optimizer_<i>`, in the
+    order of `optimizer.optimizers`. Other optimizers are left alone.
+    """
+    multi = _multi_optimizer(optimizer)
+    if multi is None:
+        return
+    for i, inner in enumerate(multi.optimizers):
+        # An attribute holding a trackable is a checkpoint dependency (TF's AutoTrackable).
+        setattr(multi, f"inner_optimizer_{i}", inner)
 
 
 def create_optimizer_variables(optimizer, model) -> None:
@@ -315,12 +342,21 @@ def create_optimizer_variables(optimizer, model) -> None:
 
     Call it eagerly in the strategy scope: under a MirroredStrategy a variable created inside
     the replica context of a traced step fails. With `ema.trainable_weights_only: false` the
-    averages also cover the model's non-trainable variables (BatchNorm statistics).
+    averages also cover the model's non-trainable variables (BatchNorm statistics). A
+    `MultiOptimizer` is built whole (each inner optimizer on its own variables) and its inner
+    optimizers are tracked for checkpoints (`track_inner_optimizers`).
     """
     trainable = model.trainable_variables if model is not None else []
     if not trainable:
         return
-    for each in optimizers_by_name(optimizer).values():
+    if isinstance(optimizer, dict):
+        top_level = list(optimizer.values())
+    elif isinstance(optimizer, (list, tuple)):
+        top_level = list(optimizer)
+    else:
+        top_level = [optimizer]
+    for each in top_level:
         if isinstance(each, keras.optimizers.Optimizer) and not each.built:
             each.build(trainable)
+        track_inner_optimizers(each)
         ema_optimizer.average_non_trainable_variables(each, model.non_trainable_variables)
