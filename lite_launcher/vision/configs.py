@@ -62,9 +62,10 @@ class RandAugment(Config):
     """RandAugment options (TFM's common.RandAugment)."""
 
     num_layers: int = 2
-    magnitude: float = 10
-    cutout_const: float = 40
-    translate_const: float = 10
+    # Float literals (TFM writes 10, 40, 10): a params.yaml then reads back as written.
+    magnitude: float = 10.0
+    cutout_const: float = 40.0
+    translate_const: float = 10.0
     magnitude_std: float = 0.0
     prob_to_apply: Optional[float] = None
     exclude_ops: List[str] = dataclasses.field(default_factory=list)
@@ -75,8 +76,8 @@ class AutoAugment(Config):
     """AutoAugment options (TFM's common.AutoAugment)."""
 
     augmentation_name: str = "v0"
-    cutout_const: float = 100
-    translate_const: float = 250
+    cutout_const: float = 100.0
+    translate_const: float = 250.0
 
 
 @dataclasses.dataclass
@@ -505,7 +506,7 @@ def resnet_rs_imagenet() -> ExperimentConfig:
     batch = 4096
     steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
     train_data, validation_data = _imagenet_data(batch)
-    train_data.aug_type = Augmentation(type="randaug", randaug=RandAugment(magnitude=10))
+    train_data.aug_type = Augmentation(type="randaug", randaug=RandAugment(magnitude=10.0))
     return ExperimentConfig(
         task=ImageClassificationTask(
             model=ImageClassificationModel(

@@ -4,7 +4,7 @@ image_classification/ in tensorflow/models).
 
 Run once with TFM 2.20 (tf-models-official 2.20, tensorflow 2.20, tf_keras):
 
-    /work/tfm_venv/bin/python tests/vision/data/make_tfm_convnet_counts.py
+    /work/tfm_venv/bin/python tests/vision/data/make_tfm_convnet_counts.py [--missing]
 
 For each YAML: the experiment it runs under, its `task.model` keys (transcribed below, the
 rest comes from the experiment's defaults) and `task.losses.l2_weight_decay`, and what TFM's
@@ -13,11 +13,13 @@ size), `backbone_params`, and `l2_terms` (len(model.losses) with l2_weight_decay
 regularised layers are counted even where the YAML turns decay off). `endpoints` (backbone
 output shapes at a 64x64 input) are written for the MobileNet and dilated ResNet models, and
 `EXTRA` adds backbone options the YAMLs do not use but TFM's backbone code reads
-(output_stride, output_intermediate_endpoints).
+(output_stride, output_intermediate_endpoints). For the YAML TFM refuses, `refused_by_tfm`
+holds TFM's error and the counts are those of its `task.model`.
 """
 
 import json
 import os
+import sys
 
 import tf_keras
 from official.core import exp_factory
@@ -67,6 +69,9 @@ YAMLS = {
     "imagenet_mobilenetv1_tpu.yaml": mobilenet("MobileNetV1", 224, 1e-5, filter_size_scale=1.0),
     "imagenet_mobilenetv2_gpu.yaml": mobilenet("MobileNetV2", 224, 1e-5, filter_size_scale=1.0),
     "imagenet_mobilenetv2_tpu.yaml": mobilenet("MobileNetV2", 224, 1e-5, filter_size_scale=1.0),
+    # TFM refuses this YAML (its norm_activation sits under task.losses); its model counted.
+    "imagenet_mobilenetv3.5_avg_tpu.yaml": mobilenet(
+        "MobileNetMultiAVG", 224, 1e-5, filter_size_scale=1.0, stochastic_depth_drop_rate=0.0),
     "imagenet_mobilenetv3.5_avgseg_tpu.yaml": mobilenet(
         "MobileNetMultiAVGSeg", 224, 1e-5, dict(MN_NORM, activation="relu", use_sync_bn=False),
         filter_size_scale=1.0, stochastic_depth_drop_rate=0.0),
@@ -124,6 +129,12 @@ EXTRA = {
         "MobileNetV4ConvSmall", 224, 1e-5, output_stride=16),
 }
 
+# The part of a YAML TFM refuses, and the experiment it is loaded under.
+REFUSED = {"imagenet_mobilenetv3.5_avg_tpu.yaml": (
+    "mobilenet_imagenet", {"task": {"losses": {"norm_activation": {
+        "activation": "relu", "norm_epsilon": 0.001, "norm_momentum": 0.997,
+        "use_sync_bn": False}}}})}
+
 ENDPOINT_SIZE = 64
 
 
@@ -143,9 +154,26 @@ def endpoints(experiment, model_overrides):
     return {k: list(v.shape[1:]) for k, v in sorted(outputs.items())}
 
 
-def main():
+def refusal(experiment, overrides):
+    """TFM's error for `overrides`, or None when TFM accepts them."""
+    try:
+        exp_factory.get_exp_config(experiment).override(overrides, is_strict=True)
+    except (KeyError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def main(argv):
+    """`--missing`: keep the entries already in the json, compute only the others."""
+    target = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          "tfm_2_20_convnet_counts.json")
     out = {"models": {}, "extra_endpoints": {}, "endpoint_input_size": ENDPOINT_SIZE}
+    if "--missing" in argv and os.path.exists(target):
+        with open(target) as f:
+            out = json.load(f)
     for name, (experiment, model, l2) in YAMLS.items():
+        if name in out["models"]:
+            continue
         tf_keras.backend.clear_session()
         classifier = build(experiment, model, l2)
         entry = {"experiment": experiment, "model": model, "l2_weight_decay": l2,
@@ -154,15 +182,17 @@ def main():
                  "l2_terms": len(build(experiment, model, 1e-5).losses)}
         if model["backbone"]["type"] != "resnet":
             entry["endpoints"] = endpoints(experiment, model)
+        if name in REFUSED:
+            entry["refused_by_tfm"] = refusal(*REFUSED[name])
         out["models"][name] = entry
         print(name, entry["params"], entry["l2_terms"], flush=True)
     for name, (experiment, model, _) in EXTRA.items():
+        if name in out["extra_endpoints"]:
+            continue
         tf_keras.backend.clear_session()
         out["extra_endpoints"][name] = {"experiment": experiment, "model": model,
                                         "endpoints": endpoints(experiment, model)}
         print(name, out["extra_endpoints"][name]["endpoints"], flush=True)
-    target = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                          "tfm_2_20_convnet_counts.json")
     with open(target, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
         f.write("\n")
@@ -170,4 +200,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
