@@ -172,30 +172,53 @@ def stem(inputs, stem_type: str, settings: NormSettings, v1_filters=STEM_V1,
     return keras.layers.MaxPooling2D(3, 2, padding="same")(x)
 
 
+def stem_kwargs(config: configs.ResNet) -> dict:
+    """The `stem` arguments of `config` (filters scaled by the depth multiplier)."""
+    multiplier = config.depth_multiplier
+    stem_multiplier = multiplier if config.scale_stem else 1.0
+    return dict(stem_type=config.stem_type,
+                v1_filters=[(int(f * stem_multiplier), s) for f, s in STEM_V1],
+                v0_filters=int(64 * stem_multiplier),
+                replace_max_pool_filters=(int(64 * multiplier) if config.replace_stem_max_pool
+                                          else 0))
+
+
+def block_plan(config: configs.ResNet):
+    """[(level, name, block class, keyword arguments)] of every block, in order."""
+    plan = []
+    for i, (kind, filters, repeats) in enumerate(RESNET_SPECS[config.model_id]):
+        level = i + 2
+        # TFM scales the drop rate linearly with the group: init_rate * level / 5.
+        drop_rate = config.stochastic_depth_drop_rate * level / 5
+        for j in range(repeats):
+            plan.append((level, f"block_group_l{level}_{j}", BLOCKS[kind], dict(
+                filters=int(filters * config.depth_multiplier),
+                strides=(2 if i > 0 and j == 0 else 1), use_projection=(j == 0),
+                se_ratio=config.se_ratio, resnetd_shortcut=config.resnetd_shortcut,
+                stochastic_depth_drop_rate=drop_rate)))
+    return plan
+
+
+def build_from_plan(inputs, x, plan, settings: NormSettings, final_level=None,
+                    name: str = "backbone") -> keras.Model:
+    """The blocks of `plan` on `x`; endpoints: each level's last block (and the last block
+    under `final_level` when given)."""
+    endpoints = {}
+    for level, block_name, block_cls, kwargs in plan:
+        x = block_cls(settings=settings, name=block_name, **kwargs)(x)
+        if level is not None:
+            endpoints[str(level)] = x
+    if final_level is not None:
+        endpoints[str(final_level)] = x
+    return keras.Model(inputs, endpoints, name=name)
+
+
 @register_backbone_builder("resnet")
 def build_resnet(input_shape, config: configs.ResNet, settings: NormSettings,
                  name: str = "backbone") -> keras.Model:
     """TFM's ResNet as a Functional model whose outputs are {'2': ..., '5': ...} (levels)."""
     config.validate()
     settings = settings.replace(trainable=config.bn_trainable)
-    multiplier = config.depth_multiplier
-    stem_multiplier = multiplier if config.scale_stem else 1.0
     inputs = keras.Input(shape=tuple(input_shape))
-    x = stem(inputs, config.stem_type, settings,
-             v1_filters=[(int(f * stem_multiplier), s) for f, s in STEM_V1],
-             v0_filters=int(64 * stem_multiplier),
-             replace_max_pool_filters=(int(64 * multiplier) if config.replace_stem_max_pool
-                                       else 0))
-    endpoints = {}
-    for i, (kind, filters, repeats) in enumerate(RESNET_SPECS[config.model_id]):
-        level = i + 2
-        # TFM scales the drop rate linearly with the group: init_rate * level / 5.
-        drop_rate = config.stochastic_depth_drop_rate * level / 5
-        for j in range(repeats):
-            x = BLOCKS[kind](
-                int(filters * multiplier), strides=(2 if i > 0 and j == 0 else 1),
-                use_projection=(j == 0), settings=settings, se_ratio=config.se_ratio,
-                resnetd_shortcut=config.resnetd_shortcut, stochastic_depth_drop_rate=drop_rate,
-                name=f"block_group_l{level}_{j}")(x)
-        endpoints[str(level)] = x
-    return keras.Model(inputs, endpoints, name=name)
+    x = stem(inputs, settings=settings, **stem_kwargs(config))
+    return build_from_plan(inputs, x, block_plan(config), settings, name=name)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.vision import configs, mobilenet, modeling, resnet
+from lite_launcher.vision import configs, mobilenet, modeling, resnet, resnet_deeplab
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "data", "tfm_2_20_convnet_counts.json")) as f:
@@ -52,13 +52,70 @@ def test_every_convnet_yaml_of_tfms_zoo_is_counted():
     assert TFM["models"]["imagenet_mobilenetv3.5_avg_tpu.yaml"]["refused_by_tfm"]
 
 
-@pytest.mark.parametrize("name, entry", _unique_models(), ids=[n for n, _ in _unique_models()])
-def test_parameters_l2_terms_and_endpoints_equal_tfms(name, entry):
+def _is_resnet(entry):
+    return entry["model"]["backbone"]["type"] in ("resnet", "dilated_resnet")
+
+
+MOBILENETS = [m for m in _unique_models() if not _is_resnet(m[1])]
+RESNETS = [m for m in _unique_models() if _is_resnet(m[1])]
+# Built whole as well, to check the block-by-block count below against the built model.
+BUILT_RESNETS = ("imagenet_resnet50_gpu.yaml", "imagenet_resnetrs50_i160.yaml",
+                 "imagenet_resnet50_deeplab_tpu.yaml")
+
+
+@pytest.mark.parametrize("name, entry", MOBILENETS, ids=[n for n, _ in MOBILENETS])
+def test_mobilenet_parameters_l2_terms_and_endpoints_equal_tfms(name, entry):
     model = _lite_model(entry)
     assert model.count_params() == entry["params"], name
     assert model.backbone.count_params() == entry["backbone_params"], name
     # TFM regularises convolution and dense kernels, not depthwise kernels or attention.
     assert len(model.losses) == entry["l2_terms"], name
+    shapes = {k: list(v.shape[1:]) for k, v in model.backbone.output.items()}
+    assert shapes == entry["endpoints"], name
+
+
+def _resnet_counts_block_by_block(entry):
+    """(backbone params, params, L2 terms) of lite's model from its builder's own stem and
+    block plan, each distinct block built once: ResNet-RS-420 has 139 blocks but 8 distinct
+    ones, and building it whole takes ~12 s."""
+    config = EXPERIMENTS[entry["experiment"]]().task.model
+    config.override(entry["model"])
+    family = resnet if config.backbone.type == "resnet" else resnet_deeplab
+    family_config = config.backbone.get()
+    # Zero kernels: the counts are the same and nothing random is drawn.
+    settings = modeling.NormSettings(kernel_initializer="zeros",
+                                     kernel_regularizer=keras.regularizers.L2(5e-6))
+    inputs = keras.Input([SIZE, SIZE, 3])
+    stem = keras.Model(inputs, resnet.stem(inputs, settings=settings,
+                                           **family.stem_kwargs(family_config)))
+    params, l2_terms, channels = stem.count_params(), len(stem.losses), stem.output_shape[-1]
+    built = {}
+    for _, _, block_cls, kwargs in family.block_plan(family_config):
+        key = (block_cls.__name__, channels, json.dumps(kwargs, sort_keys=True))
+        if key not in built:
+            block = block_cls(settings=settings, **kwargs)
+            block.build((None, 8, 8, channels))
+            built[key] = (block.count_params(), len(block.losses))
+        params += built[key][0]
+        l2_terms += built[key][1]
+        channels = kwargs["filters"] * block_cls.expansion
+    head = channels * config.num_classes + config.num_classes  # the dense logits
+    return params, params + head, l2_terms + 1
+
+
+@pytest.mark.parametrize("name, entry", RESNETS, ids=[n for n, _ in RESNETS])
+def test_resnet_parameters_and_l2_terms_equal_tfms(name, entry):
+    backbone_params, params, l2_terms = _resnet_counts_block_by_block(entry)
+    assert (backbone_params, params, l2_terms) == (
+        entry["backbone_params"], entry["params"], entry["l2_terms"]), name
+
+
+@pytest.mark.parametrize("name", BUILT_RESNETS)
+def test_the_block_by_block_count_is_the_built_models(name):
+    entry = TFM["models"][name]
+    model = _lite_model(entry)
+    assert (model.backbone.count_params(), model.count_params(), len(model.losses)) == (
+        _resnet_counts_block_by_block(entry))
     if "endpoints" in entry:
         shapes = {k: list(v.shape[1:]) for k, v in model.backbone.output.items()}
         assert shapes == entry["endpoints"], name
@@ -144,13 +201,20 @@ def test_classification_model_saves_loads_and_clones_as_keras(tmp_path):
     loaded = keras.models.load_model(path)
     assert isinstance(loaded, modeling.ClassificationModel)
     assert loaded.backbone.count_params() == model.backbone.count_params()
-    assert len(loaded.losses) == len(model.losses) == 23
+    # 4 stem, 16 block, 4 shortcut and 16 squeeze-excitation convolutions, the dense layer.
+    assert len(loaded.losses) == len(model.losses) == 41
     np.testing.assert_allclose(loaded(x, training=False), expected, rtol=1e-5, atol=1e-6)
+    # Keras 3's clone_model copies any Functional subclass as a plain Functional model.
     clone = keras.models.clone_model(model)
-    assert isinstance(clone, modeling.ClassificationModel)
     assert clone.count_params() == model.count_params()
     clone.set_weights(model.get_weights())
     np.testing.assert_allclose(clone(x, training=False), expected, rtol=1e-5, atol=1e-6)
+    # TFM's test_serialize_deserialize: from_config(get_config()) is the same model.
+    rebuilt = modeling.ClassificationModel.from_config(model.get_config())
+    assert isinstance(rebuilt, modeling.ClassificationModel)
+    assert rebuilt.get_config() == model.get_config()
+    rebuilt.set_weights(model.get_weights())
+    np.testing.assert_allclose(rebuilt(x, training=False), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_multi_query_attention_trains():
