@@ -51,13 +51,13 @@ def lite_train(*args):
 
 @pytest.fixture(scope="module")
 def small_records(tmp_path_factory):
-    """(train glob, validation glob): 16 digits per split as 32x32 JPEG TFRecords."""
+    """(train glob, validation glob): 40 digits per split (every class) as 32x32 JPEG TFRecords."""
     from lite_launcher.vision import make_tfrecords
     root = tmp_path_factory.mktemp("zoo_jpeg")
     globs = []
     for split in ("train", "validation"):
         folder = str(root / f"{split}_images")
-        write_digit_folders(folder, split, limit=16)
+        write_digit_folders(folder, split, limit=40)
         prefix = str(root / split)
         assert make_tfrecords.main(["--image_dir", folder, "--output_prefix", prefix,
                                     "--num_shards", "1"]) == 0
