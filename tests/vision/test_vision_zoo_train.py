@@ -117,8 +117,9 @@ def test_tfm_yaml_with_norm_activation_under_losses_is_refused_with_one_line(tmp
                         os.path.join(DATA, "imagenet_mobilenetv3.5_avg_tpu.yaml"),
                         "--mode", "train", "--model_dir", tmp_path / "model")
     assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "task.losses.norm_activation" in lines[0], result.stderr
+    errors = [l for l in result.stderr.splitlines() if l.startswith("lite-train: error:")]
+    assert len(errors) == 1 and "task.losses.norm_activation" in errors[0], result.stderr
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
     assert not os.path.exists(tmp_path / "model" / "params.yaml")
 
 
