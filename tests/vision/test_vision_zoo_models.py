@@ -121,7 +121,12 @@ def test_the_block_by_block_count_is_the_built_models(name):
         assert shapes == entry["endpoints"], name
 
 
-@pytest.mark.parametrize("name", sorted(TFM["extra_endpoints"]))
+# The options no YAML sets (MobileNetV3Large's plain endpoints are its YAML's, checked above).
+EXTRAS = sorted(n for n, e in TFM["extra_endpoints"].items()
+                if set(e["model"]["backbone"]["mobilenet"]) - {"model_id"})
+
+
+@pytest.mark.parametrize("name", EXTRAS)
 def test_output_stride_and_intermediate_endpoints_as_tfm(name):
     entry = TFM["extra_endpoints"][name]
     config = configs.mobilenet_imagenet().task.model
@@ -228,3 +233,12 @@ def test_multi_query_attention_trains():
     assert {"query", "key", "value", "output"} <= set(names)
     assert all(g is not None and np.isfinite(g.numpy()).all() and np.abs(g.numpy()).sum() > 0
                for g in grads)
+
+
+def test_resnet_squeeze_excitation_squeezes_with_relu_as_tfm():
+    # TFM's ResNet blocks build their SE layer with its default ReLU, whatever the block's
+    # activation (ResNet-RS: swish).
+    block = resnet.BottleneckBlock(4, 1, True, SETTINGS, se_ratio=0.25)
+    assert SETTINGS.activation == "swish"
+    [se] = [l for l in block._branch if isinstance(l, modeling.SqueezeExcitation)]
+    assert se.get_config()["activation"] == "relu"
