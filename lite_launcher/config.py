@@ -38,6 +38,25 @@ class DataConfig(Config):
     seed: Optional[int] = None
     prefetch_buffer_size: Optional[int] = None
     file_type: str = "tfrecord"
+    # tf.data options TFM sets on the dataset (InputReader applies them).
+    autotune_algorithm: Optional[str] = None
+    ram_budget: Optional[int] = None
+    # TFM's TensorFlow Datasets and tf.data service fields. lite reads files only: TFM uses
+    # the tfds_* fields only with tfds_name (refused by InputReader) and the service only
+    # when both enable_tf_data_service and tf_data_service_address are set (refused here),
+    # so every other value is accepted and changes nothing, as in TFM.
+    enable_tf_data_service: bool = False
+    tf_data_service_address: Optional[str] = None
+    tf_data_service_job_name: Optional[str] = None
+    tfds_data_dir: str = ""
+    tfds_as_supervised: bool = False
+    tfds_skip_decoding_feature: str = ""
+    enable_shared_tf_data_service_between_parallel_trainers: bool = False
+    apply_tf_data_service_before_batching: bool = False
+    trainer_id: Optional[str] = None
+
+    AUTOTUNE_ALGORITHMS = ("DEFAULT", "HILL_CLIMB", "GRADIENT_DESCENT", "MAX_PARALLELISM",
+                           "STAGE_BASED")
 
     def _validate(self):
         if self.global_batch_size < 0:
@@ -45,6 +64,19 @@ class DataConfig(Config):
                 f"global_batch_size ({self.global_batch_size}) must be >= 0.")
         if self.block_length < 1:
             raise ConfigError(f"block_length ({self.block_length}) must be >= 1.")
+        if self.enable_tf_data_service and self.tf_data_service_address:
+            raise ConfigError(
+                f"enable_tf_data_service with tf_data_service_address "
+                f"{self.tf_data_service_address!r}: the tf.data service is not implemented by "
+                f"lite_launcher; remove tf_data_service_address (or set "
+                f"enable_tf_data_service: false) to read the files directly.")
+        if (self.autotune_algorithm is not None
+                and self.autotune_algorithm not in self.AUTOTUNE_ALGORITHMS):
+            raise ConfigError(
+                f"autotune_algorithm {self.autotune_algorithm!r} is not one of "
+                f"{', '.join(self.AUTOTUNE_ALGORITHMS)}.")
+        if self.ram_budget is not None and self.ram_budget < 0:
+            raise ConfigError(f"ram_budget ({self.ram_budget}) must be >= 0 (GiB).")
 
 
 @dataclasses.dataclass
@@ -66,6 +98,12 @@ class RuntimeConfig(Config):
     loss_scale: Optional[Union[str, float]] = None
     run_eagerly: bool = False
     batchnorm_spatial_persistent: bool = False
+    # TFM's TPU-only fields: read only under distribution_strategy 'tpu', where lite refuses
+    # any value but the default (TPUStrategy is built with TFM's defaults).
+    tpu_enable_xla_dynamic_padder: Optional[bool] = None
+    num_cores_per_replica: int = 1
+    default_shard_dim: int = -1
+    use_tpu_mp_strategy: bool = False
     # lite_launcher addition (off by default): the driver calls
     # tf.config.experimental.enable_op_determinism() and seeds Python, NumPy and TensorFlow
     # with 0, so that a run (and a resumed run) gives bit-identical results on CPU.
@@ -83,6 +121,15 @@ class RuntimeConfig(Config):
             raise ConfigError(
                 f"runtime.loss_scale ({self.loss_scale}) must be a positive number or "
                 f"'dynamic'.")
+        if self.distribution_strategy == "tpu":
+            defaults = RuntimeConfig()
+            for name in ("tpu_enable_xla_dynamic_padder", "num_cores_per_replica",
+                         "default_shard_dim", "use_tpu_mp_strategy"):
+                if getattr(self, name) != getattr(defaults, name):
+                    raise ConfigError(
+                        f"runtime.{name} = {getattr(self, name)!r} is not implemented by "
+                        f"lite_launcher's TPU strategy; remove it or set it back to "
+                        f"{getattr(defaults, name)!r}.")
 
 
 @dataclasses.dataclass
@@ -188,6 +235,14 @@ class TrainerConfig(Config):
 
 
 @dataclasses.dataclass
+class DifferentialPrivacyConfig(Config):
+    """TFM's official.modeling.privacy.configs.DifferentialPrivacyConfig (not implemented)."""
+
+    clipping_norm: float = 100000000.0
+    noise_multiplier: float = 0.0
+
+
+@dataclasses.dataclass
 class TaskConfig(Config):
     """What to train. Tasks subclass it and add their own fields."""
 
@@ -196,6 +251,16 @@ class TaskConfig(Config):
     train_data: DataConfig = dataclasses.field(default_factory=DataConfig)
     validation_data: DataConfig = dataclasses.field(default_factory=DataConfig)
     name: Optional[str] = None
+    differential_privacy_config: Optional[DifferentialPrivacyConfig] = None
+    # TFM writes image-valued logs of a task as image summaries when this is set; no lite
+    # task logs images, so it is accepted either way.
+    allow_image_summary: bool = False
+
+    def _validate(self):
+        if self.differential_privacy_config is not None:
+            raise ConfigError(
+                "task.differential_privacy_config is not implemented by lite_launcher (TFM "
+                "clips and noises the gradients with it); remove it or set it to null.")
 
 
 @dataclasses.dataclass

@@ -225,4 +225,19 @@ class InputReader:
             options = tf.data.Options()
             options.deterministic = p.deterministic
             dataset = dataset.with_options(options)
+        dataset = _with_autotune_options(dataset, p)
         return dataset.prefetch(p.prefetch_buffer_size or tf.data.AUTOTUNE)
+
+
+def _with_autotune_options(dataset: tf.data.Dataset, params) -> tf.data.Dataset:
+    """TFM's `autotune_algorithm` (an AutotuneAlgorithm name) and `ram_budget` (GiB)."""
+    algorithm = getattr(params, "autotune_algorithm", None)
+    ram_budget = getattr(params, "ram_budget", None)
+    if not algorithm and not ram_budget:
+        return dataset
+    options = tf.data.Options()
+    if algorithm:
+        options.autotune.autotune_algorithm = tf.data.experimental.AutotuneAlgorithm[algorithm]
+    if ram_budget:
+        options.autotune.ram_budget = ram_budget * 1024 * 1024 * 1024
+    return dataset.with_options(options)

@@ -72,14 +72,6 @@ TFM_SNAPSHOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
 
 # TFM 2.20 fields lite_launcher does not have (README, "Differences from TFM").
 TFM_FIELDS_NOT_IN_LITE = {
-    "DataConfig": {"tfds_data_dir", "tfds_as_supervised", "tfds_skip_decoding_feature",
-                   "enable_tf_data_service", "tf_data_service_address",
-                   "tf_data_service_job_name", "apply_tf_data_service_before_batching",
-                   "enable_shared_tf_data_service_between_parallel_trainers", "trainer_id",
-                   "autotune_algorithm", "ram_budget"},
-    "RuntimeConfig": {"default_shard_dim", "num_cores_per_replica",
-                      "tpu_enable_xla_dynamic_padder", "use_tpu_mp_strategy"},
-    "TaskConfig": {"allow_image_summary", "differential_privacy_config"},
     "OptimizerConfig": {"slide", "adafactor", "adafactor_keras"},
 }
 # lite_launcher's own fields (off by default).

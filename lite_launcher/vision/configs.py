@@ -23,7 +23,12 @@ IMAGENET_VAL_EXAMPLES = 50000
 IMAGENET_INPUT_PATH_BASE = "imagenet-2012-tfrecord"
 
 RESNET_MODEL_IDS = (10, 18, 26, 34, 50, 101, 152, 200, 270, 350, 420)
-MOBILENET_MODEL_IDS = ("MobileNetV2", "MobileNetV3Large", "MobileNetV3Small")
+MOBILENET_MODEL_IDS = (
+    "MobileNetV1", "MobileNetV2", "MobileNetV3Large", "MobileNetV3Small", "MobileNetMultiAVG",
+    "MobileNetMultiAVGSeg", "MobileNetV4ConvSmall", "MobileNetV4ConvMedium",
+    "MobileNetV4ConvLarge", "MobileNetV4ConvMediumSeg", "MobileNetV4HybridMedium",
+    "MobileNetV4HybridLarge")
+DILATED_RESNET_MODEL_IDS = (50, 101, 152, 200)
 
 
 def _reject_unimplemented(config: Config, path: str, names: Sequence[str]) -> None:
@@ -57,9 +62,10 @@ class RandAugment(Config):
     """RandAugment options (TFM's common.RandAugment)."""
 
     num_layers: int = 2
-    magnitude: float = 10
-    cutout_const: float = 40
-    translate_const: float = 10
+    # Float literals (TFM writes 10, 40, 10): a params.yaml then reads back as written.
+    magnitude: float = 10.0
+    cutout_const: float = 40.0
+    translate_const: float = 10.0
     magnitude_std: float = 0.0
     prob_to_apply: Optional[float] = None
     exclude_ops: List[str] = dataclasses.field(default_factory=list)
@@ -70,8 +76,8 @@ class AutoAugment(Config):
     """AutoAugment options (TFM's common.AutoAugment)."""
 
     augmentation_name: str = "v0"
-    cutout_const: float = 100
-    translate_const: float = 250
+    cutout_const: float = 100.0
+    translate_const: float = 250.0
 
 
 @dataclasses.dataclass
@@ -163,8 +169,45 @@ class ResNet(Config):
 
 
 @dataclasses.dataclass
+class DilatedResNet(Config):
+    """TFM's DeepLab ResNet backbone (backbones.DilatedResNet, `type: dilated_resnet`)."""
+
+    model_id: int = 50
+    output_stride: int = 16
+    multigrid: Optional[List[int]] = None
+    stem_type: str = "v0"
+    last_stage_repeats: int = 1
+    se_ratio: float = 0.0
+    stochastic_depth_drop_rate: float = 0.0
+    resnetd_shortcut: bool = False
+    replace_stem_max_pool: bool = False
+
+    def _validate(self):
+        path = "task.model.backbone.dilated_resnet"
+        if self.model_id not in DILATED_RESNET_MODEL_IDS:
+            raise ConfigError(
+                f"{path}.model_id {self.model_id} is not one of "
+                f"{', '.join(map(str, DILATED_RESNET_MODEL_IDS))}.")
+        if self.output_stride not in (8, 16, 32):
+            raise ConfigError(f"{path}.output_stride ({self.output_stride}) must be 8, 16 "
+                              f"or 32.")
+        if self.stem_type not in ("v0", "v1"):
+            raise ConfigError(f"{path}.stem_type {self.stem_type!r} must be 'v0' or 'v1'.")
+        if self.last_stage_repeats < 1:
+            raise ConfigError(f"{path}.last_stage_repeats ({self.last_stage_repeats}) must be "
+                              f">= 1.")
+        if self.multigrid is not None and len(self.multigrid) != 3:
+            # TFM: one factor per block of the last (3-block) stage.
+            raise ConfigError(f"{path}.multigrid {list(self.multigrid)} must have 3 entries, "
+                              f"one per block of the last stage.")
+        if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
+            raise ConfigError(f"{path}.stochastic_depth_drop_rate "
+                              f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
+
+
+@dataclasses.dataclass
 class MobileNet(Config):
-    """TFM's MobileNet backbone (backbones.MobileNet), built from keras.applications."""
+    """TFM's MobileNet backbone (backbones.MobileNet): V1, V2, V3, MultiAVG and V4 models."""
 
     model_id: str = "MobileNetV2"
     filter_size_scale: float = 1.0
@@ -174,20 +217,35 @@ class MobileNet(Config):
     output_intermediate_endpoints: bool = False
 
     def _validate(self):
+        path = "task.model.backbone.mobilenet"
         if self.model_id not in MOBILENET_MODEL_IDS:
             raise ConfigError(
-                f"task.model.backbone.mobilenet.model_id {self.model_id!r} is not implemented; "
+                f"{path}.model_id {self.model_id!r} is not implemented; "
                 f"use one of {', '.join(MOBILENET_MODEL_IDS)}.")
-        _reject_unimplemented(self, "task.model.backbone.mobilenet", (
-            "stochastic_depth_drop_rate", "output_stride", "output_intermediate_endpoints"))
+        if not self.filter_size_scale > 0:
+            raise ConfigError(f"{path}.filter_size_scale ({self.filter_size_scale}) must be "
+                              f"> 0.")
+        stride = self.output_stride
+        if stride is not None:
+            if self.model_id == "MobileNetV1" and stride not in (8, 16, 32):
+                raise ConfigError(f"{path}.output_stride ({stride}) must be 8, 16 or 32 for "
+                                  f"MobileNetV1.")
+            if stride < 1 or (stride > 1 and stride % 2):
+                raise ConfigError(f"{path}.output_stride ({stride}) must be null, 1 or a "
+                                  f"multiple of 2.")
+        if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
+            raise ConfigError(f"{path}.stochastic_depth_drop_rate "
+                              f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
 
 
 @dataclasses.dataclass
 class Backbone(OneOfConfig):
-    """`type`: 'resnet' or 'mobilenet' (TFM's other backbones are not implemented)."""
+    """`type`: 'resnet', 'dilated_resnet' or 'mobilenet' (TFM's other backbones are not
+    implemented)."""
 
     type: Optional[str] = None
     resnet: ResNet = dataclasses.field(default_factory=ResNet)
+    dilated_resnet: DilatedResNet = dataclasses.field(default_factory=DilatedResNet)
     mobilenet: MobileNet = dataclasses.field(default_factory=MobileNet)
 
 
@@ -228,7 +286,9 @@ class DataConfig(BaseDataConfig):
     repeated_augment: Optional[int] = None
 
     # TFM fields that lite_launcher does not implement (their defaults are accepted).
-    UNIMPLEMENTED = ("weights", "three_augment", "aug_policy", "repeated_augment")
+    # `aug_policy` and `randaug_magnitude` are not here: TFM's classification code never
+    # reads them (`aug_type` chooses the policy), so any value is accepted and ignored, as there.
+    UNIMPLEMENTED = ("weights", "three_augment", "repeated_augment")
 
     def _validate(self):
         super()._validate()
@@ -310,6 +370,7 @@ class ImageClassificationTask(TaskConfig):
     freeze_backbone: bool = False
 
     def _validate(self):
+        super()._validate()
         _reject_unimplemented(self, "task", (
             "train_input_partition_dims", "eval_input_partition_dims", "model_output_keys"))
         for name in ("train_data", "validation_data"):
@@ -433,6 +494,40 @@ def mobilenet_imagenet() -> ExperimentConfig:
                 "decay_steps": int(2.5 * steps_per_epoch),
                 "decay_rate": 0.98,
                 "staircase": True}},
+            "warmup": {"type": "linear", "linear": {
+                "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
+        }))
+
+
+@register_config_factory("resnet_rs_imagenet")
+def resnet_rs_imagenet() -> ExperimentConfig:
+    """ResNet-RS-50 on ImageNet at 160x160: batch 4096, SGD + momentum, cosine lr, EMA over all
+    weights, RandAugment, 350 epochs (TFM's defaults; XLA off, as TFM leaves it)."""
+    batch = 4096
+    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
+    train_data, validation_data = _imagenet_data(batch)
+    train_data.aug_type = Augmentation(type="randaug", randaug=RandAugment(magnitude=10.0))
+    return ExperimentConfig(
+        task=ImageClassificationTask(
+            model=ImageClassificationModel(
+                num_classes=1001,
+                input_size=[160, 160, 3],
+                backbone=Backbone(type="resnet", resnet=ResNet(
+                    model_id=50, stem_type="v1", resnetd_shortcut=True,
+                    replace_stem_max_pool=True, se_ratio=0.25,
+                    stochastic_depth_drop_rate=0.0)),
+                dropout_rate=0.25,
+                norm_activation=NormActivation(
+                    norm_momentum=0.0, norm_epsilon=1e-5, use_sync_bn=False,
+                    activation="swish")),
+            losses=Losses(l2_weight_decay=4e-5, label_smoothing=0.1),
+            train_data=train_data,
+            validation_data=validation_data),
+        trainer=_imagenet_trainer(steps_per_epoch, 350, batch, {
+            "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+            "ema": {"average_decay": 0.9999, "trainable_weights_only": False},
+            "learning_rate": {"type": "cosine", "cosine": {
+                "initial_learning_rate": 1.6, "decay_steps": 350 * steps_per_epoch}},
             "warmup": {"type": "linear", "linear": {
                 "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
         }))

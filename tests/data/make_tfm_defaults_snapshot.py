@@ -1,9 +1,11 @@
 """Writes tfm_2_20_config_defaults.json: the field names and defaults of TFM 2.20's configs.
 
 Run once against the unpacked tf-models-official 2.20 source (it is parsed, not imported, so
-neither TensorFlow nor tf_keras is needed):
+neither TensorFlow nor tf_keras is needed), e.g. the installed wheel:
 
-    python tests/data/make_tfm_defaults_snapshot.py /tmp/tfm
+    python tests/data/make_tfm_defaults_snapshot.py /work/tfm_venv/lib/python3.11/site-packages
+
+The vision configs (common, backbones, image_classification) are keyed "<module>.<Class>".
 
 Each class maps to {"bases": [...], "fields": {name: default}}; a default is the literal value,
 {"factory": "ClassName"} for `dataclasses.field(default_factory=ClassName)`, or
@@ -20,6 +22,12 @@ FILES = (
     "official/modeling/optimization/configs/optimizer_config.py",
     "official/modeling/optimization/configs/learning_rate_config.py",
     "official/modeling/optimization/configs/optimization_config.py",
+)
+# Vision configs, keyed "<module>.<Class>" (their DataConfig is not core's).
+VISION_FILES = (
+    "official/vision/configs/common.py",
+    "official/vision/configs/backbones.py",
+    "official/vision/configs/image_classification.py",
 )
 
 
@@ -43,14 +51,17 @@ def _default(node):
 
 def snapshot(root):
     out = {}
-    for relative in FILES:
+    for relative in FILES + VISION_FILES:
         tree = ast.parse(open(os.path.join(root, relative)).read())
+        prefix = ""
+        if relative in VISION_FILES:
+            prefix = os.path.splitext(os.path.basename(relative))[0] + "."
         for node in tree.body:
             if not isinstance(node, ast.ClassDef):
                 continue
             fields = {stmt.target.id: _default(stmt.value) for stmt in node.body
                       if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)}
-            out[node.name] = {"file": relative,
+            out[prefix + node.name] = {"file": relative,
                               "bases": [ast.unparse(b).split(".")[-1] for b in node.bases],
                               "fields": fields}
     return out

@@ -14,7 +14,8 @@ from lite_launcher.vision import configs
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TFM_YAML = os.path.join(HERE, "data", "imagenet_resnet50_gpu.yaml")
-EXPERIMENTS = ["image_classification", "resnet_imagenet", "mobilenet_imagenet"]
+EXPERIMENTS = ["image_classification", "resnet_imagenet", "mobilenet_imagenet",
+               "resnet_rs_imagenet"]
 
 
 def test_the_three_experiments_are_registered():
@@ -121,12 +122,20 @@ def test_tfm_yaml_loads_unchanged():
 
 @pytest.mark.parametrize("override, named", [
     ({"task": {"train_data": {"three_augment": True}}}, "task.train_data.three_augment"),
-    ({"task": {"validation_data": {"aug_policy": "randaug"}}}, "task.validation_data.aug_policy"),
     ({"task": {"train_data": {"repeated_augment": 3}}}, "task.train_data.repeated_augment"),
     ({"task": {"train_input_partition_dims": [1, 2, 1, 1]}}, "task.train_input_partition_dims"),
     ({"task": {"model_output_keys": [1]}}, "task.model_output_keys"),
-    ({"task": {"model": {"backbone": {"type": "mobilenet", "mobilenet": {"output_stride": 16}}}}},
+    ({"task": {"model": {"backbone": {"type": "mobilenet", "mobilenet": {"output_stride": 3}}}}},
      "task.model.backbone.mobilenet.output_stride"),
+    ({"task": {"model": {"backbone": {"type": "mobilenet",
+                                      "mobilenet": {"model_id": "MobileNetV3EdgeTPU"}}}}},
+     "MobileNetV3EdgeTPU"),
+    ({"task": {"model": {"backbone": {"type": "dilated_resnet",
+                                      "dilated_resnet": {"output_stride": 4}}}}},
+     "task.model.backbone.dilated_resnet.output_stride"),
+    ({"task": {"model": {"backbone": {"type": "dilated_resnet",
+                                      "dilated_resnet": {"multigrid": [1, 2]}}}}},
+     "task.model.backbone.dilated_resnet.multigrid"),
     ({"task": {"model": {"backbone": {"type": "efficientnet"}}}}, "efficientnet"),
     ({"task": {"train_data": {"decoder": {"type": "label_map_decoder"}}}}, "label_map_decoder"),
     ({"task": {"init_checkpoint_modules": "decoder"}}, "task.init_checkpoint_modules"),
@@ -156,3 +165,138 @@ def test_cli_rejects_an_unimplemented_field_in_one_line():
     assert result.returncode == 2, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("lite-train: error:") and "task.train_data.three_augment" in last
+
+
+def test_resnet_rs_imagenet_has_tfm_defaults():
+    config = ll.get_exp_config("resnet_rs_imagenet")
+    steps_per_epoch = 1281167 // 4096
+    assert config.runtime.enable_xla is False  # TFM leaves XLA off here
+    model = config.task.model
+    resnet = model.backbone.resnet
+    assert (model.backbone.type, resnet.model_id, resnet.stem_type) == ("resnet", 50, "v1")
+    assert resnet.resnetd_shortcut and resnet.replace_stem_max_pool and resnet.se_ratio == 0.25
+    assert model.input_size == [160, 160, 3] and model.dropout_rate == 0.25
+    norm = model.norm_activation
+    assert (norm.norm_momentum, norm.norm_epsilon, norm.activation) == (0.0, 1e-5, "swish")
+    assert config.task.losses.l2_weight_decay == 4e-5
+    assert config.task.train_data.aug_type.type == "randaug"
+    assert config.task.train_data.aug_type.randaug.magnitude == 10
+    opt = config.trainer.optimizer_config
+    assert (opt.ema.average_decay, opt.ema.trainable_weights_only) == (0.9999, False)
+    assert opt.learning_rate.cosine.initial_learning_rate == 1.6
+    assert config.trainer.train_steps == 350 * steps_per_epoch
+
+
+# Every field TFM's DataConfig / TaskConfig / RuntimeConfig has, at a value that changes nothing
+# in TFM either (the tf.data service needs an address; tfds_* need tfds_name; the TPU fields
+# need the TPU strategy; aug_policy is never read).
+ACCEPTED = {
+    "runtime": {"tpu_enable_xla_dynamic_padder": True, "num_cores_per_replica": 2,
+                "default_shard_dim": 1, "use_tpu_mp_strategy": True},
+    "task": {"allow_image_summary": True, "differential_privacy_config": None,
+             "train_data": {"enable_tf_data_service": True, "tf_data_service_job_name": "job",
+                            "tfds_data_dir": "/data", "tfds_as_supervised": True,
+                            "tfds_skip_decoding_feature": "image", "trainer_id": "t0",
+                            "enable_shared_tf_data_service_between_parallel_trainers": True,
+                            "apply_tf_data_service_before_batching": True,
+                            "autotune_algorithm": "HILL_CLIMB", "ram_budget": 2,
+                            "aug_policy": "randaug", "randaug_magnitude": 5},
+             "validation_data": {"aug_policy": "autoaug"}},
+}
+
+
+def test_tfm_fields_are_accepted_where_they_change_nothing():
+    config = ll.get_exp_config("resnet_imagenet")
+    config.override(ACCEPTED)
+    config.validate()
+    assert config.task.train_data.enable_tf_data_service is True
+
+
+@pytest.mark.parametrize("override, named", [
+    ({"task": {"train_data": {"enable_tf_data_service": True,
+                              "tf_data_service_address": "grpc://host:5000"}}},
+     "enable_tf_data_service"),
+    ({"task": {"differential_privacy_config": {"noise_multiplier": 1.0}}},
+     "task.differential_privacy_config"),
+    ({"runtime": {"distribution_strategy": "tpu", "num_cores_per_replica": 2}},
+     "runtime.num_cores_per_replica"),
+    ({"runtime": {"distribution_strategy": "tpu", "use_tpu_mp_strategy": True}},
+     "runtime.use_tpu_mp_strategy"),
+    ({"task": {"train_data": {"autotune_algorithm": "FASTEST"}}}, "autotune_algorithm"),
+])
+def test_tfm_fields_lite_does_not_implement_are_refused_where_they_change_behaviour(override,
+                                                                                   named):
+    config = ll.get_exp_config("resnet_imagenet")
+    config.override(override)
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        config.validate()
+
+
+def test_autotune_algorithm_and_ram_budget_reach_the_dataset():
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from lite_launcher.input_reader import InputReader  # pylint: disable=import-outside-toplevel
+    params = ll.DataConfig(global_batch_size=2, is_training=False,
+                           autotune_algorithm="MAX_PARALLELISM", ram_budget=3)
+    dataset = InputReader(params).read(dataset=tf.data.Dataset.range(4))
+    autotune = dataset.options().autotune
+    assert autotune.autotune_algorithm == tf.data.experimental.AutotuneAlgorithm.MAX_PARALLELISM
+    assert autotune.ram_budget == 3 * 1024 ** 3
+    assert [b.tolist() for b in dataset.as_numpy_iterator()] == [[0, 1], [2, 3]]
+
+
+VISION_TFM_SNAPSHOT = os.path.join(ROOT, "tests", "data", "tfm_2_20_config_defaults.json")
+# TFM vision config classes lite does not have: other tasks' and backbones' configs.
+TFM_VISION_CLASSES_NOT_IN_LITE = {
+    "backbones.EfficientNet", "backbones.MobileDet", "backbones.RevNet", "backbones.SpineNet",
+    "backbones.SpineNetMobile", "backbones.Transformer", "backbones.VisionTransformer",
+    "common.PseudoLabelDataConfig", "common.RandJpegQuality", "common.SSDRandomCrop",
+    "common.SSDRandomCropParam", "common.TFLitePostProcessingConfig",
+    "common.TfExampleDecoderLabelMap"}
+TFM_VISION_FIELDS_NOT_IN_LITE = {
+    "backbones.Backbone": {"efficientnet", "mobiledet", "revnet", "spinenet", "spinenet_mobile",
+                           "vit"},
+    # Detection's augmentation and decoder (TFM's classification input reads neither).
+    "common.Augmentation": {"ssd_random_crop"},
+    "common.DataDecoder": {"label_map_decoder"}}
+# TFM leaves these RandomErasing attributes unannotated (class constants); lite's are fields.
+LITE_VISION_FIELDS_NOT_IN_TFM = {
+    "common.RandomErasing": {"max_aspect", "min_count", "max_count", "trials"}}
+
+
+def test_vision_config_fields_and_defaults_match_the_tfm_2_20_snapshot():
+    import json  # pylint: disable=import-outside-toplevel
+    with open(VISION_TFM_SNAPSHOT) as f:
+        snapshot = json.load(f)
+
+    def tfm_fields(name):
+        fields = {}
+        for base in snapshot[name]["bases"]:
+            if base in snapshot:  # the core class a vision config derives from
+                fields.update(tfm_fields(base))
+        fields.update(snapshot[name]["fields"])
+        return fields
+
+    compared = set()
+    for name in sorted(k for k in snapshot if "." in k):
+        ours = getattr(configs, name.split(".", 1)[1], None)
+        if name in TFM_VISION_CLASSES_NOT_IN_LITE and not isinstance(ours, type):
+            continue
+        assert ours is not None, f"lite has no {name}"
+        tfm = tfm_fields(name)
+        missing = set(tfm) - set(ours.field_names()) - TFM_VISION_FIELDS_NOT_IN_LITE.get(
+            name, set())
+        assert not missing, f"{name} lacks TFM fields {sorted(missing)}"
+        extra = (set(ours.field_names()) - set(tfm) - LITE_VISION_FIELDS_NOT_IN_TFM.get(
+            name, set()) - {"file_type", "deterministic_ops"})
+        assert not extra, f"{name} has fields TFM does not: {sorted(extra)}"
+        instance = ours()
+        for field, default in tfm.items():
+            if field not in ours.field_names() or isinstance(default, dict):
+                continue
+            value = getattr(instance, field)
+            value = list(value) if isinstance(value, tuple) else value
+            assert value == default, f"{name}.{field}: {value!r} here, {default!r} in TFM"
+        compared.add(name)
+    assert {"backbones.ResNet", "backbones.DilatedResNet", "backbones.MobileNet",
+            "image_classification.DataConfig", "image_classification.ImageClassificationTask",
+            "common.NormActivation"} <= compared

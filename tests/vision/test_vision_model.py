@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.base_config import ConfigError
-from lite_launcher.vision import configs, modeling
+from lite_launcher.vision import configs, mobilenet, modeling, resnet
 
 
 def small_config(model_id=18, num_classes=10, size=32, **task_overrides):
@@ -47,7 +47,7 @@ def test_resnet_options_change_the_network_as_tfm():
     # ResNet-D shortcuts average-pool first: same parameters, extra AveragePooling2D layers.
     resnet_d = resnet_model(50, resnetd_shortcut=True)
     assert resnet_d.count_params() == 25_612_201
-    blocks = [l for l in resnet_d.backbone.layers if isinstance(l, modeling.BottleneckBlock)]
+    blocks = [l for l in resnet_d.backbone.layers if isinstance(l, resnet.BottleneckBlock)]
     pools = [s for b in blocks for s in b._shortcut
              if isinstance(s, keras.layers.AveragePooling2D)]
     assert len(pools) == 4
@@ -87,7 +87,7 @@ def test_head_options_and_l2_weight_decay():
 def test_mobilenet_backbone_parameter_counts_equal_tfms(model_id, scale, expected):
     # TFM's own figures (official/vision/modeling/backbones/mobilenet_test.py).
     config = configs.MobileNet(model_id=model_id, filter_size_scale=scale)
-    backbone = modeling.build_mobilenet([64, 64, 3], config, modeling.NormSettings())
+    backbone = mobilenet.build_mobilenet([64, 64, 3], config, modeling.NormSettings())
     assert backbone.count_params() == expected
 
 
@@ -99,13 +99,16 @@ def test_mobilenets_build_with_the_norm_settings():
         config.task.model.norm_activation.override({"norm_momentum": 0.997,
                                                     "norm_epsilon": 0.002})
         model = modeling.build_classification_model(config.task.model, l2_weight_decay=1e-5)
-        assert model.backbone(tf.zeros([1, 32, 32, 3]))["5"].shape[-1] == channels
-        norms = [l for l in model.backbone.layers
-                 if isinstance(l, keras.layers.BatchNormalization)]
+        # TFM's numbering: levels 2-5, the final map as 6.
+        assert model.backbone(tf.zeros([1, 32, 32, 3]))["6"].shape[-1] == channels
+        layers = list(model.backbone._flatten_layers())
+        norms = [l for l in layers if isinstance(l, keras.layers.BatchNormalization)]
         assert norms and all(n.momentum == 0.997 and n.epsilon == 0.002 for n in norms)
-        convs = [l for l in model.backbone.layers
-                 if isinstance(l, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D))]
-        assert len(convs) > 20 and len(model.losses) == len(convs) + 1  # + the dense layer
+        convs = [l for l in layers if isinstance(l, keras.layers.Conv2D)]
+        depthwise = [l for l in layers if isinstance(l, keras.layers.DepthwiseConv2D)]
+        # Convolution kernels and the dense layer are regularised, depthwise kernels not (TFM).
+        assert len(convs) > 20 and len(depthwise) > 10
+        assert len(model.losses) == len(convs) + 1
         assert model(tf.zeros([2, 32, 32, 3])).shape == (2, 10)
 
 

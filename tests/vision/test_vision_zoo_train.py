@@ -1,0 +1,129 @@
+"""TFM's convnet zoo through `lite-train`: one YAML per family, written in the layout of TFM's
+experiment YAMLs (tests/vision/data), loaded under its TFM experiment and run for 2 training
+steps and 1 evaluation step on small JPEG TFRecords at 32x32; and TFM's
+imagenet_mobilenetv3.5_avg_tpu.yaml refused with one line, as TFM refuses it."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+from digits_images import write_digit_folders  # noqa: E402
+from test_modes import read_scalars, subprocess_env  # noqa: E402
+
+DATA = os.path.join(HERE, "data")
+TIMEOUT = 600
+
+# (YAML, TFM experiment, overrides a CPU run needs beyond the common ones, backbone keys the
+# params.yaml must show from the YAML).
+FAMILIES = [
+    ("imagenet_mobilenetv1_tpu.yaml", "mobilenet_imagenet", "",
+     {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetV1"}}),
+    ("imagenet_mobilenetv4_conv_small_tpu.yaml", "mobilenet_imagenet", "",
+     {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetV4ConvSmall"}}),
+    ("imagenet_mobilenetv3.5_avgseg_tpu.yaml", "mobilenet_imagenet", "",
+     {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetMultiAVGSeg"}}),
+    # ResNet-50 in place of the YAML's 101 keeps the CPU test short; every other option of
+    # the YAML (output stride, multigrid, stem v1, SE, stochastic depth) is kept.
+    ("imagenet_resnet101_deeplab_tpu.yaml", "resnet_imagenet",
+     ",task.model.backbone.dilated_resnet.model_id=50",
+     {"type": "dilated_resnet", "dilated_resnet": {
+         "model_id": 50, "output_stride": 16, "multigrid": [1, 2, 4], "stem_type": "v1",
+         "se_ratio": 0.25, "stochastic_depth_drop_rate": 0.2}}),
+    ("imagenet_resnetrs50_i160.yaml", "resnet_rs_imagenet", "",
+     {"type": "resnet", "resnet": {"model_id": 50, "stem_type": "v1", "se_ratio": 0.25,
+                                   "resnetd_shortcut": True, "replace_stem_max_pool": True}}),
+]
+
+
+def lite_train(*args):
+    return subprocess.run([sys.executable, "-m", "lite_launcher.main"] + [str(a) for a in args],
+                          cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def small_records(tmp_path_factory):
+    """(train glob, validation glob): 40 digits per split (every class) as 32x32 JPEG TFRecords."""
+    from lite_launcher.vision import make_tfrecords
+    root = tmp_path_factory.mktemp("zoo_jpeg")
+    globs = []
+    for split in ("train", "validation"):
+        folder = str(root / f"{split}_images")
+        write_digit_folders(folder, split, limit=40)
+        prefix = str(root / split)
+        assert make_tfrecords.main(["--image_dir", folder, "--output_prefix", prefix,
+                                    "--num_shards", "1"]) == 0
+        globs.append(prefix + "-*-of-*")
+    return globs
+
+
+def _subset(expected, actual):
+    for key, value in expected.items():
+        if isinstance(value, dict):
+            _subset(value, actual[key])
+        else:
+            assert actual[key] == value, key
+
+
+@pytest.mark.parametrize("yaml_name, experiment, extra, backbone", FAMILIES,
+                         ids=[f[0].split(".yaml")[0] for f in FAMILIES])
+def test_tfm_zoo_yaml_trains_two_steps_and_evaluates(small_records, tmp_path, yaml_name,
+                                                     experiment, extra, backbone):
+    train, validation = small_records
+    model_dir = tmp_path / "model"
+    # The YAML unchanged; then what a CPU run needs: no TPU / bfloat16, a small input and batch.
+    result = lite_train(
+        "--experiment", experiment, "--config_file", os.path.join(DATA, yaml_name),
+        "--mode", "train_and_eval", "--model_dir", model_dir, "--params_override",
+        "runtime.distribution_strategy=off,runtime.mixed_precision_dtype=float32,"
+        "runtime.enable_xla=false,task.train_data.dtype=float32,"
+        "task.validation_data.dtype=float32,task.model.input_size=[32,32,3],"
+        f"task.train_data.input_path='{train}',task.validation_data.input_path='{validation}',"
+        "task.train_data.global_batch_size=4,task.validation_data.global_batch_size=4,"
+        "trainer.train_steps=2,trainer.steps_per_loop=2,trainer.summary_interval=2,"
+        "trainer.checkpoint_interval=2,trainer.validation_interval=2,trainer.validation_steps=1"
+        + extra)
+    assert result.returncode == 0, result.stderr[-4000:]
+    with open(model_dir / "params.yaml") as f:
+        params = yaml.safe_load(f)
+    _subset(backbone, params["task"]["model"]["backbone"])
+    assert params["task"]["model"]["num_classes"] == 1001
+    validation_scalars = read_scalars(str(model_dir / "validation"))
+    assert sorted(validation_scalars["accuracy"]) == [2]
+    assert 0.0 <= validation_scalars["accuracy"][2] <= validation_scalars["top_5_accuracy"][2]
+    assert np.isfinite(validation_scalars["validation_loss"][2])
+    losses = read_scalars(str(model_dir / "train"))["training_loss"]
+    assert sorted(losses) == [2] and np.isfinite(losses[2])
+    assert os.path.exists(model_dir / "ckpt-2.index")
+    if experiment == "resnet_rs_imagenet":
+        # TFM's resnet_rs_imagenet default: EMA over all weights (the YAML sets the decay only).
+        assert params["trainer"]["optimizer_config"]["ema"] == {
+            **params["trainer"]["optimizer_config"]["ema"], "average_decay": 0.9999,
+            "trainable_weights_only": False}
+        assert params["runtime"]["enable_xla"] is False
+
+
+def test_tfm_yaml_with_norm_activation_under_losses_is_refused_with_one_line(tmp_path):
+    # TFM's imagenet_mobilenetv3.5_avg_tpu.yaml: TFM 2.20 refuses it too (no such key).
+    result = lite_train("--experiment", "mobilenet_imagenet", "--config_file",
+                        os.path.join(DATA, "imagenet_mobilenetv3.5_avg_tpu.yaml"),
+                        "--mode", "train", "--model_dir", tmp_path / "model")
+    assert result.returncode == 2
+    errors = [l for l in result.stderr.splitlines() if l.startswith("lite-train: error:")]
+    assert len(errors) == 1 and "task.losses.norm_activation" in errors[0], result.stderr
+    assert result.stderr.strip().splitlines()[-1] == errors[0]
+    assert not os.path.exists(tmp_path / "model" / "params.yaml")
+
+
+def test_list_experiments_lists_resnet_rs_imagenet():
+    result = lite_train("--list_experiments")
+    assert result.returncode == 0
+    assert "resnet_rs_imagenet" in result.stdout.split()
