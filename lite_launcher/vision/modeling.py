@@ -293,6 +293,12 @@ def build_mobilenet(input_shape, config: configs.MobileNet, settings: NormSettin
     return keras.Model(net.inputs, {"5": features}, name=name)
 
 
+def _endpoint_rank(key: str):
+    """The head reads the highest level; a named endpoint ('pre_logits') ranks above levels
+    and named ones compare as strings, as TFM's max(endpoints.keys())."""
+    return (1, key) if not key.isdigit() else (0, int(key))
+
+
 class ClassificationModel(keras.Model):
     """backbone -> [BN] -> global average pooling -> dropout -> dense logits (TFM's head)."""
 
@@ -302,10 +308,14 @@ class ClassificationModel(keras.Model):
                  norm_settings: Optional[NormSettings] = None, **kwargs):
         inputs = keras.Input(shape=tuple(input_shape), name="image")
         endpoints = backbone(inputs)
-        x = endpoints[max(endpoints, key=int)] if isinstance(endpoints, dict) else endpoints
+        x = endpoints[max(endpoints, key=_endpoint_rank)] if isinstance(
+            endpoints, dict) else endpoints
         if add_head_batch_norm:
             x = (norm_settings or NormSettings()).norm(name="head_norm")(x)
-        x = keras.layers.GlobalAveragePooling2D()(x)
+        if len(x.shape) == 3:  # a token sequence (ViT's encoded_tokens)
+            x = keras.layers.GlobalAveragePooling1D()(x)
+        else:
+            x = keras.layers.GlobalAveragePooling2D()(x)
         x = keras.layers.Dropout(dropout_rate)(x)
         logits = keras.layers.Dense(num_classes, kernel_initializer=kernel_initializer,
                                     kernel_regularizer=kernel_regularizer, name="logits")(x)
@@ -339,6 +349,9 @@ def build_classification_model(model_config: configs.ImageClassificationModel,
         backbone = build_resnet(input_shape, backbone_config.resnet, settings)
     elif backbone_config.type == "mobilenet":
         backbone = build_mobilenet(input_shape, backbone_config.mobilenet, settings)
+    elif backbone_config.type == "vit":
+        from lite_launcher.vision import vit  # vit imports this module's StochasticDepth
+        backbone = vit.build_vit(input_shape, backbone_config.vit, regularizer)
     else:
         raise configs.ConfigError(
             f"task.model.backbone.type {backbone_config.type!r} must be 'resnet' or "
