@@ -130,10 +130,9 @@ class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
     does; the probabilities return in the compute dtype."""
 
     def _masked_softmax(self, attention_scores, attention_mask=None):
-        if attention_mask is not None:
+        if attention_mask is not None or len(self._attention_axes) != 1:
             return super()._masked_softmax(attention_scores, attention_mask)
-        axes = tuple(range(-len(self._attention_axes), 0))
-        probs = ops.softmax(ops.cast(attention_scores, "float32"), axis=axes)
+        probs = ops.softmax(ops.cast(attention_scores, "float32"), axis=-1)
         return ops.cast(probs, attention_scores.dtype)
 
 
