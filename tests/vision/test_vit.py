@@ -3,6 +3,7 @@ three experiments' defaults, AdamW's decay, mixed precision and XLA."""
 
 import json
 import os
+import sys
 
 import keras
 import numpy as np
@@ -14,6 +15,7 @@ from lite_launcher.base_config import ConfigError
 from lite_launcher.vision import configs, modeling, vit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
 with open(os.path.join(HERE, "data", "vit_tfm_numbers.json")) as f:
     TFM = json.load(f)
 
@@ -247,3 +249,37 @@ def test_mixed_float16_keeps_norms_and_softmax_in_float32():
         assert softmax_types == [tf.float32]
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_xla_train_step_matches_non_xla():
+    import xla_checks  # pylint: disable=import-outside-toplevel
+
+    images = tf.random.stateless_uniform([4, 32, 32, 3], seed=[1, 2])
+    labels = tf.one_hot([0, 1, 2, 3], 10)  # soft labels, as MixUp / CutMix give DeiT
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    trainers, initial = [], None
+    for xla in (False, True):
+        # No random ops (dropout, drop path, stochastic depth): XLA draws other numbers.
+        config = tiny_config(init_stochastic_depth_rate=0.0, transformer={"num_layers": 1})
+        config.override({"runtime": {"enable_xla": xla}, "trainer": {
+            "train_steps": 2, "optimizer_config": {
+                "optimizer": {"type": "sgd"}, "warmup": {"type": None},
+                "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.5}}}}})
+        config.task.model.kernel_initializer = "random_uniform"
+        task = ll.get_task(config.task)
+        model = task.build_model()
+        if initial is None:
+            initial = [w.numpy() for w in model.weights]
+        else:
+            model.set_weights(initial)
+        optimizer = task.create_optimizer(config.trainer.optimizer_config, config.runtime)
+        trainer = ll.Trainer(config, task, model, optimizer, evaluate=False,
+                             train_dataset=dataset)
+        trainer.train(tf.constant(2))
+        trainers.append(trainer)
+    plain, compiled = trainers
+    assert xla_checks.xla_compiled_calls(plain) == []
+    assert any("train_step" in name for name in xla_checks.xla_compiled_calls(compiled))
+    assert not np.allclose(plain.model.weights[0].numpy(), initial[0])
+    for a, b in zip(plain.model.weights, compiled.model.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)

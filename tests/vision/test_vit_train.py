@@ -23,9 +23,9 @@ from test_modes import read_scalars, subprocess_env  # noqa: E402
 DEIT_YAML = os.path.join(HERE, "data", "imagenet_vitti16_i224_deit_gpu.yaml")
 FINETUNE_YAML = os.path.join(HERE, "data", "imagenet_vitti16_i384_finetune_gpu.yaml")
 TIMEOUT = 600
-# A 2-block, 16-wide ViT with 8x8 patches (model_name null keeps these sizes).
+# A 1-block, 16-wide ViT with 8x8 patches (model_name null keeps these sizes).
 TINY_VIT = {"model_name": None, "hidden_size": 16, "patch_size": 8,
-            "transformer": {"mlp_dim": 32, "num_heads": 2, "num_layers": 2}}
+            "transformer": {"mlp_dim": 32, "num_heads": 2, "num_layers": 1}}
 
 
 def lite_train(*args):
