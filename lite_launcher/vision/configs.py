@@ -578,8 +578,9 @@ def deit_imagenet_pretrain() -> ExperimentConfig:
     label_smoothing = 0.1
     steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
     train_data, validation_data = _imagenet_data(batch)
-    train_data.aug_type = Augmentation(
-        type="randaug", randaug=RandAugment(magnitude=9, exclude_ops=["Cutout"]))
+    # Floats as written to params.yaml (RandAugment's float fields have int defaults).
+    train_data.aug_type = Augmentation(type="randaug", randaug=RandAugment(
+        magnitude=9.0, cutout_const=40.0, translate_const=10.0, exclude_ops=["Cutout"]))
     train_data.mixup_and_cutmix = MixupAndCutmix(label_smoothing=label_smoothing)
     return ExperimentConfig(
         task=ImageClassificationTask(
