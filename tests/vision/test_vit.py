@@ -283,3 +283,23 @@ def test_xla_train_step_matches_non_xla():
     assert not np.allclose(plain.model.weights[0].numpy(), initial[0])
     for a, b in zip(plain.model.weights, compiled.model.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_init_checkpoint_at_another_size_needs_the_pretraining_grid(tmp_path):
+    pretrained = tiny_model(32)
+    tf.train.Checkpoint(model=pretrained, **pretrained.checkpoint_items).save(
+        str(tmp_path / "ckpt"))
+    table = pretrained.backbone.get_layer("posembed_input").pos_embedding.numpy()
+    for grid in (None, [4, 4]):
+        config = tiny_config(48, experiment="vit_imagenet_finetune", pos_embed_shape=grid)
+        config.task.override({"init_checkpoint": str(tmp_path),
+                              "init_checkpoint_modules": "backbone"})
+        task = ll.get_task(config.task)
+        model = task.build_model()
+        if grid is None:  # 6x6 patches + the class token: 37 embeddings, the checkpoint has 17
+            with pytest.raises(ConfigError, match=r"set task.model.backbone.vit.pos_embed_shape"):
+                task.initialize(model)
+        else:
+            task.initialize(model)
+            np.testing.assert_array_equal(
+                model.backbone.get_layer("posembed_input").pos_embedding.numpy(), table)
