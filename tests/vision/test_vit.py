@@ -303,3 +303,15 @@ def test_init_checkpoint_at_another_size_needs_the_pretraining_grid(tmp_path):
             task.initialize(model)
             np.testing.assert_array_equal(
                 model.backbone.get_layer("posembed_input").pos_embedding.numpy(), table)
+
+
+def test_backbone_round_trips_through_a_keras_file(tmp_path):
+    backbone = tiny_model(layer_scale_init_value=0.1, output_attention_scores=True,
+                          representation_size=8, pos_embed_shape=[2, 2]).backbone
+    backbone.save(str(tmp_path / "vit.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "vit.keras"))
+    x = tf.random.uniform([2, 32, 32, 3])
+    ours, theirs = backbone(x), loaded(x)
+    assert sorted(theirs) == ["attention_scores", "pre_logits"]
+    for key in ours:
+        np.testing.assert_allclose(ours[key].numpy(), theirs[key].numpy(), atol=1e-6)
