@@ -1,6 +1,7 @@
 """TFM's image classification family on Keras 3: configs, TFRecord input, ResNet / MobileNet
 backbones, the task, and the experiments `image_classification`, `resnet_imagenet` and
-`mobilenet_imagenet`.
+`mobilenet_imagenet`; the ViT backbone (`vit`) and `deit_imagenet_pretrain`,
+`vit_imagenet_pretrain`, `vit_imagenet_finetune`.
 
 The experiments and the task are registered with the built-ins (`lite_launcher.experiments`
 imports `configs` and `image_classification`). This package imports nothing itself, so that

@@ -19,6 +19,7 @@ from typing import Optional, Sequence, Tuple
 
 import keras
 import tensorflow as tf
+from absl import logging
 from keras import ops
 
 from lite_launcher.vision import configs
@@ -267,6 +268,10 @@ def build_vit(input_shape, config: configs.VisionTransformer, kernel_regularizer
     else:
         embed_init = "he_uniform"
         encoder_init = keras.initializers.TruncatedNormal(stddev=0.02)
+    logging.info("ViT %s: hidden_size %d, patch_size %d, mlp_dim %d, num_heads %d, "
+                 "num_layers %d, representation_size %d.", config.model_name or "(custom)",
+                 hidden, patch, sizes["mlp_dim"], sizes["num_heads"], num_layers,
+                 config.representation_size)
     rows, cols = patch_grid(input_shape, patch)
     if rows < 1 or cols < 1:
         raise configs.ConfigError(
