@@ -4,7 +4,8 @@ The driver imports it before parsing flags; the top-level `ll.get_exp_config`, `
 and `ll.registered_experiments` are the registry's lookups taken from here, so they find the
 built-ins. The built-ins: `digits_mlp`, `digits_cnn`, `mlp_tiny`, `cnn_small`, `mock`
 (`lite_launcher.experiments`) and `image_classification`, `resnet_imagenet`,
-`resnet_rs_imagenet`, `mobilenet_imagenet` (`lite_launcher.vision`).
+`resnet_rs_imagenet`, `mobilenet_imagenet`, `deit_imagenet_pretrain`, `vit_imagenet_pretrain`,
+`vit_imagenet_finetune` (`lite_launcher.vision`).
 """
 
 import lite_launcher.experiments  # noqa: F401  (registers the built-ins)

@@ -262,6 +262,8 @@ def test_lite_train_lists_plugin_and_registry_import_experiments(tmp_path):
     assert "regtest_cli_plugin_exp" in names  # found through the entry point alone
     assert "regtest_cli_import_exp" in names and "regtest_cli_import2_exp" in names
     assert "digits_mlp" in names
+    assert {"deit_imagenet_pretrain", "vit_imagenet_pretrain", "vit_imagenet_finetune"} <= set(
+        names)  # TFM's ViT experiments (lite_launcher.vision)
     assert names == sorted(names)
 
 

@@ -7,7 +7,7 @@ the chosen branches. Pure dataclasses: importing this module imports no TensorFl
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional
+from typing import List, Optional, Union
 
 from lite_launcher.base_config import Config, ConfigError, OneOfConfig
 
@@ -96,8 +96,9 @@ class AdamWeightDecayConfig(BaseOptimizerConfig):
     Attributes:
       weight_decay_rate: decoupled decay: each step `var -= lr * weight_decay_rate * var`.
       include_in_weight_decay: regexes; a variable whose path matches one is decayed even if it
-        matches `exclude_from_weight_decay`.
-      exclude_from_weight_decay: regexes; matching variables are not decayed.
+        matches `exclude_from_weight_decay`. A single string is one regex (TFM's ViT YAMLs
+        write one; TFM would iterate its characters).
+      exclude_from_weight_decay: regexes (or one string); matching variables are not decayed.
       gradient_clip_norm: clip all gradients to this global norm (0 disables); becomes Keras
         `global_clipnorm`.
     """
@@ -108,8 +109,8 @@ class AdamWeightDecayConfig(BaseOptimizerConfig):
     epsilon: float = 1e-07
     amsgrad: bool = False
     weight_decay_rate: float = 0.0
-    include_in_weight_decay: Optional[List[str]] = None
-    exclude_from_weight_decay: Optional[List[str]] = None
+    include_in_weight_decay: Optional[Union[str, List[str]]] = None
+    exclude_from_weight_decay: Optional[Union[str, List[str]]] = None
     gradient_clip_norm: float = 1.0
 
 

@@ -34,7 +34,10 @@ def _weight_decay_pattern(include: Optional[Sequence[str]],
 
     TFM: a name matching an `include` regex is decayed; else one matching an `exclude` regex
     is not. Keras searches a single pattern in the variable name (`scope/.../kernel:0`).
+    A single string is one regex.
     """
+    include = [include] if isinstance(include, str) else include
+    exclude = [exclude] if isinstance(exclude, str) else exclude
     if not exclude:
         return None
     excluded = "|".join(f"(?:{p})" for p in exclude)

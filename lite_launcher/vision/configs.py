@@ -240,13 +240,14 @@ class MobileNet(Config):
 
 @dataclasses.dataclass
 class Backbone(OneOfConfig):
-    """`type`: 'resnet', 'dilated_resnet' or 'mobilenet' (TFM's other backbones are not
-    implemented)."""
+    """`type`: 'resnet', 'dilated_resnet', 'mobilenet' or 'vit' (TFM's other backbones are
+    not implemented)."""
 
     type: Optional[str] = None
     resnet: ResNet = dataclasses.field(default_factory=ResNet)
     dilated_resnet: DilatedResNet = dataclasses.field(default_factory=DilatedResNet)
     mobilenet: MobileNet = dataclasses.field(default_factory=MobileNet)
+    vit: "VisionTransformer" = dataclasses.field(default_factory=lambda: VisionTransformer())
 
 
 # ---------------------------------------------------------------------------
@@ -530,4 +531,229 @@ def resnet_rs_imagenet() -> ExperimentConfig:
                 "initial_learning_rate": 1.6, "decay_steps": 350 * steps_per_epoch}},
             "warmup": {"type": "linear", "linear": {
                 "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
+        }))
+
+
+# ---------------------------------------------------------------------------
+# Vision Transformer (TFM's backbones.VisionTransformer, vit_specs.VIT_SPECS and the
+# deit_imagenet_pretrain / vit_imagenet_pretrain / vit_imagenet_finetune experiments)
+# ---------------------------------------------------------------------------
+
+# model_name -> the sizes TFM's builder writes over the config's own (TFM's vit_specs).
+VIT_SPECS = {
+    "vit-ti16": dict(hidden_size=192, patch_size=16, mlp_dim=768, num_heads=3, num_layers=12),
+    "vit-s16": dict(hidden_size=384, patch_size=16, mlp_dim=1536, num_heads=6, num_layers=12),
+    "vit-b16": dict(hidden_size=768, patch_size=16, mlp_dim=3072, num_heads=12, num_layers=12),
+    "vit-b32": dict(hidden_size=768, patch_size=32, mlp_dim=3072, num_heads=12, num_layers=12),
+    "vit-l16": dict(hidden_size=1024, patch_size=16, mlp_dim=4096, num_heads=16, num_layers=24),
+    "vit-l32": dict(hidden_size=1024, patch_size=32, mlp_dim=4096, num_heads=16, num_layers=24),
+    "vit-h14": dict(hidden_size=1280, patch_size=14, mlp_dim=5120, num_heads=16, num_layers=32),
+    "vit-g14": dict(hidden_size=1408, patch_size=14, mlp_dim=5632, num_heads=16, num_layers=40),
+    "vit-G14": dict(hidden_size=1664, patch_size=14, mlp_dim=8192, num_heads=16, num_layers=48),
+    "vit-e14": dict(hidden_size=1792, patch_size=14, mlp_dim=15360, num_heads=16,
+                    num_layers=56),
+}
+VIT_POOLERS = ("token", "gap", "none")
+
+
+@dataclasses.dataclass
+class Transformer(Config):
+    """The encoder blocks of a ViT (TFM's backbones.Transformer)."""
+
+    mlp_dim: int = 1
+    num_heads: int = 1
+    num_layers: int = 1
+    attention_dropout_rate: float = 0.0
+    dropout_rate: float = 0.0
+
+
+@dataclasses.dataclass
+class VisionTransformer(Config):
+    """TFM's ViT backbone (backbones.VisionTransformer), built by `vision.vit.build_vit`.
+
+    As in TFM, a `model_name` of `VIT_SPECS` sets hidden_size, patch_size and transformer's
+    mlp_dim / num_heads / num_layers, over what the config says (TFM's ViT-H YAMLs say
+    patch_size 16 and get 14). `model_name: null` (not in TFM, whose builder fails on it) keeps
+    the config's own sizes, for small custom models.
+
+    pooler: 'token' (a class token, its output is `pre_logits`), 'gap' (the mean of the tokens)
+      or 'none' (all tokens, as `encoded_tokens` when output_encoded_tokens).
+    representation_size: > 0: a dense layer with tanh before `pre_logits`.
+    init_stochastic_depth_rate: block i of n drops its residual branches at rate * i / n.
+    original_init: True: lecun_normal patch / pre-logits kernels and glorot_uniform encoder
+      kernels; False: he_uniform and truncated normal (stddev 0.02).
+    pos_embed_shape: (rows, cols) of the learned position-embedding grid; None: the input's
+      patch grid. Another input size then interpolates it bilinearly (TFM's), which is how a
+      model fine-tunes at 384 from a checkpoint trained at 224: set it to the pretraining grid.
+      With the token pooler, the class token's embedding is kept as it is (TFM's layer cannot
+      add an interpolated grid to the class token's sequence, lite keeps TFM's 1 + rows * cols
+      embedding and interpolates the grid part).
+    output_2d_feature_maps: also output the patch tokens as a (rows, cols) feature map under
+      the level round(log2(patch_size)).
+    layer_scale_init_value: > 0: learned per-channel scales (CaiT's LayerScale) on both
+      residual branches of each block.
+    output_attention_scores: also output the last block's attention probabilities.
+    transformer_partition_dims: TFM's TPU spatial partitioning; not implemented (null only).
+    """
+
+    model_name: Optional[str] = "vit-b16"
+    pooler: str = "token"
+    representation_size: int = 0
+    hidden_size: int = 1
+    patch_size: int = 16
+    transformer: Transformer = dataclasses.field(default_factory=Transformer)
+    init_stochastic_depth_rate: float = 0.0
+    original_init: bool = True
+    pos_embed_shape: Optional[Tuple[int, int]] = None
+    output_encoded_tokens: bool = True
+    output_2d_feature_maps: bool = False
+    layer_scale_init_value: float = 0.0
+    transformer_partition_dims: Optional[Tuple[int, int, int, int]] = None
+    output_attention_scores: bool = False
+
+    def _validate(self):
+        path = "task.model.backbone.vit"
+        if self.model_name is not None and self.model_name not in VIT_SPECS:
+            raise ConfigError(
+                f"{path}.model_name {self.model_name!r} is not one of {', '.join(VIT_SPECS)} "
+                f"(or null to use hidden_size, patch_size and transformer as given).")
+        if self.pooler not in VIT_POOLERS:
+            raise ConfigError(f"{path}.pooler {self.pooler!r} must be one of "
+                              f"{', '.join(VIT_POOLERS)}.")
+        if not 0.0 <= self.init_stochastic_depth_rate <= 1.0:
+            raise ConfigError(f"{path}.init_stochastic_depth_rate "
+                              f"({self.init_stochastic_depth_rate}) must be within [0, 1].")
+        if self.pos_embed_shape is not None and (
+                len(self.pos_embed_shape) != 2 or min(self.pos_embed_shape) < 1):
+            raise ConfigError(f"{path}.pos_embed_shape {list(self.pos_embed_shape)} must be "
+                              f"[rows, cols] of the pretraining patch grid (e.g. [14, 14]).")
+        for name in ("representation_size", "layer_scale_init_value"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{path}.{name} ({getattr(self, name)}) must be >= 0.")
+        _reject_unimplemented(self, path, ("transformer_partition_dims",))
+        sizes = self.sizes()
+        for name, value in sizes.items():
+            if value < 1:
+                raise ConfigError(f"{path}: {name} ({value}) must be >= 1.")
+        if sizes["hidden_size"] % sizes["num_heads"]:
+            raise ConfigError(f"{path}: hidden_size {sizes['hidden_size']} must be a multiple of "
+                              f"transformer.num_heads {sizes['num_heads']}.")
+        for name in ("attention_dropout_rate", "dropout_rate"):
+            if not 0.0 <= getattr(self.transformer, name) < 1.0:
+                raise ConfigError(f"{path}.transformer.{name} "
+                                  f"({getattr(self.transformer, name)}) must be in [0, 1).")
+
+    def sizes(self) -> dict:
+        """hidden_size, patch_size, mlp_dim, num_heads, num_layers: `model_name`'s, as TFM's
+        builder writes them over the config, or the config's own for `model_name: null`."""
+        if self.model_name is not None and self.model_name in VIT_SPECS:
+            return dict(VIT_SPECS[self.model_name])
+        t = self.transformer
+        return dict(hidden_size=self.hidden_size, patch_size=self.patch_size,
+                    mlp_dim=t.mlp_dim, num_heads=t.num_heads, num_layers=t.num_layers)
+
+
+def _vit_trainer(steps_per_epoch: int, train_steps: int, eval_batch_size: int,
+                 optimizer_config: dict) -> TrainerConfig:
+    trainer = _imagenet_trainer(steps_per_epoch, 1, eval_batch_size, optimizer_config)
+    trainer.train_steps = train_steps
+    return trainer
+
+
+@register_config_factory("deit_imagenet_pretrain")
+def deit_imagenet_pretrain() -> ExperimentConfig:
+    """DeiT: ViT-B/16 at 224 on ImageNet, batch 4096, 300 epochs (TFM's).
+
+    RandAugment (magnitude 9, no Cutout), MixUp / CutMix with label smoothing 0.1 and soft
+    labels, stochastic depth 0.1; AdamW (decay 0.05 on every variable, as TFM's include list
+    without an exclude list leaves it, no gradient clipping), cosine decay after 5 warmup
+    epochs.
+    """
+    batch = 4096
+    label_smoothing = 0.1
+    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
+    train_data, validation_data = _imagenet_data(batch)
+    # Floats as written to params.yaml (RandAugment's float fields have int defaults).
+    train_data.aug_type = Augmentation(type="randaug", randaug=RandAugment(
+        magnitude=9.0, cutout_const=40.0, translate_const=10.0, exclude_ops=["Cutout"]))
+    train_data.mixup_and_cutmix = MixupAndCutmix(label_smoothing=label_smoothing)
+    return ExperimentConfig(
+        task=ImageClassificationTask(
+            model=ImageClassificationModel(
+                num_classes=1001,
+                input_size=[224, 224, 3],
+                kernel_initializer="zeros",
+                backbone=Backbone(type="vit", vit=VisionTransformer(
+                    model_name="vit-b16", representation_size=768,
+                    init_stochastic_depth_rate=0.1, original_init=False,
+                    transformer=Transformer(dropout_rate=0.0, attention_dropout_rate=0.0)))),
+            losses=Losses(l2_weight_decay=0.0, label_smoothing=label_smoothing, one_hot=False,
+                          soft_labels=True),
+            train_data=train_data,
+            validation_data=validation_data),
+        trainer=_vit_trainer(steps_per_epoch, 300 * steps_per_epoch, batch, {
+            "optimizer": {"type": "adamw", "adamw": {
+                "weight_decay_rate": 0.05,
+                "include_in_weight_decay": r".*(kernel|weight):0$",
+                "gradient_clip_norm": 0.0}},
+            "learning_rate": {"type": "cosine", "cosine": {
+                "initial_learning_rate": 0.0005 * batch / 512,
+                "decay_steps": 300 * steps_per_epoch}},
+            "warmup": {"type": "linear", "linear": {
+                "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
+        }))
+
+
+@register_config_factory("vit_imagenet_pretrain")
+def vit_imagenet_pretrain() -> ExperimentConfig:
+    """ViT-B/16 at 224 on ImageNet, batch 4096, 300 epochs: AdamW (decay 0.3), cosine decay
+    after 10,000 warmup steps, dropout 0.1, representation size 768 (TFM's)."""
+    batch = 4096
+    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
+    train_data, validation_data = _imagenet_data(batch)
+    return ExperimentConfig(
+        task=ImageClassificationTask(
+            model=ImageClassificationModel(
+                num_classes=1001,
+                input_size=[224, 224, 3],
+                kernel_initializer="zeros",
+                backbone=Backbone(type="vit", vit=VisionTransformer(
+                    model_name="vit-b16", representation_size=768))),
+            losses=Losses(l2_weight_decay=0.0),
+            train_data=train_data,
+            validation_data=validation_data),
+        trainer=_vit_trainer(steps_per_epoch, 300 * steps_per_epoch, batch, {
+            "optimizer": {"type": "adamw", "adamw": {
+                "weight_decay_rate": 0.3,
+                "include_in_weight_decay": r".*(kernel|weight):0$",
+                "gradient_clip_norm": 0.0}},
+            "learning_rate": {"type": "cosine", "cosine": {
+                "initial_learning_rate": 0.003 * batch / 4096,
+                "decay_steps": 300 * steps_per_epoch}},
+            "warmup": {"type": "linear", "linear": {
+                "warmup_steps": 10000, "warmup_learning_rate": 0}},
+        }))
+
+
+@register_config_factory("vit_imagenet_finetune")
+def vit_imagenet_finetune() -> ExperimentConfig:
+    """ViT-B/16 fine-tuned at 384 on ImageNet, batch 512, 20,000 steps: SGD + momentum 0.9,
+    global-norm clipping 1.0, cosine decay (TFM's). Set task.init_checkpoint to the
+    pretraining run and backbone.vit.pos_embed_shape to its patch grid (e.g. [14, 14])."""
+    batch = 512
+    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
+    train_data, validation_data = _imagenet_data(batch)
+    return ExperimentConfig(
+        task=ImageClassificationTask(
+            model=ImageClassificationModel(
+                num_classes=1001,
+                input_size=[384, 384, 3],
+                backbone=Backbone(type="vit", vit=VisionTransformer(model_name="vit-b16"))),
+            losses=Losses(l2_weight_decay=0.0),
+            train_data=train_data,
+            validation_data=validation_data),
+        trainer=_vit_trainer(steps_per_epoch, 20000, batch, {
+            "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9, "global_clipnorm": 1.0}},
+            "learning_rate": {"type": "cosine", "cosine": {
+                "initial_learning_rate": 0.003, "decay_steps": 20000}},
         }))

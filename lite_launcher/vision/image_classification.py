@@ -61,6 +61,9 @@ class ImageClassificationTask(Task):
             checkpoint.read(path).expect_partial().assert_existing_objects_matched()
         except (AssertionError, ValueError) as e:
             detail = " ".join(str(e).split())[:300]
+            if "pos_embedding" in detail:  # a ViT pretrained at another input size
+                detail += (" (set task.model.backbone.vit.pos_embed_shape to the pretraining "
+                           "patch grid, e.g. [14, 14] for 224x224 with 16x16 patches)")
             raise ConfigError(f"task.init_checkpoint {path!r} does not fit the model's "
                               f"{modules!r} weights: {detail}") from e
         logging.info("Restored %s weights from %s", modules, path)

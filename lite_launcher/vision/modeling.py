@@ -32,6 +32,7 @@ BACKBONE_MODULES = {
     "resnet": "lite_launcher.vision.resnet",
     "dilated_resnet": "lite_launcher.vision.resnet_deeplab",
     "mobilenet": "lite_launcher.vision.mobilenet",
+    "vit": "lite_launcher.vision.vit",
 }
 _BACKBONE_BUILDERS: Dict[str, Callable[..., keras.Model]] = {}
 
@@ -239,11 +240,15 @@ class ClassificationModel(keras.Model):
         norm_settings = NormSettings.of(norm_settings)
         inputs = keras.Input(shape=tuple(input_shape), name="image")
         endpoints = backbone(inputs)
-        # TFM's head reads the endpoint with the largest key (the last feature map).
+        # TFM's head reads the endpoint with the largest key, compared as strings (the last
+        # feature map; ViT's named 'pre_logits' / 'encoded_tokens' sort above the levels).
         x = endpoints[max(endpoints)] if isinstance(endpoints, dict) else endpoints
         if add_head_batch_norm:
             x = norm_settings.norm(name="head_norm")(x)
-        x = keras.layers.GlobalAveragePooling2D()(x)
+        if len(x.shape) == 3:  # a token sequence (ViT's encoded_tokens)
+            x = keras.layers.GlobalAveragePooling1D()(x)
+        else:
+            x = keras.layers.GlobalAveragePooling2D()(x)
         x = keras.layers.Dropout(dropout_rate)(x)
         logits = keras.layers.Dense(num_classes, kernel_initializer=kernel_initializer,
                                     kernel_regularizer=kernel_regularizer, name="logits")(x)
