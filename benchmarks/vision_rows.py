@@ -85,7 +85,7 @@ def _backbone(model):
     return {"resnet": {"model_id": MODELS[model]}}
 
 
-def overrides(model, input_glob, steps_per_loop, loops, xla):
+def overrides(model, input_glob, steps_per_loop, loops, xla, dtype=None, num_gpus=None):
     """The model's experiment at 64x64, batch 16, on the synthetic files, train-only intervals.
 
     `xla` None: `runtime.enable_xla` as the experiment says (as shipped); else set to it.
@@ -98,6 +98,10 @@ def overrides(model, input_glob, steps_per_loop, loops, xla):
     runtime = {"distribution_strategy": "off"}
     if xla is not None:
         runtime["enable_xla"] = xla
+    if dtype is not None:  # the GPU rows (gpu_vision_rows.py)
+        runtime["mixed_precision_dtype"] = dtype
+    if num_gpus is not None:
+        runtime["num_gpus"] = num_gpus
     return {
         "runtime": runtime,
         "task": {"model": {"input_size": [IMAGE_SIZE, IMAGE_SIZE, 3],
@@ -111,12 +115,12 @@ def overrides(model, input_glob, steps_per_loop, loops, xla):
     }
 
 
-def make_config(model, input_glob, steps_per_loop, loops, xla):
-    """lite_launcher's `resnet_imagenet` with `overrides`."""
+def make_config(model, input_glob, steps_per_loop, loops, xla, dtype=None, num_gpus=None):
+    """lite_launcher's experiment of `model` with `overrides`."""
     import lite_launcher as ll
 
     params = ll.get_exp_config(EXPERIMENTS[model])
-    params.override(overrides(model, input_glob, steps_per_loop, loops, xla))
+    params.override(overrides(model, input_glob, steps_per_loop, loops, xla, dtype, num_gpus))
     params.validate()
     return params
 
@@ -171,11 +175,15 @@ def _result(side, model, steps_per_loop, loops, times, first_loop_s):
             "batch": BATCH, "image_size": IMAGE_SIZE, "versions": _versions(side)}
 
 
-def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir):
+def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype=None,
+                 num_gpus=None):
     """lite_launcher's public path: get_exp_config -> get_task -> run_experiment."""
     import lite_launcher as ll
+    from lite_launcher import strategy as strategy_lib
 
-    params = make_config(model, input_glob, steps_per_loop, loops, xla)
+    params = make_config(model, input_glob, steps_per_loop, loops, xla, dtype, num_gpus)
+    # As lite-train does, before the model is built.
+    strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     task = ll.get_task(params.task, logging_dir=model_dir)
     clock = measure.LoopClock()
     ll.run_experiment(distribution_strategy=ll.get_distribution_strategy("off"), task=task,
@@ -184,6 +192,9 @@ def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir):
     result = _result("lite", model, steps_per_loop, loops, clock.train_times,
                      clock.first_loop_age_s)
     result.update(compute_state(params.runtime.enable_xla))
+    result["dtype"] = params.runtime.mixed_precision_dtype or "float32"
+    result["gpu_devices"] = [d.name for d in __import__("tensorflow").config.list_logical_devices(
+        "GPU")]
     # The Trainer compiles a convnet's step with XLA only with a GPU or TPU (trainer.py).
     import tensorflow as tf
     result["xla_compiled"] = bool(params.runtime.enable_xla and (
@@ -274,6 +285,9 @@ def main(argv=None):
     parser.add_argument("--steps_per_loop", type=int, default=20)
     parser.add_argument("--loops", type=int, default=5, help="timed outer loops")
     parser.add_argument("--xla", action="store_true", help="runtime.enable_xla=true")
+    parser.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                        help="lite side: runtime.mixed_precision_dtype (the GPU rows)")
+    parser.add_argument("--num_gpus", type=int, default=None, help="lite side: runtime.num_gpus")
     parser.add_argument("--as_shipped", action="store_true",
                         help="each launcher's defaults: runtime.enable_xla as the experiment "
                         "says (--xla ignored) and, on the lite side, lite-train's oneDNN "
@@ -330,7 +344,7 @@ def main(argv=None):
         elif args.side == "lite":
             model_dir = tempfile.mkdtemp(prefix="lite_vision_bench_")
             result = measure_lite(model, input_glob, args.steps_per_loop, args.loops, xla,
-                                  model_dir)
+                                  model_dir, args.dtype, args.num_gpus)
         else:
             result = measure_raw(model, input_glob, args.steps_per_loop, args.loops, xla)
         result["as_shipped"] = args.as_shipped

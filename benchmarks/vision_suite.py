@@ -48,9 +48,10 @@ INPUT_BATCHES = 100
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 
 
-def round_plan(models, raw_models, round_index, input_models=("resnet18",)):
+def round_plan(models, raw_models, round_index, input_models=("resnet18",), model_rounds=None):
     """[(model, setting, side)] of one round: sides of a model back to back; every other
-    round the whole list reversed."""
+    round the whole list reversed. `model_rounds`: {model: the first N rounds only}."""
+    models = [m for m in models if round_index < (model_rounds or {}).get(m, 10**9)]
     plan = [(m, setting, side) for m in models for setting, side in SIDES
             if (side != "raw" or m in raw_models) and (setting != "input" or m in input_models)]
     return plan[::-1] if round_index % 2 else plan
@@ -97,6 +98,9 @@ def main(argv=None):
     parser.add_argument("--input_models", nargs="*", default=["resnet18"], choices=MODELS,
                         help="models whose input pipeline is also measured alone")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--resnet50_rounds", type=int, default=None,
+                        help="measure ResNet-50 in the first N rounds only (default: all; "
+                        "~2 s a step on 2 loaded cores)")
     parser.add_argument("--steps_per_loop", type=int, default=4)
     parser.add_argument("--loops", type=int, default=2, help="timed loops per process")
     parser.add_argument("--tfm_python", default=vision_rows.DEFAULT_TFM_PYTHON)
@@ -109,10 +113,12 @@ def main(argv=None):
     parser.add_argument("--list", action="store_true",
                         help="print the processes of the first two rounds and exit")
     args = parser.parse_args(argv)
+    model_rounds = ({} if args.resnet50_rounds is None
+                    else {"resnet50": args.resnet50_rounds})
     if args.list:
         for r in range(min(2, args.rounds)):
             for model, setting, side in round_plan(args.models, args.raw_models, r,
-                                                   args.input_models):
+                                                   args.input_models, model_rounds):
                 command, env = process_argv(args.tfm_python, model, setting, side,
                                             args.data_dir, args.steps_per_loop, args.loops)
                 print(f"round {r + 1} {model} {setting} {side}: "
@@ -131,7 +137,7 @@ def main(argv=None):
         round_info = {"round": r, "loadavg_start": list(os.getloadavg()),
                       "order": []}
         for model, setting, side in round_plan(args.models, args.raw_models, r,
-                                               args.input_models):
+                                               args.input_models, model_rounds):
             command, env = process_argv(args.tfm_python, model, setting, side, args.data_dir,
                                         args.steps_per_loop, args.loops)
             load = list(os.getloadavg())
@@ -158,7 +164,8 @@ def main(argv=None):
             "steps_per_loop": args.steps_per_loop, "loops": args.loops,
             "warmup_loops": vision_rows.WARMUP_LOOPS, "batch": vision_rows.BATCH,
             "image_size": vision_rows.IMAGE_SIZE, "models": args.models,
-            "raw_models": args.raw_models, "input_models": args.input_models,
+            "raw_models": args.raw_models, "model_rounds": model_rounds,
+            "input_models": args.input_models,
             "input_batches": INPUT_BATCHES, "elapsed_s": time.perf_counter() - started}
     path = args.results or os.path.join(
         run.RESULTS_DIR, f"{now.strftime('%Y-%m-%d')}-{commit[:7]}{'-dirty' if dirty else ''}"
