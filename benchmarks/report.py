@@ -241,6 +241,10 @@ def markdown(data, source=None):
     lines.append(
         f"From {what}: {meta['date']} UTC, commit `{meta.get('commit', '?')[:10]}`"
         f"{' (uncommitted changes)' if meta.get('dirty') else ''}, {meta['machine']}, "
+        f"CPU {meta.get('cpu_model', 'not recorded')}, TF_ENABLE_ONEDNN_OPTS "
+        f"{meta.get('tf_enable_onednn_opts') or ('unset' if 'cpu_model' in meta else 'not recorded')}"
+        f" (so oneDNN {'on' if meta.get('tf_enable_onednn_opts') == '1' else 'as TensorFlow chose'}"
+        f"), XLA off unless a row says otherwise, "
         f"{meta['rounds']} round(s) in {meta.get('elapsed_s', 0) / 60:.0f} min, "
         f"load average (1, 5, 15 min) {meta.get('loadavg_start', '?')} at the start and "
         f"{meta.get('loadavg_end', '?')} at the end. Median [min–max] over "

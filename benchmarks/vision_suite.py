@@ -48,12 +48,32 @@ INPUT_BATCHES = 100
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 
 
-def round_plan(models, raw_models, round_index, input_models=("resnet18",), model_rounds=None):
+def round_plan(models, raw_models, round_index, input_models=("resnet18",), model_rounds=None,
+               lite_once=False, shipped_tfm_models=None, input_rounds=None):
     """[(model, setting, side)] of one round: sides of a model back to back; every other
-    round the whole list reversed. `model_rounds`: {model: the first N rounds only}."""
+    round the whole list reversed. `model_rounds`: {model: the first N rounds only}.
+
+    `lite_once`: lite runs once per model and round, as shipped; where its recorded state is
+    the like-for-like one (oneDNN on, nothing XLA-compiled) the report uses it for both
+    settings. `shipped_tfm_models`: the models whose TFM side also runs as shipped (default
+    all); `input_rounds`: the input pipeline alone in the first N rounds only.
+    """
     models = [m for m in models if round_index < (model_rounds or {}).get(m, 10**9)]
+    inputs = input_rounds is None or round_index < input_rounds
+
+    def wanted(m, setting, side):
+        if side == "raw":
+            return m in raw_models
+        if setting == "input":
+            return m in input_models and inputs
+        if lite_once and side == "lite" and setting == "like":
+            return False
+        if setting == "shipped" and side == "tfm" and shipped_tfm_models is not None:
+            return m in shipped_tfm_models
+        return True
+
     plan = [(m, setting, side) for m in models for setting, side in SIDES
-            if (side != "raw" or m in raw_models) and (setting != "input" or m in input_models)]
+            if wanted(m, setting, side)]
     return plan[::-1] if round_index % 2 else plan
 
 
@@ -98,6 +118,14 @@ def main(argv=None):
     parser.add_argument("--input_models", nargs="*", default=["resnet18"], choices=MODELS,
                         help="models whose input pipeline is also measured alone")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--lite_once", action="store_true",
+                        help="lite once per model and round, as shipped (see round_plan)")
+    parser.add_argument("--shipped_tfm_models", nargs="*", default=None, choices=MODELS,
+                        help="models whose TFM side also runs as shipped (default: all)")
+    parser.add_argument("--input_rounds", type=int, default=None,
+                        help="the input pipeline alone in the first N rounds only")
+    parser.add_argument("--mobilenetv2_rounds", type=int, default=None,
+                        help="measure MobileNetV2 in the first N rounds only")
     parser.add_argument("--resnet50_rounds", type=int, default=None,
                         help="measure ResNet-50 in the first N rounds only (default: all; "
                         "~2 s a step on 2 loaded cores)")
@@ -113,12 +141,14 @@ def main(argv=None):
     parser.add_argument("--list", action="store_true",
                         help="print the processes of the first two rounds and exit")
     args = parser.parse_args(argv)
-    model_rounds = ({} if args.resnet50_rounds is None
-                    else {"resnet50": args.resnet50_rounds})
+    model_rounds = {m: n for m, n in (("resnet50", args.resnet50_rounds),
+                                      ("mobilenetv2", args.mobilenetv2_rounds)) if n is not None}
     if args.list:
         for r in range(min(2, args.rounds)):
             for model, setting, side in round_plan(args.models, args.raw_models, r,
-                                                   args.input_models, model_rounds):
+                                                   args.input_models, model_rounds,
+                                                   args.lite_once, args.shipped_tfm_models,
+                                                   args.input_rounds):
                 command, env = process_argv(args.tfm_python, model, setting, side,
                                             args.data_dir, args.steps_per_loop, args.loops)
                 print(f"round {r + 1} {model} {setting} {side}: "
@@ -133,11 +163,31 @@ def main(argv=None):
     now = datetime.datetime.now(datetime.timezone.utc)
     records, rounds = [], []
     started = time.perf_counter()
+    path = args.results or os.path.join(
+        run.RESULTS_DIR, f"{now.strftime('%Y-%m-%d')}-{commit[:7]}{'-dirty' if dirty else ''}"
+        "-vision.json")
+
+    def save(records, rounds, final=False):
+        meta = {"date": now.strftime("%Y-%m-%d %H:%M"), "commit": commit, "dirty": dirty,
+                "machine": platform.machine(), "cpu_model": vision_rows.cpu_model(),
+                "cpus": os.cpu_count(), "command": " ".join(sys.argv), "label": args.label,
+                "rounds": len(rounds), "rounds_requested": args.rounds, "complete": final,
+                "steps_per_loop": args.steps_per_loop, "loops": args.loops,
+                "warmup_loops": vision_rows.WARMUP_LOOPS, "batch": vision_rows.BATCH,
+                "image_size": vision_rows.IMAGE_SIZE, "models": args.models,
+                "raw_models": args.raw_models, "model_rounds": model_rounds,
+                "lite_once": args.lite_once, "shipped_tfm_models": args.shipped_tfm_models,
+                "input_rounds": args.input_rounds, "input_models": args.input_models,
+                "input_batches": INPUT_BATCHES, "elapsed_s": time.perf_counter() - started}
+        with open(path, "w") as f:
+            json.dump({"kind": "vision_suite", "meta": meta, "rounds": rounds,
+                       "records": records}, f, indent=1)
     for r in range(args.rounds):
         round_info = {"round": r, "loadavg_start": list(os.getloadavg()),
                       "order": []}
         for model, setting, side in round_plan(args.models, args.raw_models, r,
-                                               args.input_models, model_rounds):
+                                               args.input_models, model_rounds, args.lite_once,
+                                               args.shipped_tfm_models, args.input_rounds):
             command, env = process_argv(args.tfm_python, model, setting, side, args.data_dir,
                                         args.steps_per_loop, args.loops)
             load = list(os.getloadavg())
@@ -154,25 +204,11 @@ def main(argv=None):
                      f"{'on' if result['onednn'] else 'off'}  XLA "
                      f"{'compiled' if result['xla_compiled'] else 'not compiled'}  load "
                      f"{load[0]:.1f}"), flush=True)
+            save(records, rounds + [round_info])  # a process at a time: nothing is lost
         round_info["loadavg_end"] = list(os.getloadavg())
         round_info["elapsed_s"] = time.perf_counter() - started
         rounds.append(round_info)
-    cpu = vision_rows.cpu_model()
-    meta = {"date": now.strftime("%Y-%m-%d %H:%M"), "commit": commit, "dirty": dirty,
-            "machine": platform.machine(), "cpu_model": cpu, "cpus": os.cpu_count(),
-            "command": " ".join(sys.argv), "label": args.label, "rounds": args.rounds,
-            "steps_per_loop": args.steps_per_loop, "loops": args.loops,
-            "warmup_loops": vision_rows.WARMUP_LOOPS, "batch": vision_rows.BATCH,
-            "image_size": vision_rows.IMAGE_SIZE, "models": args.models,
-            "raw_models": args.raw_models, "model_rounds": model_rounds,
-            "input_models": args.input_models,
-            "input_batches": INPUT_BATCHES, "elapsed_s": time.perf_counter() - started}
-    path = args.results or os.path.join(
-        run.RESULTS_DIR, f"{now.strftime('%Y-%m-%d')}-{commit[:7]}{'-dirty' if dirty else ''}"
-        "-vision.json")
-    with open(path, "w") as f:
-        json.dump({"kind": "vision_suite", "meta": meta, "rounds": rounds,
-                   "records": records}, f, indent=1)
+    save(records, rounds, final=True)
     print(f"wrote {path}")
     failed = sum("error" in r for r in records)
     return 1 if failed else 0
