@@ -366,14 +366,19 @@ def summarize_vision_suite(data):
     """{(model, setting, side): stats of the figure} and {(model, setting, a, b): stats of the
     per-round ratio a/b}, from a vision_suite.py file; failed processes are left out."""
     values, by_round = {}, {}
+
+    def add(setting, r, figure):
+        values.setdefault((r["model"], setting, r["side"]), []).append(figure)
+        by_round.setdefault((r["model"], setting), {}).setdefault(r["round"], {})[
+            r["side"]] = figure
+
     for r in data["records"]:
         if "error" in r:
             continue
-        key = (r["model"], r["setting"], r["side"])
         figure = r[_vision_key(r["setting"])]
-        values.setdefault(key, []).append(figure)
-        by_round.setdefault((r["model"], r["setting"]), {}).setdefault(r["round"], {})[
-            r["side"]] = figure
+        add(r["setting"], r, figure)
+        if _serves_like_for_like(data, r):
+            add("like", r, figure)
     figures = {k: stats(v) for k, v in values.items()}
     ratios = {}
     for (model, setting), rounds in by_round.items():
@@ -385,10 +390,23 @@ def summarize_vision_suite(data):
     return figures, ratios
 
 
+def _serves_like_for_like(data, record):
+    """With `lite_once` the as-shipped lite process also stands for lite like for like, when
+    its recorded state is that one: oneDNN on and nothing XLA-compiled."""
+    return (data["meta"].get("lite_once") and record["side"] == "lite"
+            and record["setting"] == "shipped" and record.get("onednn")
+            and not record.get("xla_compiled"))
+
+
 def _state(data, model, setting, side):
     """'oneDNN on/off, XLA compiled / not' of a row, from its first successful record."""
     for r in data["records"]:
-        if (r["model"], r["setting"], r["side"]) == (model, setting, side) and "error" not in r:
+        shared = setting == "like" and _serves_like_for_like(data, r)
+        if ("error" not in r and (r["model"], r["side"]) == (model, side)
+                and (r["setting"] == setting or shared)):
+            if shared:
+                return (f"oneDNN on, enable_xla true (not compiled): the as-shipped "
+                        f"process, in the like-for-like state")
             if setting == "input":
                 return "oneDNN on"
             return (f"oneDNN {'on' if r['onednn'] else 'off'}, enable_xla "

@@ -166,11 +166,17 @@ def main(argv=None):
     parser.add_argument("--profile_loops", type=int, default=3,
                         help="outer loops profiled, after the warm-up ones")
     parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--inter_op_threads", type=int, default=None,
+                        help="tf.config.threading.set_inter_op_parallelism_threads (1: one op "
+                        "at a time)")
     parser.add_argument("--input_only", action="store_true")
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(),
                                                            "lite_vision_bench"))
     args = parser.parse_args(argv)
+    if args.inter_op_threads is not None:
+        import tensorflow as tf
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     input_glob = vision_rows.write_synthetic_tfrecords(args.data_dir)
     if args.input_only:
         result = input_only(args.side, args.model, input_glob, args.batches)

@@ -481,3 +481,19 @@ def test_gpu_check_lists_the_vision_rows():
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 18 and all("vision_rows.py --side lite" in line for line in lines)
+
+
+def test_report_uses_the_as_shipped_lite_process_like_for_like_only_in_that_state():
+    data = _suite_results()
+    data["meta"]["lite_once"] = True
+    data["records"] = [r for r in data["records"]
+                       if not (r["side"] == "lite" and r["setting"] == "like")]
+    _, targets = report.vision_suite_markdown(data)
+    like = {(m, name): s for m, name, s, _ in targets}[("resnet18", "like: lite/tfm >= 1")]
+    assert like["median"] == pytest.approx(1.2) and like["n"] == 3  # shipped lite 1.2 / 1.0
+    for r in data["records"]:  # compiled with XLA: not the like-for-like state
+        if r["side"] == "lite" and r["setting"] == "shipped":
+            r["xla_compiled"] = True
+    _, targets = report.vision_suite_markdown(data)
+    assert {(m, n): st for m, n, _, st in targets}[("resnet18", "like: lite/tfm >= 1")] == \
+        "not measured"
