@@ -405,8 +405,8 @@ def _state(data, model, setting, side):
         if ("error" not in r and (r["model"], r["side"]) == (model, side)
                 and (r["setting"] == setting or shared)):
             if shared:
-                return (f"oneDNN on, enable_xla true (not compiled): the as-shipped "
-                        f"process, in the like-for-like state")
+                return (f"oneDNN on, enable_xla {'true' if r['enable_xla'] else 'false'} "
+                        f"(not compiled): the as-shipped process, in the like-for-like state")
             if setting == "input":
                 return "oneDNN on"
             return (f"oneDNN {'on' if r['onednn'] else 'off'}, enable_xla "
