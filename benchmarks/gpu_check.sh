@@ -5,19 +5,24 @@
 #   2. the device TensorFlow sees (and nvidia-smi);
 #   3. the XLA and mixed-precision tests (pytest -k, see TESTS below);
 #   4. the benchmark's train rows on the GPU (benchmarks/gpu_rows.py): runtime.num_gpus=1,
-#      XLA off and on, float32 / float16 / bfloat16, for cnn_small, mlp_tiny and mock.
+#      XLA off and on, float32 / float16 / bfloat16, for cnn_small, mlp_tiny and mock;
+#   5. the vision rows on the GPU (benchmarks/gpu_vision_rows.py): ResNet-18, ResNet-50 and
+#      MobileNetV2 x float32 / float16 / bfloat16 x XLA off / on, input pipeline included.
 # Everything it prints is also written under $OUT (default: bench_out/gpu_check/, ignored by git):
-# gpu_check.log, devices.txt, nvidia-smi.txt, tests.txt, gpu_rows.json, gpu_rows.md.
+# gpu_check.log, devices.txt, nvidia-smi.txt, tests.txt, gpu_rows.json, gpu_rows.md,
+# gpu_vision_rows.json, gpu_vision_rows.md.
 # Sized to finish in under 8 minutes with the wheels downloadable: the rows stop starting new
 # processes after ROWS_BUDGET_S (default 270) seconds and list the rest as skipped. Without
 # network access, point PYTHON at an environment that has TensorFlow and lite_launcher.
 #
-# Usage: bash benchmarks/gpu_check.sh [--cpu-dry-run]
+# Usage: bash benchmarks/gpu_check.sh [--cpu-dry-run | --list]
+#   --list         print the vision rows' processes (gpu_vision_rows.py --list) and exit.
 #   --cpu-dry-run  the same steps on a machine without a GPU: no CUDA wheels, no GPU required,
 #                  the rows tiny on the CPU (num_gpus=0). With PYTHON=.venv/bin/python it
 #                  installs nothing.
 # Environment: OUT, PYTHON, GPU_CHECK_VENV, TEST_WORKERS (default 4), ROWS_BUDGET_S (default
-# 270), ROWS_ARGS (more gpu_rows.py options).
+# 270), ROWS_ARGS (more gpu_rows.py options), VISION_BUDGET_S (default 240),
+# VISION_ARGS (more gpu_vision_rows.py options, e.g. "--models resnet50 --dtypes bfloat16").
 # Exit status: 0 when every step passed; else the number of failed steps (tests, rows, device).
 set -uo pipefail
 
@@ -27,6 +32,9 @@ if [[ "${1:-}" == "--cpu-dry-run" ]]; then
 fi
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo_root}"
+if [[ "${1:-}" == "--list" ]]; then
+  exec "${PYTHON:-python3}" benchmarks/gpu_vision_rows.py --list
+fi
 out="${OUT:-${repo_root}/bench_out/gpu_check}"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # Test workers share the GPU: each takes GPU memory as it needs it rather than all at once.
@@ -97,6 +105,18 @@ read -r -a extra_rows_args <<< "${ROWS_ARGS:-}"
 rows_args+=("${extra_rows_args[@]}")
 if ! "${python_bin}" benchmarks/gpu_rows.py "${rows_args[@]}"; then
   echo "FAILED: some train rows (see gpu_rows.md / gpu_rows.json)"
+  failures=$((failures + 1))
+fi
+
+step "vision rows: ResNet-18/50, MobileNetV2 x float32/float16/bfloat16 x XLA off/on"
+vision_args=(--out "${out}" --python "${python_bin}" --budget_s "${VISION_BUDGET_S:-240}")
+if [[ "${dry_run}" == 1 ]]; then
+  vision_args+=(--cpu)
+fi
+read -r -a extra_vision_args <<< "${VISION_ARGS:-}"
+vision_args+=("${extra_vision_args[@]}")
+if ! "${python_bin}" benchmarks/gpu_vision_rows.py "${vision_args[@]}"; then
+  echo "FAILED: some vision rows (see gpu_vision_rows.md / gpu_vision_rows.json)"
   failures=$((failures + 1))
 fi
 

@@ -20,6 +20,9 @@ import sys
 
 START_MARKER = "<!-- bench-results:start -->"
 END_MARKER = "<!-- bench-results:end -->"
+# The block a vision_suite.py file (`kind: vision_suite`, issue 21) renders into.
+VISION_START_MARKER = "<!-- vision-speed:start -->"
+VISION_END_MARKER = "<!-- vision-speed:end -->"
 
 # Where each side ran: the project's environment (lite_launcher's TensorFlow) or TFM's venv
 # (TFM's TensorFlow, where lite_launcher and the raw loop also run, so that lite/TFM compares
@@ -238,6 +241,10 @@ def markdown(data, source=None):
     lines.append(
         f"From {what}: {meta['date']} UTC, commit `{meta.get('commit', '?')[:10]}`"
         f"{' (uncommitted changes)' if meta.get('dirty') else ''}, {meta['machine']}, "
+        f"CPU {meta.get('cpu_model', 'not recorded')}, TF_ENABLE_ONEDNN_OPTS "
+        f"{meta.get('tf_enable_onednn_opts') or ('unset' if 'cpu_model' in meta else 'not recorded')}"
+        f" (so oneDNN {'on' if meta.get('tf_enable_onednn_opts') == '1' else 'as TensorFlow chose'}"
+        f"), XLA off unless a row says otherwise, "
         f"{meta['rounds']} round(s) in {meta.get('elapsed_s', 0) / 60:.0f} min, "
         f"load average (1, 5, 15 min) {meta.get('loadavg_start', '?')} at the start and "
         f"{meta.get('loadavg_end', '?')} at the end. Median [min–max] over "
@@ -339,6 +346,136 @@ def _vision_table(vision, vision_summary, labels):
     return lines
 
 
+# Issue 21's targets on the vision suite: (setting, numerator, denominator, models, bound).
+VISION_SUITE_TARGETS = (
+    ("like", "lite", "tfm", ("resnet18", "resnet50", "mobilenetv2"), 1.0),
+    ("like", "lite", "raw", ("resnet18", "resnet50", "mobilenetv2"), 0.97),
+    ("shipped", "lite", "tfm", ("resnet18", "resnet50"), 2.0),
+    ("input", "lite", "tfm", ("resnet18",), 1.0),
+)
+_SETTING_TEXT = {"like": "like for like (oneDNN on, XLA off on every side)",
+                 "shipped": "as shipped (each launcher's defaults)",
+                 "input": "input pipeline alone (images/s)"}
+
+
+def _vision_key(setting):
+    return "images_per_sec" if setting == "input" else "steps_per_sec"
+
+
+def summarize_vision_suite(data):
+    """{(model, setting, side): stats of the figure} and {(model, setting, a, b): stats of the
+    per-round ratio a/b}, from a vision_suite.py file; failed processes are left out."""
+    values, by_round = {}, {}
+
+    def add(setting, r, figure):
+        values.setdefault((r["model"], setting, r["side"]), []).append(figure)
+        by_round.setdefault((r["model"], setting), {}).setdefault(r["round"], {})[
+            r["side"]] = figure
+
+    for r in data["records"]:
+        if "error" in r:
+            continue
+        figure = r[_vision_key(r["setting"])]
+        add(r["setting"], r, figure)
+        if _serves_like_for_like(data, r):
+            add("like", r, figure)
+    figures = {k: stats(v) for k, v in values.items()}
+    ratios = {}
+    for (model, setting), rounds in by_round.items():
+        for a, b in (("lite", "tfm"), ("lite", "raw")):
+            per_round = [sides[a] / sides[b] for sides in rounds.values()
+                         if a in sides and b in sides]
+            if per_round:
+                ratios[(model, setting, a, b)] = stats(per_round)
+    return figures, ratios
+
+
+def _serves_like_for_like(data, record):
+    """With `lite_once` the as-shipped lite process also stands for lite like for like, when
+    its recorded state is that one: oneDNN on and nothing XLA-compiled."""
+    return (data["meta"].get("lite_once") and record["side"] == "lite"
+            and record["setting"] == "shipped" and record.get("onednn")
+            and not record.get("xla_compiled"))
+
+
+def _state(data, model, setting, side):
+    """'oneDNN on/off, XLA compiled / not' of a row, from its first successful record."""
+    for r in data["records"]:
+        shared = setting == "like" and _serves_like_for_like(data, r)
+        if ("error" not in r and (r["model"], r["side"]) == (model, side)
+                and (r["setting"] == setting or shared)):
+            if shared:
+                return (f"oneDNN on, enable_xla {'true' if r['enable_xla'] else 'false'} "
+                        f"(not compiled): the as-shipped process, in the like-for-like state")
+            if setting == "input":
+                return "oneDNN on"
+            return (f"oneDNN {'on' if r['onednn'] else 'off'}, enable_xla "
+                    f"{'true' if r['enable_xla'] else 'false'} "
+                    f"({'compiled' if r['xla_compiled'] else 'not compiled'})")
+    return "—"
+
+
+def vision_suite_markdown(data, source=None):
+    """The vision suite's tables (figures, ratios, targets); returns (text, target rows)."""
+    meta = data["meta"]
+    figures, ratios = summarize_vision_suite(data)
+    loads = [r["loadavg_before"][0] for r in data["records"] if "loadavg_before" in r]
+    lines = [f"From `{source or '?'}`: {meta['date']} UTC, commit `{meta['commit'][:10]}`"
+             f"{' (dirty)' if meta.get('dirty') else ''}, {meta['cpu_model']} "
+             f"({meta['cpus']} CPUs, {meta['machine']}), {meta['rounds']} round(s) in "
+             f"{meta['elapsed_s'] / 60:.0f} min; 1-min load average before each process "
+             f"{min(loads):.1f}–{max(loads):.1f} (median {statistics.median(loads):.1f}). "
+             f"Every side on TFM's TensorFlow; batch {meta['batch']}, "
+             f"{meta['image_size']}×{meta['image_size']} synthetic JPEGs, input pipeline "
+             f"included, {meta['loops']} timed loops of {meta['steps_per_loop']} steps after "
+             f"{meta['warmup_loops']} warm-up loops per process. Per round and model the sides "
+             f"run back to back, order reversed every other round; median [min–max] over "
+             f"rounds, every ratio computed within a round.", ""]
+    failed = [r for r in data["records"] if "error" in r]
+    if failed:
+        lines += [f"{len(failed)} process(es) failed: " + "; ".join(
+            f"round {r['round'] + 1} {r['model']} {r['setting']} {r['side']}: "
+            f"{r['error'][:120]}" for r in failed), ""]
+    lines += ["| model | setting | side | oneDNN / XLA | steps/s (images/s for input) |",
+              "|---|---|---|---|---|"]
+    for model in meta["models"]:
+        for setting in ("like", "shipped", "input"):
+            for side in ("lite", "tfm", "raw"):
+                s = figures.get((model, setting, side))
+                if s is None:
+                    continue
+                lines.append(f"| {model} | {_SETTING_TEXT[setting]} | {side} | "
+                             f"{_state(data, model, setting, side)} | "
+                             f"{_fmt(s, 2 if setting != 'input' else 0)} |")
+    lines += ["", "| model | setting | lite/TFM | lite/raw |", "|---|---|---|---|"]
+    for model in meta["models"]:
+        for setting in ("like", "shipped", "input"):
+            a = ratios.get((model, setting, "lite", "tfm"))
+            b = ratios.get((model, setting, "lite", "raw"))
+            if a or b:
+                lines.append(f"| {model} | {_SETTING_TEXT[setting]} | "
+                             f"{_fmt(a, 3) if a else '—'} | {_fmt(b, 3) if b else '—'} |")
+    lines += ["", "Targets (issue 21), judged on the median of the per-round ratios:", "",
+              "| model | target | median [min–max] | status |", "|---|---|---|---|"]
+    results = []
+    for setting, a, b, models, bound in VISION_SUITE_TARGETS:
+        for model in models:
+            if model not in meta["models"]:
+                continue
+            s = ratios.get((model, setting, a, b))
+            name = f"{setting}: {a}/{b} >= {bound:g}"
+            if s is None:
+                status, shown = "not measured", "—"
+            else:
+                status = "pass" if s["median"] >= bound else "MISS"
+                shown = _fmt(s, 3)
+            results.append((model, name, s, status))
+            lines.append(f"| {model} | {name} | {shown} | {status} |")
+    passed = sum(r[3] == "pass" for r in results)
+    lines += ["", f"{passed} of {len(results)} targets pass."]
+    return "\n".join(lines) + "\n", results
+
+
 def display_path(path, repo_root):
     """`path` relative to the repository root when it lies inside it, else absolute."""
     path = os.path.abspath(path)
@@ -346,15 +483,15 @@ def display_path(path, repo_root):
     return os.path.relpath(path, repo_root) if inside else path
 
 
-def update_file(path, text):
-    """Replaces the text between START_MARKER and END_MARKER lines in `path` with `text`."""
+def update_file(path, text, start_marker=START_MARKER, end_marker=END_MARKER):
+    """Replaces the text between the start and end marker lines in `path` with `text`."""
     with open(path) as f:
         content = f.read()
-    start, end = content.find(START_MARKER), content.find(END_MARKER)
+    start, end = content.find(start_marker), content.find(end_marker)
     if start < 0 or end < start:
-        raise ValueError(f"{path}: no '{START_MARKER}' ... '{END_MARKER}' block to replace; "
+        raise ValueError(f"{path}: no '{start_marker}' ... '{end_marker}' block to replace; "
                          f"add the two marker lines where the results belong")
-    start += len(START_MARKER)
+    start += len(start_marker)
     with open(path, "w") as f:
         f.write(content[:start] + "\n" + text + content[end:])
 
@@ -370,10 +507,15 @@ def main(argv=None):
         data = json.load(f)
     repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     source = display_path(args.results, repo_root)
-    text, _, _ = markdown(data, source=source)
+    markers = (START_MARKER, END_MARKER)
+    if data.get("kind") == "vision_suite":
+        text, _ = vision_suite_markdown(data, source=source)
+        markers = (VISION_START_MARKER, VISION_END_MARKER)
+    else:
+        text, _, _ = markdown(data, source=source)
     print(text)
     for path in args.update:
-        update_file(path, text)
+        update_file(path, text, *markers)
         print(f"updated {path}")
     return 0
 

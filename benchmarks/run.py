@@ -436,6 +436,9 @@ def main(argv=None):
         "command": " ".join(["benchmarks/run.py"] + (argv if argv is not None else sys.argv[1:])),
         "label": args.label,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s), {platform.system()}",
+        # The CPU and the oneDNN choice the processes inherit (issue 21: rows differ by both).
+        "cpu_model": vision_rows.cpu_model(),
+        "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
         "loadavg_start": loadavg_start,
         "loadavg_end": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rounds": rounds_run,

@@ -32,7 +32,10 @@ sys.path.insert(1, os.path.dirname(_HERE))
 
 import measure  # noqa: E402
 
-MODELS = {"resnet50": 50, "resnet18": 18}
+MODELS = {"resnet50": 50, "resnet18": 18, "mobilenetv2": "MobileNetV2"}
+# The experiment (the same name in lite_launcher and TFM) and backbone field of each model.
+EXPERIMENTS = {"resnet50": "resnet_imagenet", "resnet18": "resnet_imagenet",
+               "mobilenetv2": "mobilenet_imagenet"}
 SIDES = ("lite", "raw", "tfm")
 DEFAULT_TFM_PYTHON = os.environ.get("TFM_PYTHON", "/work/tfm_venv/bin/python")
 IMAGE_SIZE = 64
@@ -76,18 +79,33 @@ def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES, num_shards=NUM_SH
     return pattern
 
 
-def overrides(model, input_glob, steps_per_loop, loops, xla):
-    """`resnet_imagenet` at 64x64, batch 16, on the synthetic files, train-only intervals.
+def _backbone(model):
+    if EXPERIMENTS[model] == "mobilenet_imagenet":
+        return {"mobilenet": {"model_id": MODELS[model]}}
+    return {"resnet": {"model_id": MODELS[model]}}
+
+
+def overrides(model, input_glob, steps_per_loop, loops, xla, dtype=None, num_gpus=None):
+    """The model's experiment at 64x64, batch 16, on the synthetic files, train-only intervals.
+
+    `xla` None: `runtime.enable_xla` as the experiment says (as shipped); else set to it.
 
     Train summaries are due every outer loop on both launchers: Orbit writes the loop outputs
     after every loop whatever the interval (a summary dir is set), so lite does the same work.
 
     TFM's field names, so the same dict overrides lite_launcher's and TFM's experiment.
     """
+    runtime = {"distribution_strategy": "off"}
+    if xla is not None:
+        runtime["enable_xla"] = xla
+    if dtype is not None:  # the GPU rows (gpu_vision_rows.py)
+        runtime["mixed_precision_dtype"] = dtype
+    if num_gpus is not None:
+        runtime["num_gpus"] = num_gpus
     return {
-        "runtime": {"distribution_strategy": "off", "enable_xla": xla},
+        "runtime": runtime,
         "task": {"model": {"input_size": [IMAGE_SIZE, IMAGE_SIZE, 3],
-                           "backbone": {"resnet": {"model_id": MODELS[model]}}},
+                           "backbone": _backbone(model)},
                  "train_data": {"input_path": input_glob, "global_batch_size": BATCH,
                                 "shuffle_buffer_size": 256}},
         "trainer": {"steps_per_loop": steps_per_loop,
@@ -97,12 +115,12 @@ def overrides(model, input_glob, steps_per_loop, loops, xla):
     }
 
 
-def make_config(model, input_glob, steps_per_loop, loops, xla):
-    """lite_launcher's `resnet_imagenet` with `overrides`."""
+def make_config(model, input_glob, steps_per_loop, loops, xla, dtype=None, num_gpus=None):
+    """lite_launcher's experiment of `model` with `overrides`."""
     import lite_launcher as ll
 
-    params = ll.get_exp_config("resnet_imagenet")
-    params.override(overrides(model, input_glob, steps_per_loop, loops, xla))
+    params = ll.get_exp_config(EXPERIMENTS[model])
+    params.override(overrides(model, input_glob, steps_per_loop, loops, xla, dtype, num_gpus))
     params.validate()
     return params
 
@@ -120,26 +138,68 @@ def _versions(side):
             "lite_launcher": ll.__version__}
 
 
+def workload_name(model):
+    """The results' workload name, e.g. resnet_imagenet_resnet18."""
+    return f"{EXPERIMENTS[model]}_{model}"
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform.processor()."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def compute_state(enable_xla):
+    """What this process computes with: oneDNN on or off (as TensorFlow loaded it), the
+    config's `runtime.enable_xla`, the CPU, the load average."""
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
+
+    return {"onednn": bool(_pywrap_util_port.IsMklEnabled()),
+            "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+            "enable_xla": bool(enable_xla), "cpu_model": cpu_model(),
+            "loadavg": list(os.getloadavg())}
+
+
 def _result(side, model, steps_per_loop, loops, times, first_loop_s):
     rate = measure.steady_rate(times, steps_per_loop, WARMUP_LOOPS)
-    return {"side": side, "workload": f"resnet_imagenet_{model}", "row": f"train{steps_per_loop}",
+    return {"side": side, "workload": workload_name(model), "row": f"train{steps_per_loop}",
             "loops": loops, "steps_per_sec": rate, "images_per_sec": rate * BATCH,
             "loop_ms": measure.loop_ms(times, WARMUP_LOOPS), "first_loop_s": first_loop_s,
             "batch": BATCH, "image_size": IMAGE_SIZE, "versions": _versions(side)}
 
 
-def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir):
+def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype=None,
+                 num_gpus=None):
     """lite_launcher's public path: get_exp_config -> get_task -> run_experiment."""
     import lite_launcher as ll
+    from lite_launcher import strategy as strategy_lib
 
-    params = make_config(model, input_glob, steps_per_loop, loops, xla)
+    params = make_config(model, input_glob, steps_per_loop, loops, xla, dtype, num_gpus)
+    # As lite-train does, before the model is built.
+    strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     task = ll.get_task(params.task, logging_dir=model_dir)
     clock = measure.LoopClock()
     ll.run_experiment(distribution_strategy=ll.get_distribution_strategy("off"), task=task,
                       mode="train", params=params, model_dir=model_dir,
                       train_actions=[clock.train_action])
-    return _result("lite", model, steps_per_loop, loops, clock.train_times,
-                   clock.first_loop_age_s)
+    result = _result("lite", model, steps_per_loop, loops, clock.train_times,
+                     clock.first_loop_age_s)
+    result.update(compute_state(params.runtime.enable_xla))
+    result["dtype"] = params.runtime.mixed_precision_dtype or "float32"
+    result["gpu_devices"] = [d.name for d in __import__("tensorflow").config.list_logical_devices(
+        "GPU")]
+    # The Trainer compiles a convnet's step with XLA only with a GPU or TPU (trainer.py).
+    import tensorflow as tf
+    result["xla_compiled"] = bool(params.runtime.enable_xla and (
+        tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")))
+    return result
 
 
 def measure_raw(model, input_glob, steps_per_loop, loops, xla):
@@ -150,6 +210,7 @@ def measure_raw(model, input_glob, steps_per_loop, loops, xla):
     import lite_launcher as ll
 
     params = make_config(model, input_glob, steps_per_loop, loops, xla)
+    xla = bool(params.runtime.enable_xla)
     task = ll.get_task(params.task)
     network = task.build_model()
     optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
@@ -189,7 +250,9 @@ def measure_raw(model, input_glob, steps_per_loop, loops, xla):
         times.append(time.perf_counter())
         if first is None:
             first = measure.process_age_s()
-    return _result("raw", model, steps_per_loop, loops, times, first)
+    result = _result("raw", model, steps_per_loop, loops, times, first)
+    result.update(compute_state(xla))
+    return result
 
 
 def measure_tfm(model, input_glob, steps_per_loop, loops, xla, model_dir):
@@ -198,7 +261,7 @@ def measure_tfm(model, input_glob, steps_per_loop, loops, xla, model_dir):
     from official.core import exp_factory, task_factory, train_lib
     import official.vision.registry_imports  # noqa: F401  (registers resnet_imagenet)
 
-    params = exp_factory.get_exp_config("resnet_imagenet")
+    params = exp_factory.get_exp_config(EXPERIMENTS[model])
     params.override(overrides(model, input_glob, steps_per_loop, loops, xla), is_strict=True)
     params.validate()
     params.lock()
@@ -207,8 +270,12 @@ def measure_tfm(model, input_glob, steps_per_loop, loops, xla, model_dir):
     train_lib.run_experiment(
         distribution_strategy=distribute_utils.get_distribution_strategy("off"), task=task,
         mode="train", params=params, model_dir=model_dir, train_actions=[clock.train_action])
-    return _result("tfm", model, steps_per_loop, loops, clock.train_times,
-                   clock.first_loop_age_s)
+    result = _result("tfm", model, steps_per_loop, loops, clock.train_times,
+                     clock.first_loop_age_s)
+    result.update(compute_state(params.runtime.enable_xla))
+    # TFM compiles the train step only with num_gpus > 0 (base_trainer).
+    result["xla_compiled"] = bool(params.runtime.enable_xla and params.runtime.num_gpus > 0)
+    return result
 
 
 def main(argv=None):
@@ -217,7 +284,15 @@ def main(argv=None):
     parser.add_argument("--side", default="all", choices=SIDES + ("all",))
     parser.add_argument("--steps_per_loop", type=int, default=20)
     parser.add_argument("--loops", type=int, default=5, help="timed outer loops")
-    parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
+    parser.add_argument("--xla", action="store_true", help="runtime.enable_xla=true")
+    parser.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                        help="lite side: runtime.mixed_precision_dtype (the GPU rows)")
+    parser.add_argument("--num_gpus", type=int, default=None, help="lite side: runtime.num_gpus")
+    parser.add_argument("--as_shipped", action="store_true",
+                        help="each launcher's defaults: runtime.enable_xla as the experiment "
+                        "says (--xla ignored) and, on the lite side, lite-train's oneDNN "
+                        "choice (lite_launcher.onednn) before TensorFlow loads; TFM: "
+                        "TensorFlow's own")
     parser.add_argument("--data_dir", default=None,
                         help="where the synthetic TFRecords are (written if missing)")
     parser.add_argument("--with_tfm", action="store_true",
@@ -251,21 +326,28 @@ def main(argv=None):
                            "--loops", str(args.loops), "--data_dir", data_dir]
                 if args.xla:
                     command.append("--xla")
+                if args.as_shipped:
+                    command.append("--as_shipped")
                 if args.smoke:
                     command.append("--smoke")
                 subprocess.run(command, check=True)
         return
+    xla = None if args.as_shipped else args.xla
+    if args.as_shipped and args.side == "lite":
+        from lite_launcher import onednn  # pylint: disable=import-outside-toplevel
+        onednn.enable_by_default()  # what lite-train does, before TensorFlow loads
     input_glob = write_synthetic_tfrecords(data_dir, num_images=num_images)
     for model in args.model:
         if args.side == "tfm":
-            result = measure_tfm(model, input_glob, args.steps_per_loop, args.loops, args.xla,
+            result = measure_tfm(model, input_glob, args.steps_per_loop, args.loops, xla,
                                  tempfile.mkdtemp(prefix="tfm_vision_bench_"))
         elif args.side == "lite":
             model_dir = tempfile.mkdtemp(prefix="lite_vision_bench_")
-            result = measure_lite(model, input_glob, args.steps_per_loop, args.loops, args.xla,
-                                  model_dir)
+            result = measure_lite(model, input_glob, args.steps_per_loop, args.loops, xla,
+                                  model_dir, args.dtype, args.num_gpus)
         else:
-            result = measure_raw(model, input_glob, args.steps_per_loop, args.loops, args.xla)
+            result = measure_raw(model, input_glob, args.steps_per_loop, args.loops, xla)
+        result["as_shipped"] = args.as_shipped
         measure.emit(result)
 
 

@@ -618,6 +618,9 @@ def run():
     """Console-script entry point for `lite-train`."""
     # Quiet TensorFlow's C++ start-up chatter unless the user asked for it.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # oneDNN's CPU kernels where TensorFlow left them off (read once, when TensorFlow loads).
+    from lite_launcher import onednn
+    onednn.enable_by_default()
     define_lite_train_flags()
     app.run(main, flags_parser=_flags_parser)
 

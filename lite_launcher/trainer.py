@@ -183,8 +183,16 @@ def _is_async(strategy) -> bool:
     return isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy)
 
 
+def _convnet_on_cpu_only(model) -> bool:
+    """A model with 2-D/3-D convolution kernels (rank >= 4) and no GPU or TPU to run it on."""
+    if model is None or tf.config.list_logical_devices("GPU") or \
+            tf.config.list_logical_devices("TPU"):
+        return False
+    return any(len(v.shape) >= 4 for v in model.trainable_variables)
+
+
 def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: bool,
-                   default_strategy: bool):
+                   default_strategy: bool, model=None):
     """The function a train step calls in place of `task.train_step`: the one XLA choice.
 
     Chosen once, when the Trainer is built.
@@ -192,6 +200,8 @@ def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: 
     | strategy (enable_xla=true)      | compiled with XLA                                |
     |---------------------------------|--------------------------------------------------|
     | default (no strategy)           | the whole `task.train_step`                      |
+    |   ... a convnet, CPU only       | nothing (warning): XLA:CPU convolutions measured |
+    |                                 | 4-6x slower than TF's oneDNN kernels             |
     | mirrored / multi-worker         | `task.compute_gradients` (forward + backward);   |
     |                                 | `task.apply_update` runs outside it              |
     |   ... task overrides train_step | nothing (warning): it cannot be split            |
@@ -209,6 +219,13 @@ def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: 
                         "strategy: XLA cannot access variables on the ps tasks.")
         return task.train_step
     if default_strategy:
+        if _convnet_on_cpu_only(model):
+            # benchmarks/README.md: ResNet-18 / ResNet-50 / MobileNetV2 training steps under
+            # XLA:CPU (Eigen convolutions) against TF's own (oneDNN) kernels.
+            logging.warning("runtime.enable_xla: not compiling %s's convolutions for the CPU "
+                            "(no GPU or TPU): XLA:CPU trains convnets several times slower "
+                            "than TensorFlow's own kernels.", getattr(model, "name", "the model"))
+            return task.train_step
         return tf.function(task.train_step, jit_compile=True)
     if type(task).train_step is not Task.train_step:
         logging.warning(
@@ -337,7 +354,7 @@ class Trainer(_AsyncTrainer):
         optimization.create_optimizer_variables(optimizer, model)
         self._xla_train_step = xla_train_step(
             task, self._strategy, enable_xla=bool(getattr(config.runtime, "enable_xla", False)),
-            default_strategy=not tf.distribute.has_strategy())
+            default_strategy=not tf.distribute.has_strategy(), model=model)
 
         # Exact means: parameter-server workers update them concurrently.
         self._train_loss = ExactMean("training_loss")

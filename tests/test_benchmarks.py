@@ -361,3 +361,139 @@ def test_ab_checkouts_reports_per_round_ratios_and_puts_each_checkout_first(monk
     assert summary["median"] == pytest.approx((1.1 + 0.9) / 2)
     assert (summary["min"], summary["max"]) == (pytest.approx(0.9), pytest.approx(1.1))
     assert (summary["a"], summary["b"], summary["rounds"]) == (150, 145, 2)
+
+
+# ----- issue 21: the vision suite, its report, the GPU vision rows --------------------------
+
+def test_vision_suite_interleaves_sides_per_model_and_sets_onednn_per_setting():
+    import vision_suite
+
+    first = vision_suite.round_plan(["resnet18", "resnet50"], ["resnet18"], 0,
+                                    model_rounds={"resnet50": 1})
+    second = vision_suite.round_plan(["resnet18", "resnet50"], ["resnet18"], 1,
+                                     model_rounds={"resnet50": 1})
+    # A model's sides run back to back; raw only for raw_models; input only for resnet18.
+    assert [m for m, _, _ in first] == ["resnet18"] * 7 + ["resnet50"] * 4
+    assert ("resnet50", "like", "raw") not in first
+    assert ("resnet18", "input", "lite") in first and ("resnet50", "input", "lite") not in first
+    # Reversed every other round, ResNet-50 in its first round only.
+    assert second == first[:7][::-1]
+    for setting, side in vision_suite.SIDES:
+        argv, env = vision_suite.process_argv("py", "resnet18", setting, side, "/d", 4, 2)
+        if setting == "shipped":
+            # Each launcher's own choice: the variable unset, the experiment's enable_xla.
+            assert vision_suite.ONEDNN_VAR not in env and "--as_shipped" in argv
+            assert "--xla" not in argv
+        else:
+            assert env[vision_suite.ONEDNN_VAR] == "1" and "--as_shipped" not in argv
+        script = "vision_profile.py" if setting == "input" else "vision_rows.py"
+        assert argv[1].endswith(script) and argv[argv.index("--side") + 1] == side
+
+
+def test_vision_rows_overrides_as_shipped_keep_the_experiments_xla_and_cover_mobilenet():
+    import vision_rows
+
+    shipped = vision_rows.overrides("mobilenetv2", "/d/*", 4, 2, None)
+    assert "enable_xla" not in shipped["runtime"]
+    assert shipped["task"]["model"]["backbone"] == {"mobilenet": {"model_id": "MobileNetV2"}}
+    assert vision_rows.EXPERIMENTS["mobilenetv2"] == "mobilenet_imagenet"
+    like = vision_rows.overrides("resnet18", "/d/*", 4, 2, False, dtype="bfloat16", num_gpus=1)
+    assert like["runtime"] == {"distribution_strategy": "off", "enable_xla": False,
+                               "mixed_precision_dtype": "bfloat16", "num_gpus": 1}
+
+
+def _suite_record(r, model, setting, side, figure, **state):
+    key = "images_per_sec" if setting == "input" else "steps_per_sec"
+    record = {"round": r, "model": model, "setting": setting, "side": side, key: figure,
+              "loadavg_before": [4.0 + r, 0, 0]}
+    if setting != "input":
+        record.update({"onednn": True, "enable_xla": setting == "shipped",
+                       "xla_compiled": False}, **state)
+    return record
+
+
+def _suite_results():
+    records = []
+    # lite/tfm like for like per round: 1.2, 0.8, 1.1 -> median 1.1 (pass);
+    # shipped lite/tfm: 3.0, 1.5, 2.5 -> 2.5 (pass); lite/raw: 0.9 each round (MISS).
+    for r, (lite, tfm, shipped_tfm) in enumerate(((1.2, 1.0, 0.4), (0.8, 1.0, 0.8),
+                                                  (1.1, 1.0, 0.48))):
+        records += [_suite_record(r, "resnet18", "like", "lite", lite),
+                    _suite_record(r, "resnet18", "like", "tfm", tfm),
+                    _suite_record(r, "resnet18", "like", "raw", lite / 0.9),
+                    _suite_record(r, "resnet18", "shipped", "lite", 1.2),
+                    _suite_record(r, "resnet18", "shipped", "tfm", shipped_tfm,
+                                  onednn=False),
+                    _suite_record(r, "resnet18", "input", "lite", 900.0),
+                    _suite_record(r, "resnet18", "input", "tfm", 1000.0)]
+    records.append({"round": 0, "model": "resnet50", "setting": "like", "side": "tfm",
+                    "error": "exit 1: boom", "loadavg_before": [5.0, 0, 0]})
+    meta = {"date": "2026-12-01 11:00", "commit": "abc1234def", "dirty": False,
+            "cpu_model": "AMD EPYC", "cpus": 2, "machine": "x86_64", "rounds": 3,
+            "elapsed_s": 600, "batch": 16, "image_size": 64, "loops": 2, "steps_per_loop": 4,
+            "warmup_loops": 2, "models": ["resnet18", "resnet50"]}
+    return {"kind": "vision_suite", "meta": meta, "rounds": [], "records": records}
+
+
+def test_report_renders_the_vision_suite_with_per_round_ratios_and_misses(tmp_path):
+    text, targets = report.vision_suite_markdown(_suite_results(), source="r.json")
+    status = {(m, name): (s, st) for m, name, s, st in targets}
+    assert status[("resnet18", "like: lite/tfm >= 1")][0]["median"] == pytest.approx(1.1)
+    assert status[("resnet18", "like: lite/tfm >= 1")][1] == "pass"
+    assert status[("resnet18", "like: lite/raw >= 0.97")][1] == "MISS"
+    assert status[("resnet18", "shipped: lite/tfm >= 2")][0]["median"] == pytest.approx(2.5)
+    assert status[("resnet18", "input: lite/tfm >= 1")][1] == "MISS"
+    assert status[("resnet50", "like: lite/tfm >= 1")][1] == "not measured"
+    assert "AMD EPYC" in text and "1 process(es) failed" in text
+    assert "| resnet18 | as shipped (each launcher's defaults) | tfm | oneDNN off, enable_xla " \
+           "true (not compiled) |" in text
+    # --update writes the vision block only.
+    results = tmp_path / "v.json"
+    results.write_text(json.dumps(_suite_results()))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{report.START_MARKER}\nkeep\n{report.END_MARKER}\n"
+                      f"{report.VISION_START_MARKER}\nold\n{report.VISION_END_MARKER}\n")
+    assert report.main([str(results), "--update", str(readme)]) == 0
+    content = readme.read_text()
+    assert "keep" in content and "old" not in content and "targets pass" in content
+
+
+def test_gpu_vision_rows_list_every_model_dtype_and_xla_and_skip_for_time(tmp_path, capsys):
+    import gpu_vision_rows
+
+    combos = gpu_vision_rows.combinations()
+    assert len(combos) == 18 and len(set(combos)) == 18
+    assert {m for m, _, _ in combos} == {"resnet18", "resnet50", "mobilenetv2"}
+    assert gpu_vision_rows.main(["--list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 18 and all("--num_gpus 1" in line for line in lines)
+    assert sum("--xla" in line for line in lines) == 9
+    cpu = gpu_vision_rows.command("py", "resnet18", "float16", True, True, "/d")
+    assert cpu[cpu.index("--num_gpus") + 1] == "0" and "--dtype" in cpu
+
+
+def test_gpu_check_lists_the_vision_rows():
+    import subprocess
+
+    out = subprocess.run(["bash", os.path.join(BENCH, "gpu_check.sh"), "--list"],
+                         env=dict(os.environ, PYTHON=sys.executable), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 18 and all("vision_rows.py --side lite" in line for line in lines)
+
+
+def test_report_uses_the_as_shipped_lite_process_like_for_like_only_in_that_state():
+    data = _suite_results()
+    data["meta"]["lite_once"] = True
+    data["records"] = [r for r in data["records"]
+                       if not (r["side"] == "lite" and r["setting"] == "like")]
+    _, targets = report.vision_suite_markdown(data)
+    like = {(m, name): s for m, name, s, _ in targets}[("resnet18", "like: lite/tfm >= 1")]
+    assert like["median"] == pytest.approx(1.2) and like["n"] == 3  # shipped lite 1.2 / 1.0
+    for r in data["records"]:  # compiled with XLA: not the like-for-like state
+        if r["side"] == "lite" and r["setting"] == "shipped":
+            r["xla_compiled"] = True
+    _, targets = report.vision_suite_markdown(data)
+    assert {(m, n): st for m, n, _, st in targets}[("resnet18", "like: lite/tfm >= 1")] == \
+        "not measured"

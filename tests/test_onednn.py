@@ -1,0 +1,131 @@
+"""oneDNN by default in `lite-train` (lite_launcher/onednn.py), its numerics and determinism,
+and the Trainer's XLA choice for convnets on a CPU-only machine (issue 21)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import lite_launcher as ll
+from lite_launcher import onednn
+from lite_launcher import trainer as trainer_lib
+
+import tiny
+import xla_checks
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV_VAR = onednn.ENV_VAR
+# oneDNN and Eigen sum in different orders; over 50 digits_cnn SGD steps the loss curves
+# differed by at most 5e-7 relative on the machine this was measured on.
+LOSS_RTOL = 1e-5
+
+
+def _env(onednn_value):
+    env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop(ENV_VAR, None)
+    if onednn_value is not None:
+        env[ENV_VAR] = onednn_value
+    return env
+
+
+@pytest.fixture
+def x86_without_tensorflow(monkeypatch):
+    monkeypatch.setattr(onednn.platform, "machine", lambda: "x86_64")
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+
+
+def test_sets_onednn_only_when_the_user_did_not(x86_without_tensorflow):
+    environ = {}
+    assert onednn.enable_by_default(environ) == "set"
+    assert environ == {ENV_VAR: "1"}
+    for users in ("0", "1", ""):
+        environ = {ENV_VAR: users}
+        assert onednn.enable_by_default(environ) == "user"
+        assert environ == {ENV_VAR: users}
+
+
+def test_leaves_it_alone_once_tensorflow_is_loaded_or_off_x86(monkeypatch):
+    environ = {}
+    monkeypatch.setitem(sys.modules, "tensorflow", tf)
+    assert onednn.enable_by_default(environ) == "loaded"
+    monkeypatch.delitem(sys.modules, "tensorflow")
+    monkeypatch.setattr(onednn.platform, "machine", lambda: "aarch64")
+    assert onednn.enable_by_default(environ) == "not_x86"
+    assert environ == {}
+
+
+_DRIVER_THEN_STATE = """
+import sys
+from lite_launcher import main
+sys.argv = ["lite-train", "--list_experiments"]
+try:
+    main.run()
+except SystemExit:
+    pass
+from tensorflow.python.util import _pywrap_util_port
+print("ONEDNN", _pywrap_util_port.IsMklEnabled())
+"""
+
+
+@pytest.mark.skipif(onednn.platform.machine().lower() not in onednn._X86,
+                    reason="oneDNN's default is only chosen on x86")
+def test_lite_train_turns_onednn_on_before_tensorflow_loads_unless_the_user_chose():
+    # TensorFlow leaves oneDNN off on CPUs without AVX-512 VNNI/BF16 or AMX (e.g. AMD EPYC);
+    # the driver turns it on there, and keeps a user's TF_ENABLE_ONEDNN_OPTS=0.
+    for user, expected in ((None, "True"), ("0", "False")):
+        out = subprocess.run([sys.executable, "-c", _DRIVER_THEN_STATE], env=_env(user),
+                             capture_output=True, text=True, timeout=300, cwd=REPO)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert f"ONEDNN {expected}" in out.stdout, (user, out.stdout[-500:])
+
+
+def _losses(onednn_value, tmp_path, name, steps=50):
+    out = subprocess.run([sys.executable, os.path.join(REPO, "tests", "onednn_losses.py"),
+                          str(steps), str(tmp_path / name)], env=_env(onednn_value),
+                         capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_digits_cnn_loss_curve_with_and_without_onednn_agree_and_repeat_exactly(tmp_path):
+    on_a = _losses("1", tmp_path, "on_a")
+    on_b = _losses("1", tmp_path, "on_b")
+    off = _losses("0", tmp_path, "off")
+    assert on_a["onednn"] and on_b["onednn"] and not off["onednn"]
+    assert len(on_a["losses"]) == len(off["losses"]) == 50
+    # runtime.deterministic_ops with oneDNN on: two runs give the same curve, bit for bit.
+    assert on_a["losses"] == on_b["losses"]
+    np.testing.assert_allclose(on_a["losses"], off["losses"], rtol=LOSS_RTOL)
+    assert on_a["losses"][-1] < 0.8 * on_a["losses"][0]  # it trains
+
+
+class _ConvTinyTask(tiny.TinyTask):
+    """TinyTask's data through a 1x1 convolution (a rank-4 kernel)."""
+
+    def build_model(self):
+        return keras.Sequential([keras.Input((tiny.NUM_FEATURES,)),
+                                 keras.layers.Reshape((2, 2, 1)),
+                                 keras.layers.Conv2D(2, 1),
+                                 keras.layers.Flatten(),
+                                 keras.layers.Dense(tiny.NUM_CLASSES)])
+
+
+@pytest.mark.skipif(bool(tf.config.list_logical_devices("GPU")), reason="CPU-only rule")
+def test_enable_xla_leaves_a_convnet_uncompiled_on_a_cpu_only_machine():
+    config = tiny.make_config()
+    config.runtime.enable_xla = True
+    task = _ConvTinyTask(config.task)
+    model = task.build_model()
+    trainer = ll.Trainer(config, task, model, keras.optimizers.SGD(0.1))
+    trainer.train(tf.constant(3))
+    assert int(trainer.global_step.numpy()) == 3
+    assert xla_checks.xla_compiled_calls(trainer) == []
+    # The same choice for a dense model compiles (test_trainer.test_xla_matches_non_xla).
+    dense = tiny.TinyTask(config.task).build_model()
+    assert not trainer_lib._convnet_on_cpu_only(dense)
+    assert trainer_lib._convnet_on_cpu_only(model)
