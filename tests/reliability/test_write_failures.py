@@ -3,8 +3,8 @@ write that fails is one line, exit 1, the newest complete checkpoint intact, and
 file (`checkpoint.tmp<hex>`, `ckpt-N_temp/`) left behind.
 
 Two ways to fail, each one `lite-train` process of the mock experiment:
-- a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored: "File too large", no root needed) of 2500
-  bytes: the event file reaches it first, then the checkpoint state file, which grows by one
+- a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored: "File too large", no root needed) of 3400
+  bytes (above params.yaml's ~3.1 KB, written first): the event file reaches it first, then the checkpoint state file, which grows by one
   line per kept checkpoint;
 - a full disk: a 40 KiB tmpfs ("No space left on device"), mounted only where this process may
   mount (root in a container that allows it; skipped elsewhere): the event file fills it, then
@@ -104,8 +104,8 @@ def _check_summaries_stopped_once(completed, summary_dir, cause):
 def test_a_file_size_limit_stops_the_summaries_and_then_a_failed_state_write_leaves_no_debris(
         tmp_path):
     model_dir = str(tmp_path / "model")
-    completed = _run(_train(model_dir, train_steps=400, steps_per_loop=5, summary_interval=5,
-                            checkpoint_interval=5, max_to_keep=100), file_size_limit=2500)
+    completed = _run(_train(model_dir, train_steps=1000, steps_per_loop=5, summary_interval=5,
+                            checkpoint_interval=5, max_to_keep=300), file_size_limit=3400)
     _check_summaries_stopped_once(completed, os.path.join(model_dir, "train"), "File too large")
     latest_step = _check_failed_checkpoint_write(completed, model_dir, "File too large")
     # Training went on for many checkpoints after the summaries stopped.
