@@ -279,7 +279,12 @@ def test_xla_train_step_matches_non_xla():
         trainers.append(trainer)
     plain, compiled = trainers
     assert xla_checks.xla_compiled_calls(plain) == []
-    assert any("train_step" in name for name in xla_checks.xla_compiled_calls(compiled))
+    if tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU"):
+        assert any("train_step" in name for name in xla_checks.xla_compiled_calls(compiled))
+    else:
+        # CPU only: lite does not compile a step with convolution kernels (ViT's patch
+        # embedding too; trainer._convnet_on_cpu_only, measured 0.17x on ResNet-18).
+        assert xla_checks.xla_compiled_calls(compiled) == []
     assert not np.allclose(plain.model.weights[0].numpy(), initial[0])
     for a, b in zip(plain.model.weights, compiled.model.weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
