@@ -1215,3 +1215,60 @@ def test_registered_warmup_wraps_the_schedule(registered_test_classes):
     lr = opt_lib.OptimizerFactory(config).build_learning_rate()
     assert isinstance(lr, HoldWarmup) and isinstance(lr.schedule, Halving)
     np.testing.assert_allclose(schedule_values(lr, [0, 2, 3, 4]), [0.05, 0.05, 0.4, 0.2])
+
+
+def _apply_graph_ops(optimizer):
+    """The op types of one traced `apply_gradients` of `optimizer` on fresh variables."""
+    vs = variables()
+    optimizer.build(vs)
+    grads = constant_grads(vs)
+    fn = tf.function(lambda: optimizer.apply_gradients(zip(grads, vs)))
+    return {op.type for op in fn.get_concrete_function().graph.get_operations()}
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_fused_momentum_equals_keras_sgd_in_one_kernel(nesterov):
+    """`optimizer.type: sgd` runs TF's ResourceApplyKerasMomentum (tf_keras's kernel) and
+    lands where Keras 3's SGD does; without momentum it is Keras's graph."""
+    fused, _ = build(sgd(lr=0.1, momentum=0.9, nesterov=nesterov))
+    assert isinstance(fused, opt_lib.SGD) and isinstance(fused, keras.optimizers.SGD)
+    reference = keras.optimizers.SGD(0.1, momentum=0.9, nesterov=nesterov)
+    fused_vs, reference_vs = variables(), variables()
+    for k in range(1, 4):
+        fused.apply_gradients(zip(constant_grads(fused_vs, scale=k), fused_vs))
+        reference.apply_gradients(zip(constant_grads(reference_vs, scale=k), reference_vs))
+    for a, b in zip(fused_vs, reference_vs):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+    for a, b in zip(fused.momentums, reference.momentums):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+    assert "ResourceApplyKerasMomentum" in _apply_graph_ops(
+        build(sgd(lr=0.1, momentum=0.9, nesterov=nesterov))[0])
+    assert "ResourceApplyKerasMomentum" not in _apply_graph_ops(
+        keras.optimizers.SGD(0.1, momentum=0.9))
+    assert "ResourceApplyKerasMomentum" not in _apply_graph_ops(build(sgd(lr=0.1))[0])
+
+
+def test_sgd_fused_momentum_under_mirrored_strategy_equals_one_device():
+    """Each replica's variable and slot go through the kernel in the strategy's update
+    context: two replicas with half the gradient each land where one device does."""
+    strategy = ll.get_distribution_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        mirrored, _ = build(sgd(lr=0.1, momentum=0.9))
+        mirrored_vs = variables()
+        mirrored.build(mirrored_vs)
+
+    @tf.function
+    def step(k):
+        def replica_step():
+            grads = [g * tf.cast(k, tf.float32) * 0.5 for g in constant_grads(mirrored_vs)]
+            mirrored.apply_gradients(zip(grads, mirrored_vs))
+        strategy.run(replica_step)
+
+    single, _ = build(sgd(lr=0.1, momentum=0.9))
+    single_vs = variables()
+    for k in range(1, 4):
+        step(tf.constant(k))
+        single.apply_gradients(zip(constant_grads(single_vs, scale=k), single_vs))
+    for a, b in zip(mirrored_vs, single_vs):
+        for replica_value in strategy.experimental_local_results(a.value):
+            np.testing.assert_allclose(replica_value.numpy(), b.numpy(), rtol=1e-6)

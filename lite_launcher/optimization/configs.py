@@ -33,7 +33,8 @@ class BaseOptimizerConfig(Config):
 
 @dataclasses.dataclass
 class SGDConfig(BaseOptimizerConfig):
-    """`keras.optimizers.SGD`. `decay` > 0 divides the learning rate by `1 + decay * step`."""
+    """`keras.optimizers.SGD` (lite's subclass with TF's fused momentum kernel: `optimizers.SGD`).
+    `decay` > 0 divides the learning rate by `1 + decay * step`."""
 
     name: str = "SGD"
     decay: float = 0.0

@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras import ops
 
 from lite_launcher.optimization.loss_scale import unwrap_loss_scale
-from lite_launcher.optimization.optimizers import LAMB, LARS
+from lite_launcher.optimization.optimizers import LAMB, LARS, SGD
 
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
@@ -150,8 +150,8 @@ _DERIVED_EMA_CLASSES: dict = {}
 
 # The built-in optimizers with TFM's EMA schedule (`register_optimizer_cls` takes a user's).
 @_register
-class SGDWithEMASchedule(EMAScheduleMixin, keras.optimizers.SGD):
-    """`keras.optimizers.SGD` with TFM's EMA schedule."""
+class SGDWithEMASchedule(EMAScheduleMixin, SGD):
+    """lite's `SGD` (fused momentum) with TFM's EMA schedule."""
 
 
 @_register

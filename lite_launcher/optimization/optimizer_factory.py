@@ -78,7 +78,7 @@ def _layer_adaptive_arguments(cfg) -> dict:
             "exclude_from_layer_adaptation": cfg.exclude_from_layer_adaptation}
 
 
-_SGD = OptimizerEntry(keras.optimizers.SGD, ema_optimizer.SGDWithEMASchedule,
+_SGD = OptimizerEntry(optimizers.SGD, ema_optimizer.SGDWithEMASchedule,
                       lambda cfg: {"momentum": cfg.momentum, "nesterov": cfg.nesterov})
 _ADAM = OptimizerEntry(keras.optimizers.Adam, ema_optimizer.AdamWithEMASchedule,
                        _adam_arguments)

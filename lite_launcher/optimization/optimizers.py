@@ -1,10 +1,12 @@
-"""TFM's layer-adaptive optimizers, LAMB and LARS, written as Keras 3 optimizers."""
+"""Keras 3 optimizers for TFM's optimizer types: SGD with TensorFlow's fused momentum kernel,
+and TFM's layer-adaptive optimizers LAMB and LARS."""
 
 from __future__ import annotations
 
 import re
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
@@ -22,6 +24,32 @@ def _trust_ratio(variable, direction, coefficient=1.0):
     w_norm = ops.sqrt(ops.sum(ops.square(variable)))
     d_norm = ops.sqrt(ops.sum(ops.square(direction)))
     return ops.where(w_norm > 0, ops.where(d_norm > 0, coefficient * w_norm / d_norm, 1.0), 1.0)
+
+
+
+@_register
+class SGD(keras.optimizers.SGD):
+    """`keras.optimizers.SGD` whose momentum update is one fused TensorFlow op per variable.
+
+    Keras 3 updates the momentum slot and the variable with four ops per variable (two Mul, a
+    Sub, two assigns); tf_keras, and so TFM, ran one `ResourceApplyKerasMomentum`, which
+    computes the same update (`m = momentum * m - lr * g`; `w += m`, or with Nesterov
+    `w += momentum * m - lr * g`). This class runs that kernel for dense gradients when
+    `momentum > 0`; without momentum, and for sparse (`IndexedSlices`) gradients, it is
+    Keras's SGD. `optimizer.type: sgd` builds it.
+    """
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.momentum == 0 or isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        momentum = self.momentums[self._get_variable_index(variable)]
+        # `variable` is the tf.Variable (a replica's component under a strategy); the slot's
+        # handle is read in the same update context, so it is the same replica's.
+        tf.raw_ops.ResourceApplyKerasMomentum(
+            var=variable.handle, accum=momentum.value.handle,
+            lr=tf.cast(learning_rate, dtype), grad=tf.cast(gradient, dtype),
+            momentum=tf.cast(self.momentum, dtype), use_nesterov=self.nesterov)
 
 
 @_register

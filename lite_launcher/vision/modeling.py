@@ -9,7 +9,9 @@ import for a type, so a family is loaded only when a model needs it.
 - `build_classification_model`: backbone -> [BN] -> global average pool -> dropout -> dense,
   as TFM's ClassificationModel; `model.backbone` and `model.checkpoint_items` as TFM's.
 - Shared layers: `NormSettings` (what every convolution / BatchNormalization of a backbone
-  shares), `StochasticDepth`, `SqueezeExcitation`; TFM's `make_divisible` / `round_filters`.
+  shares), `FusedBatchNormalization` and `L2KernelRegularizer` (tf_keras's fused kernels, see
+  their docstrings), `StochasticDepth`, `SqueezeExcitation`; TFM's `make_divisible` /
+  `round_filters`.
 
 Every layer has `get_config` (and `from_config` where its arguments are not plain values), so
 `model.save("m.keras")` / `keras.models.load_model` and `keras.models.clone_model` round-trip.
@@ -138,7 +140,7 @@ class NormSettings:
         return NormSettings(**{**vars(self), **changes})
 
     def norm(self, name=None):
-        return keras.layers.BatchNormalization(
+        return FusedBatchNormalization(
             axis=-1, momentum=self.momentum, epsilon=self.epsilon,
             synchronized=self.synchronized, trainable=self.trainable, name=name)
 
@@ -165,6 +167,59 @@ def _serialize(value):
     if value is None or isinstance(value, str):
         return value
     return keras.saving.serialize_keras_object(value)
+
+
+# What tf.nn.fused_batch_norm takes: channels-last inputs in these dtypes (statistics, scale and
+# offset in float32), and an epsilon no smaller than cuDNN's bound (tf_keras clamps to it).
+_FUSED_BN_INPUT_DTYPES = ("float32", "float16", "bfloat16")
+_FUSED_BN_MIN_EPSILON = 1.001e-5
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class FusedBatchNormalization(keras.layers.BatchNormalization):
+    """`keras.layers.BatchNormalization` computed by TensorFlow's fused kernel where it applies.
+
+    Keras 3 normalises with `moments` plus about a dozen element-wise ops (and as many in the
+    gradient); tf_keras, which TFM's models use, runs one `FusedBatchNormV3` forward and one
+    fused gradient for 4-D channels-last inputs. This layer does the same for 4-D inputs with
+    `axis=-1`, dtype float32 / float16 / bfloat16 and `epsilon >= 1.001e-5`, without a mask,
+    renorm or synchronized statistics; anything else is Keras's own computation. The outputs
+    are Keras's (the batch's biased variance normalises); the moving variance is updated with
+    the unbiased (n / (n - 1)) batch variance, as tf_keras's fused path (TFM) updates it.
+    """
+
+    def _fusable(self, inputs, mask) -> bool:
+        return (mask is None and not self.renorm and not self.synchronized
+                and len(inputs.shape) == 4 and self.axis in (-1, 3)
+                and self.epsilon >= _FUSED_BN_MIN_EPSILON
+                and keras.backend.standardize_dtype(inputs.dtype) in _FUSED_BN_INPUT_DTYPES)
+
+    def call(self, inputs, training=None, mask=None):
+        if not self._fusable(inputs, mask):
+            return super().call(inputs, training=training, mask=mask)
+        channels = inputs.shape[-1]
+        scale = self.gamma if self.scale else tf.ones([channels], tf.float32)
+        offset = self.beta if self.center else tf.zeros([channels], tf.float32)
+        is_training = bool(training and self.trainable)  # Keras's rule: frozen BN infers
+        outputs, mean, variance = tf.compat.v1.nn.fused_batch_norm(
+            inputs, scale, offset, mean=self.moving_mean, variance=self.moving_variance,
+            epsilon=self.epsilon, data_format="NHWC", is_training=is_training,
+            # The kernel folds the batch statistics into the moving ones itself.
+            exponential_avg_factor=(1.0 - self.momentum) if is_training else 1.0)
+        if is_training:
+            self.moving_mean.assign(mean)
+            self.moving_variance.assign(variance)
+        return keras.ops.cast(outputs, self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class L2KernelRegularizer(keras.regularizers.L2):
+    """`l2 * sum(x ** 2)`, computed as `2 * l2 * tf.nn.l2_loss(x)`: one op, and a one-op
+    gradient, where Keras 3's `L2` runs Square + Sum forward and Tile + Mul backward per kernel
+    (tf_keras, and so TFM, used `l2_loss`). The value is Keras's `L2` up to float rounding."""
+
+    def __call__(self, x):
+        return 2.0 * tf.cast(self.l2, x.dtype) * tf.nn.l2_loss(x)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -293,7 +348,7 @@ class ClassificationModel(keras.Model):
 def build_classification_model(model_config: configs.ImageClassificationModel,
                                l2_weight_decay: float = 0.0) -> ClassificationModel:
     """The classifier `model_config` describes; L2 on kernels as TFM (l2(decay / 2))."""
-    regularizer = keras.regularizers.L2(l2_weight_decay / 2.0) if l2_weight_decay else None
+    regularizer = L2KernelRegularizer(l2_weight_decay / 2.0) if l2_weight_decay else None
     norm = model_config.norm_activation
     settings = NormSettings(
         momentum=norm.norm_momentum, epsilon=norm.norm_epsilon, synchronized=norm.use_sync_bn,

@@ -164,7 +164,7 @@ def test_configure_optimizer(mixed_precision_dtype, loss_scale):
         if fixed:
             assert float(optimizer.initial_scale) == loss_scale
     else:
-        assert type(optimizer) is keras.optimizers.SGD
+        assert isinstance(optimizer, keras.optimizers.SGD)
     logs = trainer.train(tf.convert_to_tensor(5, dtype=tf.int32))
     assert "training_loss" in logs
     assert np.isfinite(float(logs["training_loss"]))

@@ -270,3 +270,115 @@ def test_freeze_backbone_trains_the_head_only():
     assert not np.array_equal(head_before, model.get_layer("logits").kernel.numpy())
     unfrozen = ll.get_task(small_config().task).build_model()
     assert len(unfrozen.trainable_variables) > 2
+
+
+def _graph_op_types(fn, *args):
+    return {op.type for op in tf.function(fn).get_concrete_function(*args).graph.get_operations()}
+
+
+def _twin_batch_norms(**kwargs):
+    """A FusedBatchNormalization and a Keras BatchNormalization with the same weights."""
+    rng = np.random.default_rng(0)
+    fused = modeling.FusedBatchNormalization(**kwargs)
+    plain = keras.layers.BatchNormalization(**kwargs)
+    for layer in (fused, plain):
+        layer.build((None, 5, 5, 4))
+    weights = [rng.uniform(0.5, 1.5, 4).astype("float32"), rng.normal(size=4).astype("float32"),
+               rng.normal(size=4).astype("float32"), rng.uniform(0.5, 2, 4).astype("float32")]
+    weights = weights[len(weights) - len(plain.get_weights()):]  # gamma, beta when present
+    for layer in (fused, plain):
+        layer.set_weights(weights)
+    return fused, plain
+
+
+@pytest.mark.parametrize("options", [{}, {"scale": False, "center": False, "momentum": 0.9}])
+def test_fused_batch_norm_equals_keras_batch_norm_in_one_kernel(options):
+    """Outputs, input / scale / offset gradients and the moving mean equal Keras's; the moving
+    variance takes the unbiased batch variance (tf_keras's fused rule); one FusedBatchNormV3."""
+    fused, plain = _twin_batch_norms(**options)
+    x = tf.constant(np.random.default_rng(1).normal(2.0, 3.0, (3, 5, 5, 4)).astype("float32"))
+    grads = {}
+    for name, layer in (("fused", fused), ("plain", plain)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(y * tf.range(4, dtype=tf.float32))
+        grads[name] = (y, tape.gradient(loss, [x] + layer.trainable_weights))
+    for a, b in zip([grads["fused"][0]] + grads["fused"][1], [grads["plain"][0]] + grads["plain"][1]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fused.moving_mean.numpy(), plain.moving_mean.numpy(), rtol=1e-5)
+    n = 3 * 5 * 5
+    batch_variance = np.var(x.numpy(), axis=(0, 1, 2))
+    momentum = fused.momentum
+    before = _twin_batch_norms(**options)[0].moving_variance.numpy()
+    np.testing.assert_allclose(
+        fused.moving_variance.numpy(),
+        momentum * before + (1 - momentum) * batch_variance * n / (n - 1), rtol=1e-5)
+    # Inference: normalised by the moving statistics, as Keras.
+    gamma = fused.gamma.numpy() if fused.scale else 1.0
+    beta = fused.beta.numpy() if fused.center else 0.0
+    expected = (x.numpy() - fused.moving_mean.numpy()) / np.sqrt(
+        fused.moving_variance.numpy() + fused.epsilon) * gamma + beta
+    np.testing.assert_allclose(fused(x, training=False).numpy(), expected, rtol=1e-4, atol=1e-4)
+    spec = tf.TensorSpec((3, 5, 5, 4), tf.float32)
+    assert "FusedBatchNormV3" in _graph_op_types(lambda t: fused(t, training=True), spec)
+    assert "FusedBatchNormV3" not in _graph_op_types(lambda t: plain(t, training=True), spec)
+
+
+def test_fused_batch_norm_falls_back_to_keras_where_the_kernel_does_not_apply():
+    x2d = tf.constant(np.random.default_rng(2).normal(size=(6, 4)).astype("float32"))
+    fused = modeling.FusedBatchNormalization()
+    plain = keras.layers.BatchNormalization()
+    np.testing.assert_allclose(fused(x2d, training=True).numpy(),
+                               plain(x2d, training=True).numpy(), rtol=1e-6)
+    small_epsilon = modeling.FusedBatchNormalization(epsilon=1e-6)
+    spec = tf.TensorSpec((2, 3, 3, 4), tf.float32)
+    assert "FusedBatchNormV3" not in _graph_op_types(
+        lambda t: small_epsilon(t, training=True), spec)
+
+
+def test_fused_batch_norm_under_mixed_precision_keeps_float32_statistics():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        layer = modeling.FusedBatchNormalization()
+        x = tf.constant(np.random.default_rng(3).normal(size=(2, 3, 3, 4)), tf.float16)
+        y = layer(x, training=True)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert y.dtype == tf.float16 and layer.moving_mean.dtype == "float32"
+    expected = (x.numpy().astype(np.float32) - x.numpy().astype(np.float32).mean((0, 1, 2))) / \
+        np.sqrt(x.numpy().astype(np.float32).var((0, 1, 2)) + layer.epsilon)
+    np.testing.assert_allclose(y.numpy().astype(np.float32), expected, atol=1e-2)
+
+
+def test_l2_kernel_regularizer_equals_keras_l2_in_one_op():
+    x = tf.constant(np.random.default_rng(4).normal(size=(3, 3, 8, 16)).astype("float32"))
+    ours = modeling.L2KernelRegularizer(2.5e-5)
+    np.testing.assert_allclose(float(ours(x)), float(keras.regularizers.L2(2.5e-5)(x)),
+                               rtol=1e-6)
+    spec = tf.TensorSpec(x.shape, tf.float32)
+    assert "L2Loss" in _graph_op_types(ours, spec)
+    assert "L2Loss" not in _graph_op_types(keras.regularizers.L2(2.5e-5), spec)
+    restored = keras.regularizers.deserialize(keras.regularizers.serialize(ours))
+    assert type(restored) is modeling.L2KernelRegularizer and restored.l2 == ours.l2
+
+
+def _all_layers(model):
+    for layer in model.layers:
+        yield layer
+        if hasattr(layer, "layers"):
+            yield from _all_layers(layer)
+
+
+def test_classification_models_use_the_fused_layers():
+    model = resnet_model(18)
+    norms = [layer for layer in _all_layers(model)
+             if isinstance(layer, keras.layers.BatchNormalization)]
+    assert norms and all(isinstance(n, modeling.FusedBatchNormalization) for n in norms)
+    config = configs.resnet_imagenet().task.model
+    config.backbone.resnet.model_id = 10
+    regularized = modeling.build_classification_model(config, l2_weight_decay=1e-4)
+    assert len(regularized.losses) > 0
+    convs = [layer for layer in _all_layers(regularized)
+             if isinstance(layer, keras.layers.Conv2D)]
+    assert all(isinstance(c.kernel_regularizer, modeling.L2KernelRegularizer) for c in convs)
