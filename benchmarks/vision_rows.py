@@ -252,6 +252,7 @@ def measure_raw(model, input_glob, steps_per_loop, loops, xla):
             first = measure.process_age_s()
     result = _result("raw", model, steps_per_loop, loops, times, first)
     result.update(compute_state(xla))
+    result["xla_compiled"] = bool(xla)  # the raw step is compiled exactly when asked
     return result
 
 

@@ -9,24 +9,22 @@ rotated every round, for `--rounds` rounds: the load falls on all of them alike.
 ratio to `base`, median [min-max].
 
 Variants (each changes how the graph is *traced*, so it is applied while its loop is traced):
-- `base`: lite_launcher as it is.
-- `l2loss`: the L2 kernel regularizer as `2 * l2 * tf.nn.l2_loss(x)` (tf_keras's form, one op
-  and a one-op gradient) instead of Keras 3's `l2 * sum(square(x))` (Square, Sum, and a
-  Tile + Mul gradient over every kernel).
-- `fusedbn`: training-mode BatchNormalization through `tf.compat.v1.nn.fused_batch_norm`
-  (one FusedBatchNormV3 and its fused gradient per layer) instead of Keras 3's
-  moments + batch_normalization (~a dozen element-wise ops and their gradients per layer).
-- `fusedmom`: SGD momentum's update as one `ResourceApplyKerasMomentum` per variable (tf_keras's
-  kernel) instead of Keras 3's Mul / Sub / assign / assign_add.
+- `base`: lite_launcher as it is: since issue 21, tf_keras's fused kernels (the vision models'
+  `FusedBatchNormalization` and `L2KernelRegularizer`, `optimization.SGD`'s fused momentum).
+- `keras_l2`: the L2 kernel regularizer as Keras 3's `l2 * sum(square(x))` (Square, Sum, and a
+  Tile + Mul gradient over every kernel) instead of `2 * l2 * tf.nn.l2_loss(x)`.
+- `keras_bn`: batch normalization as Keras 3 computes it (moments + batch_normalization, ~a
+  dozen element-wise ops and their gradients per layer) instead of one FusedBatchNormV3.
+- `keras_momentum`: SGD momentum as Keras 3's Mul / Sub / assign / assign_add per variable
+  instead of one `ResourceApplyKerasMomentum`.
 - `xla`: the step compiled with XLA (`tf.function(task.train_step, jit_compile=True)`, as
   lite_launcher's Trainer does with `runtime.enable_xla` under the default strategy).
-- combinations joined with `+`, e.g. `l2loss+fusedbn`.
-
-These are measurements of what a change to the model / optimizer would buy; the patches live
-only in this script.
+- combinations joined with `+`, e.g. `keras_l2+keras_bn+keras_momentum` (lite before the
+  change). Results files before commit 3527ded measured the opposite patches (`l2loss`,
+  `fusedbn`, `fusedmom` applied to Keras 3's forms, then lite's).
 
     TF_ENABLE_ONEDNN_OPTS=1 /work/tfm_venv/bin/python benchmarks/vision_step_ab.py \
-        --variants base l2loss fusedbn fusedmom l2loss+fusedbn+fusedmom
+        --variants base keras_l2 keras_bn keras_momentum keras_l2+keras_bn+keras_momentum
 """
 
 import argparse
@@ -44,50 +42,29 @@ sys.path.insert(1, os.path.dirname(_HERE))
 import measure  # noqa: E402
 import vision_rows  # noqa: E402
 
-PATCHES = ("l2loss", "fusedbn", "fusedmom", "xla")
+PATCHES = ("keras_l2", "keras_bn", "keras_momentum", "xla")
 
 
 @contextlib.contextmanager
 def patched(names):
     """Applies the named graph patches (see the module docstring) while the block runs."""
     import keras
-    import tensorflow as tf
+
+    from lite_launcher.optimization import optimizers
+    from lite_launcher.vision import modeling
 
     saved = []
 
     def swap(owner, attr, value):
-        saved.append((owner, attr, getattr(owner, attr)))
+        saved.append((owner, attr, owner.__dict__[attr]))
         setattr(owner, attr, value)
 
-    if "l2loss" in names:
-        swap(keras.regularizers.L2, "__call__",
-             lambda self, x: 2.0 * tf.cast(self.l2, x.dtype) * tf.nn.l2_loss(x))
-    if "fusedbn" in names:
-        bn_call = keras.layers.BatchNormalization.call
-
-        def fused_call(self, inputs, training=None, mask=None):
-            if (not (training and self.trainable) or mask is not None
-                    or len(inputs.shape) != 4 or self.axis not in (-1, 3)
-                    or inputs.dtype != tf.float32 or self.synchronized):
-                return bn_call(self, inputs, training=training, mask=mask)
-            outputs, mean, variance = tf.compat.v1.nn.fused_batch_norm(
-                inputs, self.gamma.value, self.beta.value, epsilon=self.epsilon,
-                data_format="NHWC", is_training=True)
-            m = self.momentum
-            self.moving_mean.assign(self.moving_mean * m + mean * (1.0 - m))
-            self.moving_variance.assign(self.moving_variance * m + variance * (1.0 - m))
-            return outputs
-
-        swap(keras.layers.BatchNormalization, "call", fused_call)
-    if "fusedmom" in names:
-        def update_step(self, gradient, variable, learning_rate):
-            dtype = variable.dtype
-            tf.raw_ops.ResourceApplyKerasMomentum(
-                var=variable.handle, accum=self.momentums[self._get_variable_index(variable)]
-                .handle, lr=tf.cast(learning_rate, dtype), grad=tf.cast(gradient, dtype),
-                momentum=tf.cast(self.momentum, dtype), use_nesterov=self.nesterov)
-
-        swap(keras.optimizers.SGD, "update_step", update_step)
+    if "keras_l2" in names:
+        swap(modeling.L2KernelRegularizer, "__call__", keras.regularizers.L2.__call__)
+    if "keras_bn" in names:
+        swap(modeling.FusedBatchNormalization, "call", keras.layers.BatchNormalization.call)
+    if "keras_momentum" in names:
+        swap(optimizers.SGD, "update_step", keras.optimizers.SGD.update_step)
     try:
         yield
     finally:
@@ -124,8 +101,8 @@ def build_variant(names, model, input_glob, steps):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18", choices=sorted(vision_rows.MODELS))
-    parser.add_argument("--variants", nargs="+", default=["base", "l2loss", "fusedbn",
-                                                          "fusedmom", "l2loss+fusedbn+fusedmom"])
+    parser.add_argument("--variants", nargs="+", default=[
+        "base", "keras_l2", "keras_bn", "keras_momentum", "keras_l2+keras_bn+keras_momentum"])
     parser.add_argument("--steps", type=int, default=5, help="steps per timed call")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(),

@@ -202,7 +202,7 @@ def main(argv=None):
                      if setting == "input" else
                      f"{result['steps_per_sec']:6.2f} steps/s  oneDNN "
                      f"{'on' if result['onednn'] else 'off'}  XLA "
-                     f"{'compiled' if result['xla_compiled'] else 'not compiled'}  load "
+                     f"{'compiled' if result.get('xla_compiled') else 'not compiled'}  load "
                      f"{load[0]:.1f}"), flush=True)
             save(records, rounds + [round_info])  # a process at a time: nothing is lost
         round_info["loadavg_end"] = list(os.getloadavg())

@@ -660,6 +660,37 @@ def _vit_trainer(steps_per_epoch: int, train_steps: int, eval_batch_size: int,
     return trainer
 
 
+def _vit_experiment(input_size, vit: VisionTransformer, losses: Losses, trainer: TrainerConfig,
+                    train_data: DataConfig, validation_data: DataConfig,
+                    **model_fields) -> ExperimentConfig:
+    """A ViT classifier with 1001 classes (TFM's ImageNet head) and these parts."""
+    return ExperimentConfig(
+        task=ImageClassificationTask(
+            model=ImageClassificationModel(
+                num_classes=1001, input_size=list(input_size),
+                backbone=Backbone(type="vit", vit=vit), **model_fields),
+            losses=losses, train_data=train_data, validation_data=validation_data),
+        trainer=trainer)
+
+
+def _vit_pretrain_trainer(batch: int, weight_decay_rate: float, initial_learning_rate: float,
+                          warmup_steps: int) -> TrainerConfig:
+    """TFM's ViT / DeiT pretraining schedule: 300 epochs of AdamW (decay on kernels and
+    weights, no gradient clipping), cosine decay after a linear warmup from 0."""
+    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
+    return _vit_trainer(steps_per_epoch, 300 * steps_per_epoch, batch, {
+        "optimizer": {"type": "adamw", "adamw": {
+            "weight_decay_rate": weight_decay_rate,
+            "include_in_weight_decay": r".*(kernel|weight):0$",
+            "gradient_clip_norm": 0.0}},
+        "learning_rate": {"type": "cosine", "cosine": {
+            "initial_learning_rate": initial_learning_rate,
+            "decay_steps": 300 * steps_per_epoch}},
+        "warmup": {"type": "linear", "linear": {
+            "warmup_steps": warmup_steps, "warmup_learning_rate": 0}},
+    })
+
+
 @register_config_factory("deit_imagenet_pretrain")
 def deit_imagenet_pretrain() -> ExperimentConfig:
     """DeiT: ViT-B/16 at 224 on ImageNet, batch 4096, 300 epochs (TFM's).
@@ -671,37 +702,21 @@ def deit_imagenet_pretrain() -> ExperimentConfig:
     """
     batch = 4096
     label_smoothing = 0.1
-    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
     train_data, validation_data = _imagenet_data(batch)
     # Floats as written to params.yaml (RandAugment's float fields have int defaults).
     train_data.aug_type = Augmentation(type="randaug", randaug=RandAugment(
         magnitude=9.0, cutout_const=40.0, translate_const=10.0, exclude_ops=["Cutout"]))
     train_data.mixup_and_cutmix = MixupAndCutmix(label_smoothing=label_smoothing)
-    return ExperimentConfig(
-        task=ImageClassificationTask(
-            model=ImageClassificationModel(
-                num_classes=1001,
-                input_size=[224, 224, 3],
-                kernel_initializer="zeros",
-                backbone=Backbone(type="vit", vit=VisionTransformer(
-                    model_name="vit-b16", representation_size=768,
-                    init_stochastic_depth_rate=0.1, original_init=False,
-                    transformer=Transformer(dropout_rate=0.0, attention_dropout_rate=0.0)))),
-            losses=Losses(l2_weight_decay=0.0, label_smoothing=label_smoothing, one_hot=False,
-                          soft_labels=True),
-            train_data=train_data,
-            validation_data=validation_data),
-        trainer=_vit_trainer(steps_per_epoch, 300 * steps_per_epoch, batch, {
-            "optimizer": {"type": "adamw", "adamw": {
-                "weight_decay_rate": 0.05,
-                "include_in_weight_decay": r".*(kernel|weight):0$",
-                "gradient_clip_norm": 0.0}},
-            "learning_rate": {"type": "cosine", "cosine": {
-                "initial_learning_rate": 0.0005 * batch / 512,
-                "decay_steps": 300 * steps_per_epoch}},
-            "warmup": {"type": "linear", "linear": {
-                "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
-        }))
+    return _vit_experiment(
+        [224, 224, 3],
+        VisionTransformer(model_name="vit-b16", representation_size=768,
+                          init_stochastic_depth_rate=0.1, original_init=False,
+                          transformer=Transformer(dropout_rate=0.0, attention_dropout_rate=0.0)),
+        Losses(l2_weight_decay=0.0, label_smoothing=label_smoothing, one_hot=False,
+               soft_labels=True),
+        _vit_pretrain_trainer(batch, 0.05, 0.0005 * batch / 512,
+                              5 * (IMAGENET_TRAIN_EXAMPLES // batch)),
+        train_data, validation_data, kernel_initializer="zeros")
 
 
 @register_config_factory("vit_imagenet_pretrain")
@@ -709,30 +724,10 @@ def vit_imagenet_pretrain() -> ExperimentConfig:
     """ViT-B/16 at 224 on ImageNet, batch 4096, 300 epochs: AdamW (decay 0.3), cosine decay
     after 10,000 warmup steps, dropout 0.1, representation size 768 (TFM's)."""
     batch = 4096
-    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
-    train_data, validation_data = _imagenet_data(batch)
-    return ExperimentConfig(
-        task=ImageClassificationTask(
-            model=ImageClassificationModel(
-                num_classes=1001,
-                input_size=[224, 224, 3],
-                kernel_initializer="zeros",
-                backbone=Backbone(type="vit", vit=VisionTransformer(
-                    model_name="vit-b16", representation_size=768))),
-            losses=Losses(l2_weight_decay=0.0),
-            train_data=train_data,
-            validation_data=validation_data),
-        trainer=_vit_trainer(steps_per_epoch, 300 * steps_per_epoch, batch, {
-            "optimizer": {"type": "adamw", "adamw": {
-                "weight_decay_rate": 0.3,
-                "include_in_weight_decay": r".*(kernel|weight):0$",
-                "gradient_clip_norm": 0.0}},
-            "learning_rate": {"type": "cosine", "cosine": {
-                "initial_learning_rate": 0.003 * batch / 4096,
-                "decay_steps": 300 * steps_per_epoch}},
-            "warmup": {"type": "linear", "linear": {
-                "warmup_steps": 10000, "warmup_learning_rate": 0}},
-        }))
+    return _vit_experiment(
+        [224, 224, 3], VisionTransformer(model_name="vit-b16", representation_size=768),
+        Losses(l2_weight_decay=0.0), _vit_pretrain_trainer(batch, 0.3, 0.003 * batch / 4096, 10000),
+        *_imagenet_data(batch), kernel_initializer="zeros")
 
 
 @register_config_factory("vit_imagenet_finetune")
@@ -741,19 +736,11 @@ def vit_imagenet_finetune() -> ExperimentConfig:
     global-norm clipping 1.0, cosine decay (TFM's). Set task.init_checkpoint to the
     pretraining run and backbone.vit.pos_embed_shape to its patch grid (e.g. [14, 14])."""
     batch = 512
-    steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
-    train_data, validation_data = _imagenet_data(batch)
-    return ExperimentConfig(
-        task=ImageClassificationTask(
-            model=ImageClassificationModel(
-                num_classes=1001,
-                input_size=[384, 384, 3],
-                backbone=Backbone(type="vit", vit=VisionTransformer(model_name="vit-b16"))),
-            losses=Losses(l2_weight_decay=0.0),
-            train_data=train_data,
-            validation_data=validation_data),
-        trainer=_vit_trainer(steps_per_epoch, 20000, batch, {
+    return _vit_experiment(
+        [384, 384, 3], VisionTransformer(model_name="vit-b16"), Losses(l2_weight_decay=0.0),
+        _vit_trainer(IMAGENET_TRAIN_EXAMPLES // batch, 20000, batch, {
             "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9, "global_clipnorm": 1.0}},
             "learning_rate": {"type": "cosine", "cosine": {
                 "initial_learning_rate": 0.003, "decay_steps": 20000}},
-        }))
+        }),
+        *_imagenet_data(batch))

@@ -16,19 +16,11 @@ import keras
 from lite_launcher.vision import configs
 from lite_launcher.vision.modeling import (
     NormSettings, get_stochastic_depth_rate, register_backbone_builder)
-from lite_launcher.vision.resnet import BLOCKS, build_from_plan, stem
+from lite_launcher.vision.resnet import BLOCKS, RESNET_SPECS, build_from_plan, stem
 
-# (block kind, filters, repeats) by model_id (TFM's resnet_deeplab.RESNET_SPECS).
-DILATED_RESNET_SPECS = {
-    50: [("bottleneck", 64, 3), ("bottleneck", 128, 4), ("bottleneck", 256, 6),
-         ("bottleneck", 512, 3)],
-    101: [("bottleneck", 64, 3), ("bottleneck", 128, 4), ("bottleneck", 256, 23),
-          ("bottleneck", 512, 3)],
-    152: [("bottleneck", 64, 3), ("bottleneck", 128, 8), ("bottleneck", 256, 36),
-          ("bottleneck", 512, 3)],
-    200: [("bottleneck", 64, 3), ("bottleneck", 128, 24), ("bottleneck", 256, 36),
-          ("bottleneck", 512, 3)],
-}
+# (block kind, filters, repeats) by model_id: TFM's resnet_deeplab.RESNET_SPECS, the same
+# groups as the plain ResNet's for these depths.
+DILATED_RESNET_SPECS = {model_id: RESNET_SPECS[model_id] for model_id in (50, 101, 152, 200)}
 
 STEM_V1 = ((64, 2), (64, 1), (128, 1))
 
