@@ -15,6 +15,10 @@ input pipeline's share (`IteratorGetNext` and the tf.data events).
 
 With `--input_only` no model is built: the side's own `task.build_inputs` dataset is iterated
 for `--batches` batches after a warm-up, batches/s and images/s.
+
+With `--input_ab` (TFM's venv) both sides' training datasets are built in ONE process and read
+in turn, `--batches` batches each, for `--rounds` rounds, order alternated: a change of load
+falls on both alike. Per-round lite/TFM ratio of images/s, median [min-max].
 """
 
 import argparse
@@ -128,10 +132,8 @@ def profile_loop(side, model, input_glob, steps_per_loop, loops, xla):
             "versions": vision_rows._versions(side)}
 
 
-def input_only(side, model, input_glob, batches, warmup=20):
-    """Batches/s of the side's own training dataset, no model."""
-    import tensorflow as tf
-
+def _side_dataset(side, model, input_glob):
+    """The side's own training dataset of `model`'s experiment (no model is built)."""
     if side == "lite":
         import lite_launcher as ll
 
@@ -144,7 +146,14 @@ def input_only(side, model, input_glob, batches, warmup=20):
         params = exp_factory.get_exp_config("resnet_imagenet")
         params.override(vision_rows.overrides(model, input_glob, 10, 1, False), is_strict=True)
         dataset = task_factory.get_task(params.task).build_inputs(params.task.train_data)
-    iterator = iter(dataset)
+    return dataset
+
+
+def input_only(side, model, input_glob, batches, warmup=20):
+    """Batches/s of the side's own training dataset, no model."""
+    import tensorflow as tf
+
+    iterator = iter(_side_dataset(side, model, input_glob))
     for _ in range(warmup):
         next(iterator)
     start = time.perf_counter()
@@ -158,9 +167,38 @@ def input_only(side, model, input_glob, batches, warmup=20):
             "versions": vision_rows._versions(side)}
 
 
+def input_ab(model, input_glob, batches, rounds, warmup=20):
+    """Both sides' datasets in this process, read in turn: per-round images/s and ratios."""
+    import statistics
+
+    iterators = {side: iter(_side_dataset(side, model, input_glob)) for side in ("lite", "tfm")}
+    for iterator in iterators.values():
+        for _ in range(warmup):
+            next(iterator)
+    per_round = []
+    for r in range(rounds):
+        order = ["lite", "tfm"] if r % 2 == 0 else ["tfm", "lite"]
+        rates = {}
+        for side in order:
+            start = time.perf_counter()
+            for _ in range(batches):
+                images, _ = next(iterators[side])
+            rates[side] = batches * int(images.shape[0]) / (time.perf_counter() - start)
+        per_round.append({"order": order, "images_per_sec": rates,
+                          "loadavg": list(os.getloadavg())})
+        print(f"round {r}: lite {rates['lite']:.0f}  tfm {rates['tfm']:.0f} images/s",
+              file=sys.stderr, flush=True)
+    ratios = [p["images_per_sec"]["lite"] / p["images_per_sec"]["tfm"] for p in per_round]
+    return {"workload": f"resnet_imagenet_{model}", "row": "input_ab", "batches": batches,
+            "rounds": per_round, "lite_over_tfm": {"median": statistics.median(ratios),
+                                                   "min": min(ratios), "max": max(ratios)},
+            "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+            "cpu_model": vision_rows.cpu_model(), "versions": vision_rows._versions("tfm")}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--side", required=True, choices=("lite", "tfm"))
+    parser.add_argument("--side", choices=("lite", "tfm"))
     parser.add_argument("--model", default="resnet18", choices=sorted(vision_rows.MODELS))
     parser.add_argument("--steps_per_loop", type=int, default=10)
     parser.add_argument("--profile_loops", type=int, default=3,
@@ -170,6 +208,9 @@ def main(argv=None):
                         help="tf.config.threading.set_inter_op_parallelism_threads (1: one op "
                         "at a time)")
     parser.add_argument("--input_only", action="store_true")
+    parser.add_argument("--input_ab", action="store_true",
+                        help="both sides' datasets in this process, read in turn")
+    parser.add_argument("--rounds", type=int, default=7, help="--input_ab rounds")
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(),
                                                            "lite_vision_bench"))
@@ -177,8 +218,12 @@ def main(argv=None):
     if args.inter_op_threads is not None:
         import tensorflow as tf
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if not args.input_ab and args.side is None:
+        parser.error("--side is required (except with --input_ab)")
     input_glob = vision_rows.write_synthetic_tfrecords(args.data_dir)
-    if args.input_only:
+    if args.input_ab:
+        result = input_ab(args.model, input_glob, args.batches, args.rounds)
+    elif args.input_only:
         result = input_only(args.side, args.model, input_glob, args.batches)
     else:
         result = profile_loop(args.side, args.model, input_glob, args.steps_per_loop,

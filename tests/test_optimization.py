@@ -1272,3 +1272,25 @@ def test_sgd_fused_momentum_under_mirrored_strategy_equals_one_device():
     for a, b in zip(mirrored_vs, single_vs):
         for replica_value in strategy.experimental_local_results(a.value):
             np.testing.assert_allclose(replica_value.numpy(), b.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("centered", [False, True])
+def test_rmsprop_fused_update_equals_keras_rmsprop_in_one_kernel(centered):
+    """`optimizer.type: rmsprop` with momentum runs tf_keras's ResourceApply(Centered)RMSProp
+    and lands where Keras 3's RMSprop does; without momentum it is Keras's graph."""
+    arguments = {"rho": 0.9, "momentum": 0.9, "epsilon": 0.002, "centered": centered}
+    fused, _ = build({"optimizer": {"type": "rmsprop", "rmsprop": arguments},
+                      "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.01}}})
+    assert isinstance(fused, opt_lib.RMSprop) and isinstance(fused, keras.optimizers.RMSprop)
+    reference = keras.optimizers.RMSprop(0.01, **arguments)
+    fused_vs, reference_vs = variables(), variables()
+    for k in range(1, 4):
+        fused.apply_gradients(zip(constant_grads(fused_vs, scale=k), fused_vs))
+        reference.apply_gradients(zip(constant_grads(reference_vs, scale=k), reference_vs))
+    for a, b in zip(fused_vs + fused.variables[1:], reference_vs + reference.variables[1:]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+    kernel = "ResourceApplyCenteredRMSProp" if centered else "ResourceApplyRMSProp"
+    assert kernel in _apply_graph_ops(opt_lib.RMSprop(0.01, **arguments))
+    assert kernel not in _apply_graph_ops(keras.optimizers.RMSprop(0.01, **arguments))
+    without_momentum = opt_lib.RMSprop(0.01, rho=0.9, centered=centered)
+    assert kernel not in _apply_graph_ops(without_momentum)

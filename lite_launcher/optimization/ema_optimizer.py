@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras import ops
 
 from lite_launcher.optimization.loss_scale import unwrap_loss_scale
-from lite_launcher.optimization.optimizers import LAMB, LARS, SGD
+from lite_launcher.optimization.optimizers import LAMB, LARS, SGD, RMSprop
 
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
@@ -165,8 +165,8 @@ class AdamWWithEMASchedule(EMAScheduleMixin, keras.optimizers.AdamW):
 
 
 @_register
-class RMSpropWithEMASchedule(EMAScheduleMixin, keras.optimizers.RMSprop):
-    """`keras.optimizers.RMSprop` with TFM's EMA schedule."""
+class RMSpropWithEMASchedule(EMAScheduleMixin, RMSprop):
+    """lite's `RMSprop` (fused update) with TFM's EMA schedule."""
 
 
 @_register

@@ -103,7 +103,7 @@ OPTIMIZERS_CLS: Dict[str, OptimizerEntry] = {
         lambda cfg: {"beta_1": cfg.beta_1, "beta_2": cfg.beta_2, "epsilon": cfg.epsilon,
                      **_layer_adaptive_arguments(cfg)}),
     "rmsprop": OptimizerEntry(
-        keras.optimizers.RMSprop, ema_optimizer.RMSpropWithEMASchedule,
+        optimizers.RMSprop, ema_optimizer.RMSpropWithEMASchedule,
         lambda cfg: {"rho": cfg.rho, "momentum": cfg.momentum, "epsilon": cfg.epsilon,
                      "centered": cfg.centered}),
     "adagrad": OptimizerEntry(
