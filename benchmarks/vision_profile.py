@@ -105,7 +105,7 @@ def _run_side(side, model, input_glob, steps_per_loop, window, xla):
         from official.core import exp_factory, task_factory, train_lib
         import official.vision.registry_imports  # noqa: F401
 
-        params = exp_factory.get_exp_config("resnet_imagenet")
+        params = exp_factory.get_exp_config(vision_rows.EXPERIMENTS[model])
         params.override(vision_rows.overrides(model, input_glob, steps_per_loop, loops, xla),
                         is_strict=True)
         params.validate()
@@ -125,7 +125,7 @@ def profile_loop(side, model, input_glob, steps_per_loop, loops, xla):
     wall_ms = 1000.0 * (window.end - window.start)
     totals, counts = _xspace_ops(logdir)
     per_step = {k: round(v / 1000.0 / steps, 3) for k, v in totals.most_common()}
-    return {"side": side, "workload": f"resnet_imagenet_{model}", "row": "profile",
+    return {"side": side, "workload": vision_rows.workload_name(model), "row": "profile",
             "steps": steps, "wall_ms_per_step": wall_ms / steps,
             "op_ms_per_step": per_step,
             "op_count_per_step": {k: counts[k] / steps for k in per_step},
@@ -143,7 +143,7 @@ def _side_dataset(side, model, input_glob):
         from official.core import exp_factory, task_factory
         import official.vision.registry_imports  # noqa: F401
 
-        params = exp_factory.get_exp_config("resnet_imagenet")
+        params = exp_factory.get_exp_config(vision_rows.EXPERIMENTS[model])
         params.override(vision_rows.overrides(model, input_glob, 10, 1, False), is_strict=True)
         dataset = task_factory.get_task(params.task).build_inputs(params.task.train_data)
     return dataset
@@ -161,7 +161,7 @@ def input_only(side, model, input_glob, batches, warmup=20):
         images, _ = next(iterator)
     elapsed = time.perf_counter() - start
     del tf
-    return {"side": side, "workload": f"resnet_imagenet_{model}", "row": "input_only",
+    return {"side": side, "workload": vision_rows.workload_name(model), "row": "input_only",
             "batches": batches, "batches_per_sec": batches / elapsed,
             "images_per_sec": batches * int(images.shape[0]) / elapsed,
             "versions": vision_rows._versions(side)}
@@ -189,7 +189,7 @@ def input_ab(model, input_glob, batches, rounds, warmup=20):
         print(f"round {r}: lite {rates['lite']:.0f}  tfm {rates['tfm']:.0f} images/s",
               file=sys.stderr, flush=True)
     ratios = [p["images_per_sec"]["lite"] / p["images_per_sec"]["tfm"] for p in per_round]
-    return {"workload": f"resnet_imagenet_{model}", "row": "input_ab", "batches": batches,
+    return {"workload": vision_rows.workload_name(model), "row": "input_ab", "batches": batches,
             "rounds": per_round, "lite_over_tfm": {"median": statistics.median(ratios),
                                                    "min": min(ratios), "max": max(ratios)},
             "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),

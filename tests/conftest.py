@@ -12,6 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
@@ -39,3 +40,18 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)
+
+
+_SESSION_TF_CONFIG = os.environ.get("TF_CONFIG")
+
+
+@pytest.fixture(autouse=True)
+def _restore_tf_config():
+    """TF_CONFIG as the session started, after every test: `strategy.configure_cluster` writes
+    os.environ itself, and a leaked TF_CONFIG makes a later `lite-train` subprocess defer its
+    model_dir lock (it might be a non-chief worker), whichever test runs next in the process."""
+    yield
+    if _SESSION_TF_CONFIG is None:
+        os.environ.pop("TF_CONFIG", None)
+    else:
+        os.environ["TF_CONFIG"] = _SESSION_TF_CONFIG
