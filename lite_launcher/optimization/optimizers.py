@@ -26,7 +26,6 @@ def _trust_ratio(variable, direction, coefficient=1.0):
     return ops.where(w_norm > 0, ops.where(d_norm > 0, coefficient * w_norm / d_norm, 1.0), 1.0)
 
 
-
 @_register
 class SGD(keras.optimizers.SGD):
     """`keras.optimizers.SGD` whose momentum update is one fused TensorFlow op per variable.
@@ -50,7 +49,6 @@ class SGD(keras.optimizers.SGD):
             var=variable.handle, accum=momentum.value.handle,
             lr=tf.cast(learning_rate, dtype), grad=tf.cast(gradient, dtype),
             momentum=tf.cast(self.momentum, dtype), use_nesterov=self.nesterov)
-
 
 
 @_register
