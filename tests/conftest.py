@@ -13,6 +13,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import pytest  # noqa: E402
+from absl import logging as absl_logging  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
@@ -55,3 +56,11 @@ def _restore_tf_config():
         os.environ.pop("TF_CONFIG", None)
     else:
         os.environ["TF_CONFIG"] = _SESSION_TF_CONFIG
+
+
+# Logging as every in-process `lite-train` / `lite-export` leaves it, from the first test on:
+# the first `app.run` in a process installs absl's handler on the root logger, which also sets
+# the root level from --verbosity and the `absl` logger's level to NOTSET. Without this, a
+# test that reads INFO records through caplog passes or fails by whether an earlier test in
+# the same process ran the driver in-process.
+absl_logging.use_absl_handler()

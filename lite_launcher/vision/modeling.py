@@ -170,9 +170,8 @@ def _serialize(value):
 
 
 # What tf.nn.fused_batch_norm takes: channels-last inputs in these dtypes (statistics, scale and
-# offset in float32), and an epsilon no smaller than cuDNN's bound (tf_keras clamps to it).
+# offset in float32). Any epsilon, as tf_keras: TFM's ResNets (norm_epsilon 1e-5) run fused.
 _FUSED_BN_INPUT_DTYPES = ("float32", "float16", "bfloat16")
-_FUSED_BN_MIN_EPSILON = 1.001e-5
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -182,8 +181,8 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     Keras 3 normalises with `moments` plus about a dozen element-wise ops (and as many in the
     gradient); tf_keras, which TFM's models use, runs one `FusedBatchNormV3` forward and one
     fused gradient for 4-D channels-last inputs. This layer does the same for 4-D inputs with
-    `axis=-1`, dtype float32 / float16 / bfloat16 and `epsilon >= 1.001e-5`, without a mask,
-    renorm or synchronized statistics; anything else is Keras's own computation. The outputs
+    `axis=-1` and dtype float32 / float16 / bfloat16, without a mask, renorm or synchronized
+    statistics, whatever the epsilon (as tf_keras); anything else is Keras's own computation. The outputs
     are Keras's (the batch's biased variance normalises); the moving variance is updated with
     the unbiased (n / (n - 1)) batch variance, as tf_keras's fused path (TFM) updates it.
     """
@@ -191,7 +190,6 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     def _fusable(self, inputs, mask) -> bool:
         return (mask is None and not self.renorm and not self.synchronized
                 and len(inputs.shape) == 4 and self.axis in (-1, 3)
-                and self.epsilon >= _FUSED_BN_MIN_EPSILON
                 and keras.backend.standardize_dtype(inputs.dtype) in _FUSED_BN_INPUT_DTYPES)
 
     def call(self, inputs, training=None, mask=None):

@@ -291,7 +291,8 @@ def _twin_batch_norms(**kwargs):
     return fused, plain
 
 
-@pytest.mark.parametrize("options", [{}, {"scale": False, "center": False, "momentum": 0.9}])
+@pytest.mark.parametrize("options", [{}, {"scale": False, "center": False, "momentum": 0.9},
+                                     {"epsilon": 1e-5, "momentum": 0.9}])  # ResNet's
 def test_fused_batch_norm_equals_keras_batch_norm_in_one_kernel(options):
     """Outputs, input / scale / offset gradients and the moving mean equal Keras's; the moving
     variance takes the unbiased batch variance (tf_keras's fused rule); one FusedBatchNormV3."""
@@ -331,10 +332,9 @@ def test_fused_batch_norm_falls_back_to_keras_where_the_kernel_does_not_apply():
     plain = keras.layers.BatchNormalization()
     np.testing.assert_allclose(fused(x2d, training=True).numpy(),
                                plain(x2d, training=True).numpy(), rtol=1e-6)
-    small_epsilon = modeling.FusedBatchNormalization(epsilon=1e-6)
+    renorm = modeling.FusedBatchNormalization(renorm=True)
     spec = tf.TensorSpec((2, 3, 3, 4), tf.float32)
-    assert "FusedBatchNormV3" not in _graph_op_types(
-        lambda t: small_epsilon(t, training=True), spec)
+    assert "FusedBatchNormV3" not in _graph_op_types(lambda t: renorm(t, training=True), spec)
 
 
 def test_fused_batch_norm_under_mixed_precision_keeps_float32_statistics():
@@ -382,3 +382,36 @@ def test_classification_models_use_the_fused_layers():
     convs = [layer for layer in _all_layers(regularized)
              if isinstance(layer, keras.layers.Conv2D)]
     assert all(isinstance(c.kernel_regularizer, modeling.L2KernelRegularizer) for c in convs)
+
+
+def test_resnet_imagenet_train_step_runs_tfms_fused_kernels_for_every_layer():
+    """The whole traced train step of `resnet_imagenet` (ResNet-18, norm_epsilon 1e-5): one
+    FusedBatchNormV3 and one fused gradient per batch-norm layer, one L2Loss per regularized
+    kernel, one ResourceApplyKerasMomentum per variable, and none of Keras 3's element-wise
+    batch norm (its SquaredDifference / Rsqrt) left: the op set of TFM's tf_keras step."""
+    params = ll.get_exp_config("resnet_imagenet")
+    params.task.model.backbone.resnet.model_id = 18
+    params.task.model.input_size = [32, 32, 3]
+    assert params.task.model.norm_activation.norm_epsilon == 1e-5
+    task = ll.get_task(params.task)
+    model = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    batch_norms = [layer for layer in model._flatten_layers()  # pylint: disable=protected-access
+                   if isinstance(layer, keras.layers.BatchNormalization)]
+    kernels = [layer for layer in model._flatten_layers()  # pylint: disable=protected-access
+               if getattr(layer, "kernel_regularizer", None) is not None]
+    assert len(batch_norms) == 21 and len(kernels) == 22
+
+    def step(images, labels):
+        return task.train_step((images, labels), model, optimizer)
+
+    graph = tf.function(step).get_concrete_function(
+        tf.TensorSpec((2, 32, 32, 3), tf.float32), tf.TensorSpec((2,), tf.int32)).graph
+    counts = {}
+    for op in graph.get_operations():
+        counts[op.type] = counts.get(op.type, 0) + 1
+    assert counts.get("FusedBatchNormV3") == len(batch_norms)
+    assert counts.get("FusedBatchNormGradV3") == len(batch_norms)
+    assert counts.get("L2Loss") == len(kernels)
+    assert counts.get("ResourceApplyKerasMomentum") == len(model.trainable_variables)
+    assert "SquaredDifference" not in counts and "Rsqrt" not in counts
