@@ -77,8 +77,8 @@ def _collect_the_tests_garbage():
     """Collects each test's reference cycles as it ends. A tf.data iterator left in a cycle is
     otherwise destroyed by whichever later collection finds it, and its destructor waits for
     the iterator's autotuning thread, whose wake-up period grows with the iterator's age (up
-    to a minute): single collections of 10-80 s inside unrelated tests, ~320 s of a two-worker
-    run's ~2,000 worker-seconds (measured with a gc callback; the waiting stack, read with
+    to a minute): single collections of 10-416 s inside unrelated tests, 320-1,000 s of a
+    two-worker run's worker-seconds (measured with a gc callback; the waiting stack, read with
     gdb, is RootDataset::Iterator's destructor joining its Model::OptimizeLoop thread)."""
     yield
     gc.collect()

@@ -182,9 +182,10 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     gradient); tf_keras, which TFM's models use, runs one `FusedBatchNormV3` forward and one
     fused gradient for 4-D channels-last inputs. This layer does the same for 4-D inputs with
     `axis=-1` and dtype float32 / float16 / bfloat16, without a mask, renorm or synchronized
-    statistics, whatever the epsilon (as tf_keras); anything else is Keras's own computation. The outputs
-    are Keras's (the batch's biased variance normalises); the moving variance is updated with
-    the unbiased (n / (n - 1)) batch variance, as tf_keras's fused path (TFM) updates it.
+    statistics, whatever the epsilon (as tf_keras); anything else is Keras's own computation.
+    The outputs are Keras's (the batch's biased variance normalises); the moving variance is
+    updated with the unbiased (n / (n - 1)) batch variance, as tf_keras's fused path (TFM)
+    updates it.
     """
 
     def _fusable(self, inputs, mask) -> bool:
