@@ -1,5 +1,7 @@
 """Backbones, head, losses, metrics, init_checkpoint_modules and freeze_backbone."""
 
+import collections
+
 import keras
 import numpy as np
 import pytest
@@ -407,9 +409,7 @@ def test_resnet_imagenet_train_step_runs_tfms_fused_kernels_for_every_layer():
 
     graph = tf.function(step).get_concrete_function(
         tf.TensorSpec((2, 32, 32, 3), tf.float32), tf.TensorSpec((2,), tf.int32)).graph
-    counts = {}
-    for op in graph.get_operations():
-        counts[op.type] = counts.get(op.type, 0) + 1
+    counts = collections.Counter(op.type for op in graph.get_operations())
     assert counts.get("FusedBatchNormV3") == len(batch_norms)
     assert counts.get("FusedBatchNormGradV3") == len(batch_norms)
     assert counts.get("L2Loss") == len(kernels)
