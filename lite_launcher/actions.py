@@ -294,7 +294,7 @@ class PreemptionCheckpointAction:
         self._checkpoint_manager = checkpoint_manager
         self._global_step = global_step
         self._exit_code = exit_code
-        self._preempted = threading.Event()
+        self._preempted = False
         self._handler = None
         self._previous_sigterm = None
         self._installed = False
@@ -316,8 +316,10 @@ class PreemptionCheckpointAction:
                          exit_code)
 
     def _on_sigterm(self, signum, frame):  # pylint: disable=unused-argument
-        # Only set a flag: a signal handler may run between any two bytecodes.
-        self._preempted.set()
+        # Only set a flag, and take no lock (not a threading.Event): a signal handler may run
+        # between any two bytecodes, also of itself when SIGTERMs come fast, and a nested
+        # handler waiting for a lock its own thread holds would never return.
+        self._preempted = True
 
     def _exit(self):
         raise SystemExit(self._exit_code)
@@ -325,7 +327,7 @@ class PreemptionCheckpointAction:
     @property
     def preempted(self) -> bool:
         """Whether SIGTERM was received (single-worker mode)."""
-        return self._preempted.is_set()
+        return self._preempted
 
     @property
     def exit_code(self) -> int:
@@ -337,7 +339,7 @@ class PreemptionCheckpointAction:
             self._handler.save_checkpoint_if_preempted(
                 checkpoint_number=self._global_step, check_interval=False)
             return
-        if not self._preempted.is_set():
+        if not self._preempted:
             return
         step = _as_int(self._global_step)
         # check_interval=False: an on-demand save must not wait for checkpoint_interval.

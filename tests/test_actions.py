@@ -316,6 +316,54 @@ def test_preemption_action_saves_only_after_sigterm_and_close_restores_handler(t
         signal.signal(signal.SIGTERM, previous)
 
 
+# A second SIGTERM that arrives while the action's handler is still running (Python runs the
+# nested handler at the next bytecode boundary of the first). A trace function sends it at
+# every line the first handler runs, down into what it calls; the child must finish at once.
+_NESTED_SIGTERM_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    import tensorflow as tf
+    from lite_launcher import actions
+
+    step = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(step=step), sys.argv[1], 1)
+    action = actions.PreemptionCheckpointAction(manager, step)
+    handler = signal.getsignal(signal.SIGTERM)
+    sent = []
+
+    def depth(frame):
+        count = 0
+        while frame is not None:
+            count += frame.f_code is handler.__func__.__code__
+            frame = frame.f_back
+        return count
+
+    def tracer(frame, event, arg):
+        if event == "line" and depth(frame) == 1:
+            sent.append(frame.f_code.co_name)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return tracer
+
+    sys.settrace(tracer)
+    os.kill(os.getpid(), signal.SIGTERM)
+    sys.settrace(None)
+    assert action.preempted and sent, sent
+    try:
+        action()
+    except SystemExit as exit_info:
+        print("exit", exit_info.code, manager.latest_checkpoint)
+""")
+
+
+def test_a_sigterm_inside_the_preemption_handler_neither_hangs_nor_loses_the_save(tmp_path):
+    # The handler once set a threading.Event: a SIGTERM inside Event.set() ran a nested
+    # handler that waited for the Event's lock, held by the frame beneath it, forever (and,
+    # with SIGTERMs every 2 ms, recursed to a RecursionError that lost the preemption save).
+    child = subprocess.run([sys.executable, "-c", _NESTED_SIGTERM_CHILD, str(tmp_path)],
+                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=90)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split() == ["exit", "143", os.path.join(str(tmp_path), "ckpt-0")]
+
+
 def test_preemption_action_off_the_main_thread_does_nothing(tmp_path):
     trainer = TinyTrainer()
     manager = tf.train.CheckpointManager(trainer.checkpoint, str(tmp_path), max_to_keep=1)
