@@ -1,4 +1,4 @@
-"""The benchmark workloads (docs/benchmarks.md: mlp_tiny, cnn_small, mock), for any Keras-like module.
+"""The benchmark workloads of benchmarks/WORKLOADS.md, for any Keras-like module.
 
 This module is shared by three environments: the project's (Keras 3, used by `raw_loop.py`),
 lite_launcher's (`lite_workloads.py`) and TFM's separate venv (tf_keras, `tfm_workloads.py`).
@@ -15,7 +15,7 @@ import dataclasses
 
 NUM_CLASSES = 10
 LEARNING_RATE = 0.01
-# Eval row: steps per evaluation (the eval row of docs/benchmarks.md).
+# Eval row: steps per evaluation (WORKLOADS.md row 3).
 EVAL_STEPS = 100
 # Train row 1: steps per inner loop.
 LONG_LOOP = 100
@@ -30,7 +30,7 @@ NEVER = 100 * 10**7
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """One workload of docs/benchmarks.md."""
+    """One row of the WORKLOADS.md table."""
 
     name: str
     input_shape: tuple
