@@ -535,6 +535,10 @@ def test_registered_experiment_refuses_training_data_with_is_training_null():
     params.override({"task": {"train_data": {"is_training": None}}})
     with pytest.raises(ll.ConfigError, match="task.train_data.is_training is null"):
         params.validate()
+    config = ll.get_exp_config("resnet_imagenet")
+    config.task.train_data.is_training = None  # as TFM's image_classification_test
+    with pytest.raises(KeyError):  # which catches a KeyError
+        config.validate()
     with pytest.raises(ll.ConfigError, match="is_training is null"):
         params.replace(runtime={"num_gpus": 0}).validate()  # copies keep the check
     ll.ExperimentConfig().validate()  # a bare config, as TFM's base ExperimentConfig
