@@ -332,3 +332,136 @@ def test_parser_runs_in_a_dataset():
     for images, labels in dataset:
         assert images.shape == (2, 16, 20, 3) and labels["masks"].shape == (2, 16, 20, 1)
         assert labels["image_info"].shape == (2, 4, 2)
+
+
+# ----- make_tfrecords --mask_dir --------------------------------------------------------------
+
+def write_file(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def image_mask_folders(root, sizes=((11, 13), (8, 9), (10, 10)), num_classes=3):
+    """images/ (PNG) + masks/ (1-channel PNG, ids 0..num_classes-1 and 255); the arrays."""
+    rng = np.random.default_rng(7)
+    arrays = {}
+    for k, (h, w) in enumerate(sizes):
+        image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        mask = rng.integers(0, num_classes, (h, w), dtype=np.uint8)
+        mask[0, 0] = 255
+        write_file(os.path.join(root, "images", f"im{k}.png"), png(image))
+        write_file(os.path.join(root, "masks", f"im{k}.png"), png(mask))
+        arrays[f"im{k}.png"] = (image, mask)
+    return os.path.join(root, "images"), os.path.join(root, "masks"), arrays
+
+
+def mask_mode_args(image_dir, mask_dir, prefix, *extra):
+    return ["--image_dir", image_dir, "--mask_dir", mask_dir, "--num_classes", "3",
+            "--output_prefix", prefix] + list(extra)
+
+
+def test_make_tfrecords_mask_mode_round_trip(tmp_path):
+    from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
+    image_dir, mask_dir, arrays = image_mask_folders(str(tmp_path))
+    prefix = str(tmp_path / "seg")
+    assert make_tfrecords.main(mask_mode_args(image_dir, mask_dir, prefix, "--num_shards", "2",
+                                              "--keep_format")) == 0
+    shards = sorted(str(p) for p in tmp_path.glob("seg-*"))
+    assert [os.path.basename(s) for s in shards] == ["seg-00000-of-00002",
+                                                     "seg-00001-of-00002"]
+    decoder = si.Decoder()
+    seen = set()
+    for serialized in tf.data.TFRecordDataset(shards):
+        example = tf.train.Example.FromString(serialized.numpy()).features.feature
+        assert example["image/segmentation/class/format"].bytes_list.value == [b"png"]
+        decoded = decoder.decode(serialized)
+        name = decoded["image/filename"].numpy().decode()
+        image, mask = arrays[name]
+        seen.add(name)
+        np.testing.assert_array_equal(tf.io.decode_png(decoded["image/encoded"]).numpy(), image)
+        np.testing.assert_array_equal(tf.io.decode_png(decoded[si.MASK_KEY]).numpy()[..., 0],
+                                      mask)
+        assert (int(decoded["image/height"]), int(decoded["image/width"])) == mask.shape
+        # The records feed the parser: the 255 pixel stays ignored.
+        _, labels = si.Parser(output_size=[mask.shape[0], mask.shape[1]]).parse_fn(False)(
+            decoded)
+        np.testing.assert_array_equal(labels["masks"].numpy()[..., 0], mask)
+    assert seen == set(arrays)
+
+
+def test_make_tfrecords_mask_mode_reencodes_images_as_jpeg_by_default(tmp_path):
+    from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
+    image_dir, mask_dir, _ = image_mask_folders(str(tmp_path), sizes=((6, 7),))
+    assert make_tfrecords.main(mask_mode_args(image_dir, mask_dir, str(tmp_path / "j"))) == 0
+    serialized = next(iter(tf.data.TFRecordDataset(str(tmp_path / "j-00000-of-00001"))))
+    feature = tf.train.Example.FromString(serialized.numpy()).features.feature
+    assert feature["image/format"].bytes_list.value == [b"jpeg"]
+    assert feature["image/encoded"].bytes_list.value[0][:3] == b"\xff\xd8\xff"
+    assert feature[si.MASK_KEY].bytes_list.value[0][:4] == b"\x89PNG"  # masks stay lossless
+
+
+def break_size(root):
+    write_file(os.path.join(root, "masks", "im1.png"), png(np.zeros((8, 8), np.uint8)))
+    return "'" + os.path.join(root, "masks", "im1.png") + "' is 8x8 but its image"
+
+
+def break_class_id(root):
+    mask = np.zeros((10, 10), np.uint8)
+    mask[3, 4] = 3
+    write_file(os.path.join(root, "masks", "im2.png"), png(mask))
+    return "'" + os.path.join(root, "masks", "im2.png") + "' holds class id 3, but --num_classes"
+
+
+def break_missing(root):
+    os.remove(os.path.join(root, "masks", "im0.png"))
+    return "'" + os.path.join(root, "images", "im0.png") + "' has no mask: expected"
+
+
+def break_channels(root):
+    write_file(os.path.join(root, "masks", "im1.png"), png(np.zeros((8, 9, 3), np.uint8)))
+    return "has 3 channels; masks must be 1-channel PNGs"
+
+
+def break_num_classes(root):
+    return "--num_classes (0) must be >= 1 with --mask_dir"
+
+
+@pytest.mark.parametrize("break_input", [break_size, break_class_id, break_missing,
+                                         break_channels, break_num_classes])
+def test_make_tfrecords_mask_mode_bad_input(tmp_path, capsys, break_input):
+    from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
+    image_dir, mask_dir, _ = image_mask_folders(str(tmp_path))
+    prefix = str(tmp_path / "seg")
+    # An earlier run's shards stay as they were.
+    assert make_tfrecords.main(mask_mode_args(image_dir, mask_dir, prefix)) == 0
+    before = (tmp_path / "seg-00000-of-00001").read_bytes()
+    capsys.readouterr()
+    message = break_input(str(tmp_path))
+    args = mask_mode_args(image_dir, mask_dir, prefix, "--num_shards", "2")
+    if break_input is break_num_classes:
+        args[args.index("--num_classes") + 1] = "0"
+    assert make_tfrecords.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert sorted(p.name for p in tmp_path.glob("seg*")) == ["seg-00000-of-00001"]
+    assert (tmp_path / "seg-00000-of-00001").read_bytes() == before
+
+
+def test_make_tfrecords_writes_all_shards_or_none(tmp_path, monkeypatch):
+    from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
+    image_dir, mask_dir, _ = image_mask_folders(str(tmp_path))
+    real_writer = tf.io.TFRecordWriter
+    opened = []
+
+    def failing_writer(path):
+        opened.append(path)
+        if len(opened) == 2:
+            raise OSError("disk full")
+        return real_writer(path)
+
+    monkeypatch.setattr(tf.io, "TFRecordWriter", failing_writer)
+    with pytest.raises(OSError, match="disk full"):
+        make_tfrecords.make_segmentation_tfrecords(image_dir, mask_dir, 3,
+                                                   str(tmp_path / "seg"), num_shards=2)
+    assert len(opened) == 2 and not list(tmp_path.glob("seg*"))
