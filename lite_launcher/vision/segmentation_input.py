@@ -273,10 +273,22 @@ class Parser:
             label = resize_and_crop_masks(label, image_info[2, :], self._output_size,
                                           image_info[3, :], centered_crop=self._centered_crop)
         else:
-            label = _pad(label, self._groundtruth_padded_size, centered=False)
+            label = _pad(self._check_fits_padded_size(data, label),
+                         self._groundtruth_padded_size, centered=False)
         label, valid_mask = self._finish_label(label)
         labels = {"masks": label, "valid_masks": valid_mask, "image_info": image_info}
         return tf.cast(image, self._dtype), labels
+
+    def _check_fits_padded_size(self, data, label):
+        """`label` [1, h, w, 1], after checking it fits in groundtruth_padded_size."""
+        size = tf.shape(label)[1:3]
+        fits = tf.debugging.Assert(
+            tf.reduce_all(size <= self._groundtruth_padded_size),
+            ["The ground truth of record", data.get("image/filename", ""), "is", size,
+             "larger than groundtruth_padded_size", self._groundtruth_padded_size,
+             "; raise groundtruth_padded_size to the largest evaluation image."])
+        with tf.control_dependencies([fits]):
+            return tf.identity(label)
 
     def parse_fn(self, is_training: bool):
         """The map function for a training or an evaluation dataset."""

@@ -318,6 +318,15 @@ def test_record_with_mask_of_another_size_is_named():
         si.Parser(output_size=[16, 20]).parse_fn(True)(si.Decoder().decode(serialized))
 
 
+def test_eval_groundtruth_larger_than_padded_size_is_named():
+    serialized = record(tfm("parser/image"), tfm("parser/mask"), filename="big.png")
+    parser = si.Parser(output_size=[16, 16], resize_eval_groundtruth=False,
+                       groundtruth_padded_size=[8, 16])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"big.png[\s\S]*larger than groundtruth_padded_size"):
+        parser.parse_fn(False)(si.Decoder().decode(serialized))
+
+
 def test_unresized_eval_groundtruth_needs_a_padded_size():
     with pytest.raises(ValueError, match="groundtruth_padded_size"):
         si.Parser(output_size=[16, 16], resize_eval_groundtruth=False)
