@@ -3,7 +3,8 @@
 It only assembles: flags -> checks of the input -> config (the experiment's defaults,
 --config_file, --params_override) -> gin (--gin_file, --gin_params) -> mixed precision ->
 strategy -> task -> the experiment runner. The flags are `lite_launcher.flags`', the config and
-the input checks `lite_launcher.train_utils`'; model_dir's lock is the experiment runner's.
+the input checks `lite_launcher.train_utils`'; model_dir's lock is the experiment runner's (the
+driver only asks, before TensorFlow loads, whether another trainer holds it).
 
 A user error (unknown experiment or mode, bad override, missing --model_dir, unreadable config
 file, a checkpoint of another model in model_dir, a model_dir another trainer holds, ...) prints
@@ -25,8 +26,10 @@ from absl import flags
 from absl import logging
 
 from lite_launcher import flags as lite_flags
+from lite_launcher import model_dir_lock
 from lite_launcher import train_utils
-from lite_launcher.errors import ConfigError, ENVIRONMENT_FAILURES
+from lite_launcher.errors import (  # noqa: F401  (ModelDirWriteError: its old import path)
+    ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError)
 
 FLAGS = flags.FLAGS
 
@@ -177,6 +180,26 @@ def _check_flags():
         raise ConfigError(f"--continuous_eval_max_wait_s "
                           f"({FLAGS.continuous_eval_max_wait_s:g}) needs --mode "
                           f"continuous_eval and a value >= 0.")
+    if modes.mode_trains(FLAGS.mode) and not _may_be_non_chief(FLAGS):
+        # A second trainer is told at once, before TensorFlow loads. Only asked, not locked:
+        # the experiment runner takes the lock (and refuses it too, if this answer is stale).
+        model_dir_lock.refuse_if_held(FLAGS.model_dir)
+
+
+def _may_be_non_chief(flags_obj) -> bool:
+    """Whether this process might be a non-chief worker (which shares the chief's model_dir),
+    judged without TensorFlow: TF_CONFIG, or `worker_hosts` in --params_override or a
+    --config_file, may make it one."""
+    if os.environ.get("TF_CONFIG"):
+        return True
+    texts = [flags_obj.params_override or ""]
+    for path in flags_obj.config_file or ():
+        try:
+            with open(path, "rb") as f:
+                texts.append(f.read().decode("utf-8", "replace"))
+        except OSError:
+            texts.append("")  # Reported when the config is parsed.
+    return any("worker_hosts" in text for text in texts)
 
 
 def _main():

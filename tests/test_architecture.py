@@ -129,10 +129,28 @@ def _package_files():
                 yield os.path.relpath(os.path.join(directory, name), PACKAGE)
 
 
+def _lock_calls(relative_path):
+    """The calls of `model_dir_lock.hold` / `release` (or of those names imported) in a file."""
+    tree = _tree(relative_path)
+    aliases, imported = _module_aliases(tree, "model_dir_lock")
+    calls = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        if (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
+                and function.value.id in aliases and function.attr in ("hold", "release")):
+            calls.add(function.attr)
+        elif isinstance(function, ast.Name) and function.id in imported & {"hold", "release"}:
+            calls.add(function.id)
+    return calls
+
+
 def test_one_module_takes_the_model_dir_lock():
     # One owner for model_dir: the experiment runner, which the driver and a forked driver
     # (run_experiment(trainer=...)) both go through, decides "chief of a training mode" and
-    # takes and releases the lock; nothing else imports the lock module.
-    users = {path for path in _package_files() if path != "model_dir_lock.py"
-             and "lite_launcher.model_dir_lock" in _all_lite_imports(path)}
-    assert users == {"experiment.py"}
+    # takes and releases the lock. The driver only asks (refuse_if_held) before TF loads.
+    takers = {path for path in _package_files()
+              if path != "model_dir_lock.py" and _lock_calls(path)}
+    assert takers == {"experiment.py"}
+    assert _lock_calls("experiment.py") == {"hold", "release"}
