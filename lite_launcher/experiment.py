@@ -96,13 +96,15 @@ class ExperimentRunner:
         # Holds a non-writer worker's throwaway checkpoint directory until `run()` ends.
         self._scratch_dirs = contextlib.ExitStack()
         self._actions: List = []
-        # One trainer per model_dir: the chief of a training mode locks it before anything
-        # (checkpoint clean-up, restore) reads or writes there; evaluators never lock. The
-        # holds go at the end of `run()`, or when a runner that failed to build is collected.
-        self._locks_model_dir = mode_trains(mode) and strategy_lib.should_write(self.strategy)
+        # One trainer per model_dir, and this is the one place that locks it (the driver and
+        # a forked driver calling `run_experiment` both come through here): the chief of a
+        # training mode locks it before anything (checkpoint clean-up, restore) reads or writes
+        # there; evaluators never lock. The holds go at the end of `run()`, or when a runner
+        # that failed to build is collected.
+        self._owns_model_dir = mode_trains(mode) and strategy_lib.should_write(self.strategy)
         self._model_dir_holds: List[str] = []
         weakref.finalize(self, _release_model_dir_holds, self._model_dir_holds)
-        if self._locks_model_dir:
+        if self._owns_model_dir:
             self._hold_model_dir(create=False)
         # A trainer passed in (the forked-driver path) is used as is.
         evaluates = ("eval" in mode) or run_post_eval
@@ -124,6 +126,16 @@ class ExperimentRunner:
             eval_actions=eval_actions,
             controller_cls=controller_cls,
             enable_async_checkpointing=enable_async_checkpointing)
+        if self._owns_model_dir and not self._model_dir_holds:
+            # A fresh model_dir: created and locked once every check at construction passed
+            # (a refused run leaves no directory behind).
+            self._hold_model_dir(create=True)
+
+    @property
+    def owns_model_dir(self) -> bool:
+        """Whether this runner holds model_dir's lock: the chief of a training mode, which
+        alone writes checkpoints, summaries and the driver's params.yaml there."""
+        return self._owns_model_dir
 
     @property
     def params(self):
@@ -220,8 +232,8 @@ class ExperimentRunner:
         trainer_config = self._params.trainer
         logging.info("Running mode %s in %s", self._mode, self._model_dir)
         try:
-            if self._locks_model_dir and not self._model_dir_holds:
-                self._hold_model_dir(create=True)  # model_dir did not exist at construction.
+            if self._owns_model_dir and not self._model_dir_holds:
+                self._hold_model_dir(create=True)  # run() again: the last one released it.
             with self.strategy.scope():
                 if self._mode in ("train", "train_and_post_eval"):
                     self._controller.train(steps=trainer_config.train_steps)

@@ -60,3 +60,97 @@ def test_one_way_data_flow_between_the_layers():
                                     "atomic_write.py", "optimization/configs.py"])
 def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
     assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
+
+
+def _tree(relative_path):
+    with open(os.path.join(PACKAGE, relative_path)) as f:
+        return ast.parse(f.read())
+
+
+def _module_aliases(tree, module):
+    """The names a file binds to `lite_launcher.<module>` anywhere (function bodies too), and
+    the names it imports from it."""
+    aliases, imported = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == f"lite_launcher.{module}" and alias.asname:
+                    aliases.add(alias.asname)
+        elif isinstance(node, ast.ImportFrom):
+            if node.module == "lite_launcher":
+                aliases.update(alias.asname or alias.name for alias in node.names
+                               if alias.name == module)
+            elif node.module == f"lite_launcher.{module}":
+                imported.update(alias.name for alias in node.names)
+    return aliases, imported
+
+
+def _private_names_used(relative_path, module):
+    """Private names (`_x`) of `lite_launcher.<module>` that a file imports or reads."""
+    tree = _tree(relative_path)
+    aliases, imported = _module_aliases(tree, module)
+    used = {name for name in imported if name.startswith("_")}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr.startswith("_")):
+            used.add(node.attr)
+    return used
+
+
+def test_the_two_drivers_are_thin_on_the_driver_library_not_on_each_other():
+    # lite-train and lite-export share train_utils (config, input checks, exit codes) and
+    # flags; neither reaches into the other.
+    assert not _private_names_used("export.py", "main")
+    assert not _private_names_used("main.py", "export")
+    assert "lite_launcher.main" not in _all_lite_imports("export.py")
+    assert "lite_launcher.export" not in _all_lite_imports("main.py")
+    # The library they share is TensorFlow-free on import (the input checks run before TF).
+    for module in ("train_utils.py", "flags.py", "builtin_experiments.py", "registry.py"):
+        assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
+
+
+def _all_lite_imports(relative_path):
+    """The lite_launcher modules a file imports anywhere (function bodies too)."""
+    names = set()
+    for node in ast.walk(_tree(relative_path)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("lite_launcher"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lite_launcher"):
+            names.add(node.module)
+            if node.module == "lite_launcher":
+                names.update(f"lite_launcher.{a.name}" for a in node.names)
+    return names
+
+
+def _package_files():
+    for directory, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                yield os.path.relpath(os.path.join(directory, name), PACKAGE)
+
+
+def _lock_calls(relative_path):
+    """The calls of `model_dir_lock.hold` / `release` (or of those names imported) in a file."""
+    tree = _tree(relative_path)
+    aliases, imported = _module_aliases(tree, "model_dir_lock")
+    calls = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        if (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
+                and function.value.id in aliases and function.attr in ("hold", "release")):
+            calls.add(function.attr)
+        elif isinstance(function, ast.Name) and function.id in imported & {"hold", "release"}:
+            calls.add(function.id)
+    return calls
+
+
+def test_one_module_takes_the_model_dir_lock():
+    # One owner for model_dir: the experiment runner, which the driver and a forked driver
+    # (run_experiment(trainer=...)) both go through, decides "chief of a training mode" and
+    # takes and releases the lock. The driver only asks (refuse_if_held) before TF loads.
+    takers = {path for path in _package_files()
+              if path != "model_dir_lock.py" and _lock_calls(path)}
+    assert takers == {"experiment.py"}
+    assert _lock_calls("experiment.py") == {"hold", "release"}

@@ -712,12 +712,12 @@ def test_unknown_key_is_a_key_error_and_a_config_error_with_a_clean_message(caps
         ExperimentConfig().override({"trainer": {"bogus": 1}})
     assert isinstance(info.value, ConfigError)
     assert str(info.value).startswith("Unknown config key 'trainer.bogus'.")
-    from lite_launcher import main as main_lib
+    from lite_launcher import train_utils
     try:
         with pytest.raises(SystemExit) as exit_info:
-            main_lib._user_error(info.value)  # pylint: disable=protected-access
+            train_utils.exit_with_error(info.value)
     finally:
-        logging.disable(logging.NOTSET)  # _user_error silences logging for the exit
+        logging.disable(logging.NOTSET)  # exit_with_error silences logging for the exit
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith(
         "lite-train: error: Unknown config key 'trainer.bogus'.")

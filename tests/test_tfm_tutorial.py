@@ -447,7 +447,7 @@ def test_define_flags_defines_tfms_flags_only():
         import lite_launcher as ll
         ll.define_flags()
         ll.define_flags()  # twice is fine
-        defined = flags.FLAGS.get_flags_for_module("lite_launcher.main")
+        defined = flags.FLAGS.get_flags_for_module("lite_launcher.flags")
         print(" ".join(sorted(flag.name for flag in defined)))
     ''')
     result = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=ROOT,
