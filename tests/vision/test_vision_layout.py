@@ -50,3 +50,33 @@ def test_keras_files_saved_before_the_refactor_load(name):
     for key, expected in saved.items():
         np.testing.assert_allclose(np.asarray(outputs[key]), expected, rtol=1e-5, atol=1e-5,
                                    err_msg=key)
+
+
+def test_layer_scales_saved_by_either_family_load_in_their_layout():
+    # Before layers.py: ViT's LayerScale ('lite_launcher.vit>LayerScale', gamma (1, 1, C)
+    # 'layerscale_gamma', float32) and MobileNetV4's ('lite_launcher>LayerScale', gamma (C,)).
+    for registered_name, shape, weight in (("lite_launcher.vit>LayerScale", (1, 1, 4),
+                                            "layerscale_gamma"),
+                                           ("lite_launcher>LayerScale", (4,), "gamma")):
+        layer = keras.saving.deserialize_keras_object({
+            "module": "lite_launcher.vision", "class_name": "LayerScale",
+            "registered_name": registered_name,
+            "config": {"name": "scale", "trainable": True, "dtype": "float32",
+                       "init_value": 0.5}})
+        y = layer(np.ones((2, 3, 4), "float32"))
+        assert (layer.gamma.path, tuple(layer.gamma.shape)) == (f"scale/{weight}", shape)
+        np.testing.assert_array_equal(np.asarray(y), np.full((2, 3, 4), 0.5, "float32"))
+
+
+@pytest.mark.parametrize("name", ["dilated_resnet50", "mobilenet_v4_hybrid_medium_x0.5"])
+def test_keras_file_round_trip_of_the_families_not_saved_elsewhere(name, tmp_path):
+    # ResNet(-RS) and ViT models round-trip in test_vision_zoo_models / test_vit.
+    model = build(name)
+    x = np.random.default_rng(0).uniform(0, 1, (2, 64, 64, 3)).astype("float32")
+    expected = np.asarray(model(x, training=False))
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    assert [(w.path, w.shape) for w in loaded.weights] == [(w.path, w.shape)
+                                                          for w in model.weights]
+    np.testing.assert_allclose(np.asarray(loaded(x, training=False)), expected, rtol=1e-5,
+                               atol=1e-6)
