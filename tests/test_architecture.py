@@ -68,7 +68,8 @@ VISION_FAMILIES = ["vision/resnet.py", "vision/resnet_deeplab.py", "vision/mobil
                    "vision/vit.py"]
 SHARED_VISION_LAYERS = {"SettingsBlock", "_Block", "LayerScale", "StochasticDepth",
                         "SqueezeExcitation", "NormSettings", "FusedBatchNormalization",
-                        "get_stochastic_depth_rate", "make_divisible", "round_filters"}
+                        "get_stochastic_depth_rate", "add_residual", "make_divisible",
+                        "round_filters"}
 
 
 def _tree(relative_path):

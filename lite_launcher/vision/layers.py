@@ -9,8 +9,9 @@ and the shared part of its `nn_blocks.py`. Each family module (`resnet`, `resnet
   `FusedBatchNormalization` and `L2KernelRegularizer` (tf_keras's fused kernels, see their
   docstrings).
 - `SettingsBlock`: the base of every block built from plain values and `NormSettings`.
-- `SqueezeExcitation`, `LayerScale` (MobileNetV4's and ViT's layouts), `StochasticDepth` and
-  its one schedule `get_stochastic_depth_rate`; TFM's `make_divisible` / `round_filters`.
+- `SqueezeExcitation`, `LayerScale` (MobileNetV4's and ViT's layouts), `StochasticDepth`, its
+  one schedule `get_stochastic_depth_rate` and `add_residual`; TFM's `make_divisible` /
+  `round_filters`.
 
 Every layer has `get_config` (and `from_config` where its arguments are not plain values), so
 `.keras` files and `keras.models.clone_model` round-trip; layers follow the global Keras dtype
@@ -279,6 +280,14 @@ class StochasticDepth(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "drop_rate": self.drop_rate}
+
+
+def add_residual(branch, shortcut, drop: Optional[StochasticDepth] = None, training=None):
+    """`shortcut + branch`, the branch first dropped per example by `drop` (when given): how
+    every residual block of the convnets closes."""
+    if drop is not None:
+        branch = drop(branch, training=training)
+    return branch + shortcut
 
 
 @register_serializable

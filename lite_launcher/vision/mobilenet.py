@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from lite_launcher.vision import configs
 from lite_launcher.vision.layers import (
-    LayerScale, NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth,
+    LayerScale, NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
     get_stochastic_depth_rate, make_divisible, register_serializable, round_filters)
 from lite_launcher.vision.modeling import register_backbone_builder
 
@@ -435,9 +435,7 @@ class InvertedBottleneckBlock(SettingsBlock):
             x = self._se(x)
         x = self._project_norm(self._project(x), training=training)
         if self._residual:
-            if self._drop is not None:
-                x = self._drop(x, training=training)
-            x = x + inputs
+            x = add_residual(x, inputs, self._drop, training)
         return (x, endpoints) if self._intermediate else x
 
 
@@ -507,9 +505,7 @@ class UniversalInvertedBottleneckBlock(SettingsBlock):
         if self._scale is not None:
             x = self._scale(x)
         if self._residual:
-            if self._drop is not None:
-                x = self._drop(x, training=training)
-            x = x + inputs
+            x = add_residual(x, inputs, self._drop, training)
         return (x, {}) if self._intermediate else x
 
 
@@ -615,9 +611,7 @@ class MultiHeadSelfAttentionBlock(SettingsBlock):
         if self._scale is not None:
             x = self._scale(x)
         if self._residual:
-            if self._drop is not None:
-                x = self._drop(x, training=training)
-            x = x + inputs
+            x = add_residual(x, inputs, self._drop, training)
         return (x, {}) if self._intermediate else x
 
 

@@ -12,8 +12,8 @@ import keras
 
 from lite_launcher.vision import configs
 from lite_launcher.vision.layers import (
-    NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, get_stochastic_depth_rate,
-    register_serializable)
+    NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
+    get_stochastic_depth_rate, register_serializable)
 from lite_launcher.vision.modeling import register_backbone_builder
 
 # (block kind, filters, repeats) of the four block groups, by model_id (TFM's RESNET_SPECS).
@@ -122,9 +122,7 @@ class _ShortcutBlock(SettingsBlock):
         x = inputs
         for layer in self._branch:
             x = layer(x, training=training)
-        if self._drop is not None:
-            x = self._drop(x, training=training)
-        return self._out_act(x + shortcut)
+        return self._out_act(add_residual(x, shortcut, self._drop, training))
 
 
 @register_serializable
