@@ -62,6 +62,16 @@ def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
     assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
 
 
+# ----- vision: the families build on one shared layers module (TFM's nn_layers / nn_blocks) --
+
+VISION_FAMILIES = ["vision/resnet.py", "vision/resnet_deeplab.py", "vision/mobilenet.py",
+                   "vision/vit.py"]
+SHARED_VISION_LAYERS = {"SettingsBlock", "_Block", "LayerScale", "StochasticDepth",
+                        "SqueezeExcitation", "NormSettings", "FusedBatchNormalization",
+                        "get_stochastic_depth_rate", "add_residual", "make_divisible",
+                        "round_filters"}
+
+
 def _tree(relative_path):
     with open(os.path.join(PACKAGE, relative_path)) as f:
         return ast.parse(f.read())
@@ -154,3 +164,61 @@ def test_one_module_takes_the_model_dir_lock():
               if path != "model_dir_lock.py" and _lock_calls(path)}
     assert takers == {"experiment.py"}
     assert _lock_calls("experiment.py") == {"hold", "release"}
+def _names_in(node):
+    return ({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)})
+
+
+@pytest.mark.parametrize("module", VISION_FAMILIES)
+def test_vision_families_take_their_shared_blocks_from_the_layers_module(module):
+    tree = _tree(module)
+    assert "lite_launcher.vision.layers" in _lite_modules(module)
+    defined = {n.name for n in ast.walk(tree)
+               if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert not defined & SHARED_VISION_LAYERS
+    # One Keras registration package: families register through layers.register_serializable.
+    assert "register_keras_serializable" not in _names_in(tree)
+    # One stochastic-depth schedule: rates come from layers.get_stochastic_depth_rate, never
+    # from a formula on the configured rate written in the family.
+    assert "get_stochastic_depth_rate" in _names_in(tree)
+    inline = [node.lineno for node in ast.walk(tree)
+              if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))
+              and any("stochastic_depth" in name for name in _names_in(node))]
+    assert not inline, f"{module}: stochastic-depth rate computed inline at lines {inline}"
+
+
+@pytest.mark.parametrize("module", ["vision/resnet.py", "vision/mobilenet.py"])
+def test_convnet_blocks_serialise_through_the_one_block_base(module):
+    # Every layer class of a convnet family derives from layers.SettingsBlock (directly or
+    # through a class of its module) and none writes its own get_config.
+    classes = {n.name: n for n in _tree(module).body if isinstance(n, ast.ClassDef)}
+
+    def derives_from_settings_block(node):
+        bases = {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases}
+        return "SettingsBlock" in bases or any(
+            derives_from_settings_block(classes[b]) for b in bases if b in classes)
+
+    layers = [node for node in classes.values() if node.bases]  # dataclasses have none
+    assert layers
+    for node in layers:
+        assert derives_from_settings_block(node), f"{module}: {node.name}"
+        assert "get_config" not in {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+
+
+def test_mobilenet_dispatches_blocks_through_its_table():
+    # As ResNet's BLOCKS: block_fn -> builder in BLOCK_BUILDERS, no if/elif on the name.
+    [builder] = [n for n in _tree("vision/mobilenet.py").body
+                 if isinstance(n, ast.FunctionDef) and n.name == "build_mobilenet"]
+    compared = [node.lineno for node in ast.walk(builder) if isinstance(node, ast.Compare)
+                and "block_fn" in _names_in(node)
+                and any(isinstance(c, (ast.Constant, ast.Tuple)) for c in node.comparators)]
+    assert not compared, f"build_mobilenet compares block names at lines {compared}"
+    assert "BLOCK_BUILDERS" in _names_in(builder)
+
+
+def test_dilated_resnet_builds_on_resnets_stem_and_blocks():
+    tree = _tree("vision/resnet_deeplab.py")
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module == "lite_launcher.vision.resnet" for alias in node.names}
+    assert {"BLOCKS", "stem", "build_from_plan"} <= imported
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
