@@ -304,7 +304,7 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
     import keras  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from lite_launcher import registry  # pylint: disable=import-outside-toplevel
+    from lite_launcher import checkpoints, registry  # pylint: disable=import-outside-toplevel
 
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"--batch_size ({batch_size}) must be a positive integer (or left "
@@ -335,8 +335,8 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
             archive.add_endpoint(name, fn, input_signature=[spec])
         archive.write_out(saved_model_dir, verbose=False)
         if export_checkpoint_subdir:
-            tf.train.Checkpoint(model=model).save(
-                os.path.join(staging, export_checkpoint_subdir, "ckpt"))
+            checkpoints.save_to(tf.train.Checkpoint(model=model),
+                                os.path.join(staging, export_checkpoint_subdir, "ckpt"))
         params.save_yaml(os.path.join(staging, "params.yaml"))
         if log_model_flops_and_params:
             total = _write_model_params(model, os.path.join(staging, "model_params.txt"))

@@ -5,6 +5,7 @@ Static (no imports): each module's `import` statements name the lite_launcher mo
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -222,3 +223,162 @@ def test_dilated_resnet_builds_on_resnets_stem_and_blocks():
                 and node.module == "lite_launcher.vision.resnet" for alias in node.names}
     assert {"BLOCKS", "stem", "build_from_plan"} <= imported
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkpoint lifecycle has one home: lite_launcher/checkpoints.py.
+# ---------------------------------------------------------------------------------------------
+
+CHECKPOINTS_HOME = "checkpoints.py"
+# Modules that delete, move or rename files, and why none of them is a checkpoint's file.
+FILE_REMOVERS = {
+    "atomic_write.py": "its own temporary file, then the rename into place",
+    "export.py": "its own unfinished export, written beside the export directory",
+}
+_WRITE_METHODS = {"save", "write", "save_checkpoint_if_preempted"}
+_CHECKPOINT_RECEIVER = re.compile(r"checkpoint|ckpt|manager|handler", re.IGNORECASE)
+_FILE_REMOVALS = {"tf.io.gfile.remove", "tf.io.gfile.rmtree", "tf.io.gfile.rename",
+                  "shutil.rmtree", "shutil.move", "os.remove", "os.unlink", "os.rmdir",
+                  "os.rename", "os.replace", "os.removedirs"}
+_FILE_WRITERS = re.compile(r"(^|\.)(write_text|write_bytes|GFile|open)$")
+
+
+def _parse(relative_path, package=PACKAGE):
+    with open(os.path.join(package, relative_path)) as f:
+        return ast.parse(f.read())
+
+
+def _names_state_file(node):
+    return any((isinstance(n, ast.Constant) and n.value == "checkpoint")
+               or (isinstance(n, ast.Name) and n.id == "STATE_FILE")
+               or (isinstance(n, ast.Attribute) and n.attr == "STATE_FILE")
+               for n in ast.walk(node))
+
+
+def checkpoint_file_writes(tree, relative_path):
+    """Where a module writes or deletes checkpoint files itself (not through the home).
+
+    Flags: a `tf.train.CheckpointManager` built or subclassed (its saves and restores bypass
+    the home); `.save` / `.write` / `.save_checkpoint_if_preempted` called on a checkpoint,
+    manager or preemption handler; a file named `checkpoint` (a state file) written; and any
+    file deleted, moved or renamed by a module not in FILE_REMOVERS.
+    """
+    found = []
+    for node in ast.walk(tree):
+        where = f"{relative_path}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if ast.unparse(base).endswith("train.CheckpointManager"):
+                    found.append(f"{where} subclasses {ast.unparse(base)}")
+        if not isinstance(node, ast.Call):
+            continue
+        function = ast.unparse(node.func)
+        if function.endswith("train.CheckpointManager"):
+            found.append(f"{where} builds {function}")
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _WRITE_METHODS:
+            receiver = node.func.value
+            if ast.unparse(receiver) != "checkpoints" and (
+                    _CHECKPOINT_RECEIVER.search(ast.unparse(receiver))
+                    or any(k.arg == "checkpoint_number" for k in node.keywords)):
+                found.append(f"{where} calls {function}(...)")
+        if _FILE_WRITERS.search(function) and any(_names_state_file(a) for a in node.args):
+            found.append(f"{where} writes a checkpoint state file with {function}(...)")
+        if function in _FILE_REMOVALS and relative_path not in FILE_REMOVERS:
+            found.append(f"{where} calls {function}(...)")
+    return found
+
+
+def test_only_the_checkpoints_home_writes_or_deletes_checkpoint_files():
+    found = []
+    for relative_path in _package_files():
+        if relative_path != CHECKPOINTS_HOME:
+            found += checkpoint_file_writes(_parse(relative_path), relative_path)
+    assert not found, "write or delete checkpoint files through lite_launcher.checkpoints:\n" + \
+        "\n".join(found)
+
+
+@pytest.mark.parametrize("violation", [
+    "manager.save(checkpoint_number=step)",
+    "self._checkpoint_manager.save(checkpoint_number=step, check_interval=False)",
+    "tf.train.Checkpoint(model=model).save(prefix)",
+    "checkpoint.write(os.path.join(directory, name))",
+    "self._handler.save_checkpoint_if_preempted(checkpoint_number=step)",
+    "tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1)",
+    "class Manager(tf.train.CheckpointManager):\n    pass",
+    "tf.io.gfile.remove(path)",
+    "shutil.rmtree(directory)",
+    "atomic_write.write_text(os.path.join(directory, 'checkpoint'), text)",
+])
+def test_the_checkpoint_write_scan_finds_each_kind_of_violation(violation):
+    # Each line the scan must catch, as main's modules wrote them before the home existed.
+    assert checkpoint_file_writes(ast.parse(violation), "actions.py")
+
+
+def test_the_checkpoint_write_scan_lets_ordinary_writes_through():
+    ordinary = ("checkpoints.save(manager, step)\nf.write(text)\nwriter.write(example)\n"
+                "summary_manager.write_summaries(output)\narchive.write_out(path)\n"
+                "params.save_yaml(path)\natomic_write.write_text(path, text)")
+    assert checkpoint_file_writes(ast.parse(ordinary), "actions.py") == []
+
+
+def _public_names(relative_path):
+    names = set()
+    for node in _parse(relative_path).body:
+        targets = []
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            targets = [node.name]
+        elif isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.ImportFrom):
+            targets = [alias.asname or alias.name for alias in node.names]
+        names.update(n for n in targets if not n.startswith("_"))
+    return names
+
+
+def test_the_controller_uses_only_the_checkpoints_homes_public_api():
+    lite_modules = _lite_modules("controller.py")
+    assert "lite_launcher.checkpoints" in lite_modules
+    assert "lite_launcher.checkpoint_recovery" not in lite_modules
+    public = _public_names(CHECKPOINTS_HOME)
+    used = set()
+    for node in ast.walk(_parse("controller.py")):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "checkpoints":
+            used.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.module == "lite_launcher.checkpoints":
+            used.update(alias.name for alias in node.names)
+    assert used and used <= public, f"not public in checkpoints.py: {sorted(used - public)}"
+
+
+def checkpoint_internals_used(tree, relative_path="controller.py"):
+    """Where a module finds, restores or saves checkpoints itself, or reads another object's
+    private attributes (a manager's `_last_checkpoint_step`, ...)."""
+    found = []
+    for node in ast.walk(tree):
+        where = f"{relative_path}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "setattr") \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and str(node.args[1].value).startswith("_"):
+            found.append(f"{where} {ast.unparse(node)}")
+        if not isinstance(node, ast.Attribute):
+            continue
+        text, owner = ast.unparse(node), ast.unparse(node.value)
+        if text.startswith(("tf.io.gfile", "tf.train.latest_checkpoint",
+                            "tf.train.get_checkpoint_state", "tf.train.checkpoints_iterator")):
+            found.append(f"{where} {text}")
+        elif node.attr.startswith("_") and not node.attr.startswith("__") and owner != "self":
+            found.append(f"{where} {text}")
+        elif (node.attr in ("restore", "restore_or_initialize", "save", "write")
+              and owner != "checkpoints"):
+            found.append(f"{where} {text}")
+    return found
+
+
+def test_the_controller_touches_no_checkpoint_files_or_manager_internals():
+    # Finding, restoring and saving checkpoints is the home's work: the Controller says when.
+    found = checkpoint_internals_used(_parse("controller.py"))
+    assert not found, "\n".join(found)
+
+
+def test_controller_py_stays_near_orbits_size():
+    with open(os.path.join(PACKAGE, "controller.py")) as f:
+        assert len(f.read().splitlines()) <= 500
