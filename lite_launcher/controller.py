@@ -323,8 +323,8 @@ class Controller:
             preempted trainer may resume) and after each evaluation (True: stop).
           stop_at_step: Return right after evaluating a checkpoint whose step is at least this.
           evaluate_all: Evaluate every checkpoint in step order, not only the newest, and
-            record evaluated steps in `EVALUATED_CHECKPOINTS_FILE` in the evaluation summary
-            directory, so a restarted evaluator skips them.
+            record evaluated steps in the evaluation summary directory
+            (`checkpoints.EVALUATED_CHECKPOINTS_FILE`), so a restarted evaluator skips them.
           poll_interval: Seconds between looks at the directory while waiting.
           max_wait: Return (logging why) after this many seconds without a new checkpoint,
             whatever `timeout_fn` says. None: no limit (as TFM).

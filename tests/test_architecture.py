@@ -321,6 +321,42 @@ def test_the_checkpoint_write_scan_lets_ordinary_writes_through():
     assert checkpoint_file_writes(ast.parse(ordinary), "actions.py") == []
 
 
+# Restores not yet through `checkpoints.restore` (each a partial `Checkpoint.read`); the reader
+# of TFM checkpoints routes these through the home.
+DIRECT_CHECKPOINT_READS = {"task.py": "init_checkpoint",
+                           "vision/image_classification.py": "init_checkpoint",
+                           "export.py": "the checkpoint to export"}
+
+
+def checkpoint_reads(tree, relative_path):
+    """Where a module restores or reads a checkpoint itself (not through the home)."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("restore", "read", "restore_or_initialize")
+                and ast.unparse(node.func.value) != "checkpoints"
+                and _CHECKPOINT_RECEIVER.search(ast.unparse(node.func.value))):
+            found.append(f"{relative_path}:{node.lineno} calls {ast.unparse(node.func)}(...)")
+    return found
+
+
+def test_restores_go_through_the_checkpoints_home():
+    # `checkpoints.restore` is the seam where a reader of other checkpoint formats hooks in.
+    found, direct = [], set()
+    for relative_path in _package_files():
+        if relative_path == CHECKPOINTS_HOME:
+            continue
+        reads = checkpoint_reads(_parse(relative_path), relative_path)
+        if relative_path in DIRECT_CHECKPOINT_READS:
+            direct.update([relative_path] if reads else [])
+        else:
+            found += reads
+    assert not found, "restore checkpoints with lite_launcher.checkpoints.restore:\n" + \
+        "\n".join(found)
+    # An entry whose module now restores through the home goes from the list.
+    assert direct == set(DIRECT_CHECKPOINT_READS)
+
+
 def _public_names(relative_path):
     names = set()
     for node in _parse(relative_path).body:
