@@ -1,0 +1,254 @@
+"""Faults in a MultiWorkerMirrored cluster of two local `lite-train` processes (TF_CONFIG on
+127.0.0.1, free ports picked at test time).
+
+- SIGTERM to one worker (a preemption notice): TF's PreemptionCheckpointHandler makes every
+  worker save at the same step and exit 143; a restart of both resumes there and ends with the
+  weights of an uninterrupted run.
+- SIGKILL of one worker: the survivor stops with one line naming the lost task (exit 1) instead
+  of retrying forever; the chief's last checkpoint reads, and a restart resumes from it.
+- A worker that never starts (a wrong port in TF_CONFIG): one line naming it after
+  `runtime.cluster_failure_timeout_s`.
+
+The workload is `mlp_tiny` (one fixed batch served forever, plain SGD, deterministic ops), so
+the weights after N steps do not depend on where a run was interrupted, and an uninterrupted
+in-process run of N steps on one device (the same batch: each worker's half of the global batch
+is the same 32 examples) gives the reference weights. Every wait is for a log line or a file,
+bounded; no test relies on one process being faster than another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lite_launcher import registry
+from reliability_utils import (ERROR_PREFIX, REPO_ROOT, checkpoint_global_step,
+                               checkpoint_numbers, override_json, read_checkpoint, read_text,
+                               restored_checkpoints, stop_if_running, subprocess_env, wait_for)
+from test_distribution import free_ports
+
+PREEMPTION_EXIT_CODE = 143
+WAIT_S = 180  # bound on every wait for a cluster of two processes on a loaded machine
+FAILURE_TIMEOUT_S = 10  # runtime.cluster_failure_timeout_s in these tests (default 120)
+_SAVED = re.compile(r"Saved checkpoint (\S+)ckpt-(\d+)\.")
+_PREEMPTED = re.compile(r"this worker saved its checkpoint at step (\d+); exiting with code 143")
+
+
+def cluster_flags(model_dir, train_steps, **extra):
+    flat = {"runtime.distribution_strategy": "multi_worker_mirrored",
+            "runtime.deterministic_ops": True,
+            "runtime.cluster_failure_timeout_s": FAILURE_TIMEOUT_S,
+            "trainer.train_steps": train_steps, "trainer.steps_per_loop": 10,
+            "trainer.summary_interval": 10, "trainer.checkpoint_interval": 10,
+            "trainer.max_to_keep": 3, **extra}
+    return ["--experiment", "mlp_tiny", "--mode", "train", "--model_dir", str(model_dir),
+            "--params_override", override_json(flat)]
+
+
+def start_worker(hosts, index, flags, log_path, scratch):
+    env = subprocess_env()
+    env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts},
+                                   "task": {"type": "worker", "index": index}})
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["TMPDIR"] = str(scratch)  # where the non-chief's throwaway checkpoints go
+    os.makedirs(scratch, exist_ok=True)
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "lite_launcher.main", *flags],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+
+
+def start_cluster(tmp_path, name, flags, hosts=None):
+    """Starts workers 0 (the chief) and 1; returns (processes, log paths)."""
+    hosts = hosts or [f"127.0.0.1:{port}" for port in free_ports(2)]
+    logs = [str(tmp_path / f"{name}_worker{i}.log") for i in range(2)]
+    processes = [start_worker(hosts, i, flags, logs[i], tmp_path / f"{name}_tmp{i}")
+                 for i in range(2)]
+    return processes, logs
+
+
+def wait_all(processes, logs):
+    codes = []
+    for process, log in zip(processes, logs):
+        try:
+            codes.append(process.wait(timeout=WAIT_S))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{log} did not exit within {WAIT_S} s:\n"
+                                 f"{read_text(log)[-3000:]}") from None
+    return codes
+
+
+def run_cluster(tmp_path, name, flags):
+    """Runs a cluster to its end; asserts both workers exit 0; returns the log paths."""
+    processes, logs = start_cluster(tmp_path, name, flags)
+    try:
+        codes = wait_all(processes, logs)
+    finally:
+        for process in processes:
+            stop_if_running(process)
+    assert codes == [0, 0], [read_text(log)[-2000:] for log in logs]
+    return logs
+
+
+def fault_after_first_checkpoint(tmp_path, name, flags, fault):
+    """Starts a cluster, calls `fault(processes)` once the chief has saved a checkpoint (both
+    workers are then training), and waits for both; returns (exit codes, log paths)."""
+    processes, logs = start_cluster(tmp_path, name, flags)
+    try:
+        wait_for(lambda: saved_steps(logs[0]) or any(p.poll() is not None for p in processes),
+                 timeout=WAIT_S, interval=0.05, what="the chief's first checkpoint")
+        assert all(p.poll() is None for p in processes), read_text(logs[0])[-3000:]
+        fault(processes)
+        return wait_all(processes, logs), logs
+    finally:
+        for process in processes:
+            stop_if_running(process)
+
+
+def saved_steps(log_path):
+    return [int(step) for _, step in _SAVED.findall(read_text(log_path))]
+
+
+def last_line(log_path):
+    return read_text(log_path).strip().splitlines()[-1]
+
+
+def uninterrupted_weights(train_steps):
+    """mlp_tiny trained `train_steps` steps in this process on one device, on the batch each
+    worker sees (32 examples), straight through."""
+    params = registry.get_exp_config("mlp_tiny")
+    params.task.train_data.global_batch_size = 32
+    task = registry.get_task(params.task)
+    model = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    inputs, labels = next(iter(task.build_inputs(params.task.train_data)))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = task.build_losses(labels, model(inputs, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    for _ in range(train_steps):
+        step()
+    return [w.numpy() for w in model.weights]
+
+
+def checkpoint_weights(prefix):
+    """The model's trainable variables in a checkpoint (Keras 3 saves them, in the model's
+    order, under the optimizer's `_trainable_variables`), read with every other tensor."""
+    values = read_checkpoint(prefix)
+    names = sorted((k for k in values if k.startswith("optimizer/_trainable_variables/")),
+                   key=lambda k: int(k.split("/")[2]))
+    return names, [values[k] for k in names]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_saves_every_worker_at_one_step_and_resume_matches(tmp_path):
+    model_dir = tmp_path / "model"
+    # The notice reaches one worker only.
+    codes, logs = fault_after_first_checkpoint(
+        tmp_path, "preempted", cluster_flags(model_dir, 10 ** 7),
+        lambda processes: processes[1].send_signal(signal.SIGTERM))
+    assert codes == [PREEMPTION_EXIT_CODE] * 2, [read_text(log)[-2000:] for log in logs]
+    # Both saved at the same step, agreed through the cluster.
+    steps = [[int(s) for s in _PREEMPTED.findall(read_text(log))] for log in logs]
+    assert len(steps[0]) == 1 and steps[0] == steps[1], steps
+    step = steps[0][0]
+    assert "Member 1 has received termination notice" in read_text(logs[1])
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    assert latest == str(model_dir / f"ckpt-{step}")
+    assert checkpoint_global_step(latest) == step
+    assert step > max(saved_steps(logs[0])[:-1] or [0])  # newer than every periodic save
+    preempted_names, preempted = checkpoint_weights(latest)
+
+    # A restart of both resumes at that step and trains 20 more.
+    final_steps = step + 20
+    logs = run_cluster(tmp_path, "resumed", cluster_flags(model_dir, final_steps))
+    for log in logs:
+        assert restored_checkpoints(read_text(log))[-1] == (latest, step)
+    final = str(model_dir / f"ckpt-{final_steps}")
+    assert tf.train.latest_checkpoint(str(model_dir)) == final
+    assert checkpoint_global_step(final) == final_steps
+    names, resumed = checkpoint_weights(final)
+    assert names == preempted_names and len(names) == 4
+    reference = uninterrupted_weights(final_steps)
+    assert [w.shape for w in reference] == [w.shape for w in resumed]
+    for name, value, expected, before in zip(names, resumed, reference, preempted):
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert np.abs(value - before).max() > 0, name  # the resumed run trained on
+    # One step fewer is outside the tolerance: the comparison sees a lost or repeated step.
+    one_short = uninterrupted_weights(final_steps - 1)
+    assert max(np.abs(a - b).max() for a, b in zip(one_short, resumed)) > 1e-5
+
+
+@pytest.mark.slow
+def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resumes(tmp_path):
+    model_dir = tmp_path / "model"
+    codes, logs = fault_after_first_checkpoint(
+        tmp_path, "killed", cluster_flags(model_dir, 10 ** 7),
+        lambda processes: processes[1].kill())
+    assert codes == [1, -signal.SIGKILL], read_text(logs[0])[-3000:]
+    line = last_line(logs[0])
+    assert line.startswith(ERROR_PREFIX + "Lost contact with cluster task worker 1 ("), line
+    assert f"resumes from the last checkpoint in {model_dir}." in line
+    assert "retry" not in read_text(logs[0])  # no in-process restart that would wait forever
+
+    # The chief's last checkpoint is whole and is the newest it logged.
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    step = saved_steps(logs[0])[-1]
+    assert latest == str(model_dir / f"ckpt-{step}")
+    assert checkpoint_global_step(latest) == step
+    read_checkpoint(latest)
+
+    logs = run_cluster(tmp_path, "restarted", cluster_flags(model_dir, step + 20))
+    for log in logs:
+        assert restored_checkpoints(read_text(log))[-1] == (latest, step)
+    assert checkpoint_numbers(str(model_dir))[-1] == step + 20
+    assert checkpoint_global_step(str(model_dir / f"ckpt-{step + 20}")) == step + 20
+
+
+def test_worker_whose_peer_never_starts_stops_with_one_line(tmp_path):
+    own, absent = free_ports(2)  # nothing will listen on `absent`
+    hosts = [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]
+    model_dir = tmp_path / "model"
+    log = str(tmp_path / "alone.log")
+    process = start_worker(hosts, 0, cluster_flags(model_dir, 100), log, tmp_path / "tmp0")
+    try:
+        code = process.wait(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"no exit within {WAIT_S} s:\n{read_text(log)[-3000:]}") from None
+    finally:
+        stop_if_running(process)
+    assert code == 1, read_text(log)[-3000:]
+    assert last_line(log) == (
+        f"{ERROR_PREFIX}Cluster task worker 1 at 127.0.0.1:{absent} did not start within "
+        f"runtime.cluster_failure_timeout_s={FAILURE_TIMEOUT_S} s (nothing accepts connections "
+        f"there): check its address in TF_CONFIG and that it runs.")
+    assert checkpoint_numbers(str(model_dir)) == []  # it trained nothing
+
+
+def test_lost_task_line_names_the_peer_from_tensorflows_error(monkeypatch):
+    from lite_launcher import main as driver
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}))
+    # The shape of TF 2.21's message after a SIGKILL of worker 1 (node traceback shortened).
+    message = ("Graph execution error:\n\nDetected at node SGD/CollectiveReduceV2 defined at "
+               "(most recent call last):\n  File \"<frozen runpy>\", line 198, in _run\n\n"
+               "  File \"trainer.py\", line 9, in step\n\n    apply()\n\n"
+               "recvmsg:Connection reset by peer\nAdditional GRPC error information from "
+               "remote target /job:worker/replica:0/task:1 while calling RecvBuf:\n")
+    error = driver._cluster_task_lost(tf.errors.UnavailableError(None, None, message), "/m")
+    assert str(error) == (
+        "Lost contact with cluster task worker 1 (UnavailableError: recvmsg:Connection reset "
+        "by peer). Restart every task of the cluster: training resumes from the last "
+        "checkpoint in /m.")
