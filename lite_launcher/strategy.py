@@ -628,8 +628,10 @@ def apply_performance_settings(params) -> Dict[str, str]:
 
 def _task_writes(task_type: Optional[str], task_id, cluster: Dict[str, Any]) -> bool:
     """The one rule: the 'chief' task writes, or worker 0 when the cluster has no chief; a
-    process that is no task of a cluster (single process, PS coordinator) writes too."""
-    if not task_type or task_type == "chief":
+    process that is no task of a cluster (single process, PS coordinator) writes too, and so
+    does a sidecar 'evaluator' (its own chief, as in TF: it writes the eval summaries and
+    best-checkpoint exports of the checkpoints the chief saves)."""
+    if not task_type or task_type in ("chief", "evaluator"):
         return True
     return task_type == "worker" and int(task_id or 0) == 0 and not cluster.get("chief")
 

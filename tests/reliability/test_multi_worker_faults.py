@@ -18,6 +18,7 @@ bounded; no test relies on one process being faster than another.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -252,3 +253,93 @@ def test_lost_task_line_names_the_peer_from_tensorflows_error(monkeypatch):
         "Lost contact with cluster task worker 1 (UnavailableError: recvmsg:Connection reset "
         "by peer). Restart every task of the cluster: training resumes from the last "
         "checkpoint in /m.")
+
+
+# ------------------------------------------------------------------------------------------
+# A sidecar evaluator (TF_CONFIG task type 'evaluator', TFM's pattern) beside the 2 workers.
+
+
+def summary_values(summary_dir, tag):
+    """{step: value} of every scalar summary `tag` in the event files of `summary_dir`."""
+    values = {}
+    for path in sorted(glob.glob(os.path.join(summary_dir, "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    assert event.step not in values, f"step {event.step} written twice"
+                    values[event.step] = float(tf.make_ndarray(value.tensor))
+    return values
+
+
+def numpy_validation_loss(prefix):
+    """mlp_tiny's mean cross-entropy on its validation batch (64 examples, seed 0) with the
+    weights of checkpoint `prefix`, in numpy (float64)."""
+    from lite_launcher.experiments.workloads import make_workload_batch
+
+    _, (kernel_0, bias_0, kernel_1, bias_1) = checkpoint_weights(prefix)
+    inputs, labels = make_workload_batch("mlp_tiny", 64, seed=0)
+    hidden = np.maximum(inputs.astype(np.float64) @ kernel_0 + bias_0, 0.0)
+    logits = hidden @ kernel_1 + bias_1
+    logits -= logits.max(-1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return float(-log_probs[np.arange(len(labels)), labels].mean())
+
+
+def evaluated_steps(log_path):
+    return [int(step) for step in re.findall(r" eval \| step:\s+(\d+) \| eval time", read_text(
+        log_path))]
+
+
+def start_evaluator(hosts, model_dir, train_steps, log_path, scratch):
+    env = subprocess_env()
+    env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts[:2], "evaluator": hosts[2:]},
+                                   "task": {"type": "evaluator", "index": 0}})
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["TMPDIR"] = str(scratch)
+    os.makedirs(scratch, exist_ok=True)
+    flags = cluster_flags(model_dir, train_steps, **{
+        "trainer.continuous_eval_all_checkpoints": True, "trainer.validation_steps": 2})
+    flags[flags.index("train")] = "continuous_eval"
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "lite_launcher.main", *flags],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+
+
+@pytest.mark.slow
+def test_sidecar_evaluator_evaluates_every_chief_checkpoint_once_across_its_restart(tmp_path):
+    model_dir = tmp_path / "model"
+    hosts = [f"127.0.0.1:{port}" for port in free_ports(3)]
+    # The evaluator's first run stops after step 30 (its train_steps), as a restarted
+    # evaluator's predecessor would; the second goes on to the end of training (60).
+    first_log, second_log = str(tmp_path / "evaluator_1.log"), str(tmp_path / "evaluator_2.log")
+    evaluator = start_evaluator(hosts, model_dir, 30, first_log, tmp_path / "eval_tmp")
+    trainer_flags = cluster_flags(model_dir, 60, **{"trainer.max_to_keep": 100})
+    workers, logs = start_cluster(tmp_path, "trained", trainer_flags, hosts=hosts[:2])
+    try:
+        assert evaluator.wait(timeout=WAIT_S) == 0, read_text(first_log)[-3000:]
+        evaluator = start_evaluator(hosts, model_dir, 60, second_log, tmp_path / "eval_tmp")
+        assert evaluator.wait(timeout=WAIT_S) == 0, read_text(second_log)[-3000:]
+        assert wait_all(workers, logs) == [0, 0], [read_text(log)[-2000:] for log in logs]
+    finally:
+        for process in workers + [evaluator]:
+            stop_if_running(process)
+    all_steps = list(range(10, 70, 10))
+    assert checkpoint_numbers(str(model_dir)) == all_steps
+    first, second = evaluated_steps(first_log), evaluated_steps(second_log)
+    # Every checkpoint evaluated once, in order; the restarted one skipped the recorded ones.
+    assert first == [10, 20, 30], first
+    assert second == [40, 50, 60], second
+    assert "3 checkpoint steps already evaluated" in read_text(second_log)
+    # Each evaluation is of the whole checkpoint of its step: the summary the evaluator wrote
+    # into model_dir/validation equals numpy's loss with that checkpoint's weights.
+    losses = summary_values(str(model_dir / "validation"), "validation_loss")
+    assert sorted(losses) == all_steps
+    for step in all_steps:
+        assert losses[step] == pytest.approx(
+            numpy_validation_loss(str(model_dir / f"ckpt-{step}")), rel=1e-5), step
+    assert len(set(round(v, 6) for v in losses.values())) == len(all_steps)  # weights moved
+    # The evaluator writes only its own files: one event file per run and its record.
+    validation = sorted(os.listdir(model_dir / "validation"))
+    assert validation[0] == "evaluated_checkpoints.json" and len(validation) == 3, validation
+    assert [p.endswith(f".{evaluator.pid}.0.v2") for p in validation[1:]] == [False, True]
+    assert not os.path.exists(model_dir / "operative_config.continuous_eval.gin")
