@@ -1,5 +1,6 @@
-"""Faults in a MultiWorkerMirrored cluster of two local `lite-train` processes (TF_CONFIG on
-127.0.0.1, free ports picked at test time).
+"""Faults in clusters of local `lite-train` processes (TF_CONFIG on 127.0.0.1, free ports
+picked at test time): MultiWorkerMirrored with 2 workers, a sidecar evaluator beside them, and
+a parameter-server cluster.
 
 - SIGTERM to one worker (a preemption notice): TF's PreemptionCheckpointHandler makes every
   worker save at the same step and exit 143; a restart of both resumes there and ends with the
@@ -343,3 +344,65 @@ def test_sidecar_evaluator_evaluates_every_chief_checkpoint_once_across_its_rest
     assert validation[0] == "evaluated_checkpoints.json" and len(validation) == 3, validation
     assert [p.endswith(f".{evaluator.pid}.0.v2") for p in validation[1:]] == [False, True]
     assert not os.path.exists(model_dir / "operative_config.continuous_eval.gin")
+
+
+# ------------------------------------------------------------------------------------------
+# ParameterServer: a worker killed mid-run.
+
+
+@pytest.mark.slow
+def test_parameter_server_training_goes_on_after_a_worker_is_killed(tmp_path):
+    """Chief (coordinator) + 2 workers + 1 ps. Worker 1 is killed after the first checkpoint;
+    TF's ClusterCoordinator reschedules its closures on worker 0 and the run ends at exactly
+    train_steps. (Checkpoints after the kill fall between the loop boundaries, e.g. ckpt-2615:
+    part of the closure cut short stays counted; see docs/multi_worker_faults.md.)"""
+    ports = free_ports(4)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
+               "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"],
+               "ps": [f"127.0.0.1:{ports[3]}"]}
+    model_dir = tmp_path / "model"
+    train_steps = 3000
+    flags = ["--experiment", "mlp_tiny", "--mode", "train", "--model_dir", str(model_dir),
+             "--params_override", override_json({
+                 "runtime.distribution_strategy": "parameter_server",
+                 "trainer.train_steps": train_steps, "trainer.steps_per_loop": 100,
+                 "trainer.summary_interval": 100, "trainer.checkpoint_interval": 100,
+                 "trainer.max_to_keep": 100, "trainer.validation_steps": 2})]
+    processes, logs = {}, {}
+    try:
+        for job, index in [("worker", 0), ("worker", 1), ("ps", 0), ("chief", 0)]:
+            env = subprocess_env()
+            env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                           "task": {"type": job, "index": index}})
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            logs[job, index] = str(tmp_path / f"{job}{index}.log")
+            with open(logs[job, index], "w") as log:
+                processes[job, index] = subprocess.Popen(
+                    [sys.executable, "-m", "lite_launcher.main", *flags], stdout=log,
+                    stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+        chief = processes["chief", 0]
+        wait_for(lambda: checkpoint_numbers(str(model_dir)) or chief.poll() is not None,
+                 timeout=WAIT_S, interval=0.05, what="the chief's first checkpoint")
+        assert chief.poll() is None, read_text(logs["chief", 0])[-3000:]
+        at_kill = checkpoint_numbers(str(model_dir))[-1]
+        processes["worker", 1].kill()
+        processes["worker", 1].wait()
+        try:
+            code = chief.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(read_text(logs["chief", 0])[-3000:]) from None
+        assert code == 0, read_text(logs["chief", 0])[-3000:]
+        assert processes["worker", 0].poll() is None  # the other worker still serves
+    finally:
+        for process in processes.values():
+            stop_if_running(process)
+    numbers = checkpoint_numbers(str(model_dir))
+    assert numbers[-1] == train_steps
+    final = str(model_dir / f"ckpt-{train_steps}")
+    assert checkpoint_global_step(final) == train_steps
+    read_checkpoint(final)  # every tensor reads
+    # Not asserted: the optimizer's own step counter (`optimizer/_iterations`) was 2956, not
+    # 3000, in one run here: see docs/multi_worker_faults.md, "Not covered yet".
+    # Training went on after the kill: checkpoints were written with worker 1 gone.
+    assert len([n for n in numbers if n > at_kill]) >= 2, numbers
+    assert "Connection refused" in read_text(logs["chief", 0])  # the coordinator saw it go
