@@ -322,6 +322,12 @@ class PreemptionCheckpointAction:
         self._preempted = True
 
     def _exit(self):
+        if self._handler is not None:
+            # PreemptionCheckpointHandler calls this once every worker has saved (it logs no
+            # step): say which, so each worker's log shows the step the cluster agreed on.
+            logging.warning("Preempted (SIGTERM in the cluster): this worker saved its "
+                            "checkpoint at step %d; exiting with code %d.",
+                            _as_int(self._global_step), self._exit_code)
         raise SystemExit(self._exit_code)
 
     @property

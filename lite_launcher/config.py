@@ -109,8 +109,16 @@ class RuntimeConfig(Config):
     # tf.config.experimental.enable_op_determinism() and seeds Python, NumPy and TensorFlow
     # with 0, so that a run (and a resumed run) gives bit-identical results on CPU.
     deterministic_ops: bool = False
+    # lite_launcher addition: under multi_worker_mirrored, how long a worker waits for a peer
+    # that never starts (cluster registration; TensorFlow's default is an hour) or stops
+    # sending heartbeats before it exits with one line naming that task.
+    cluster_failure_timeout_s: float = 120.0
 
     def _validate(self):
+        if not self.cluster_failure_timeout_s > 0:
+            raise ConfigError(
+                f"runtime.cluster_failure_timeout_s ({self.cluster_failure_timeout_s!r}) must "
+                f"be a positive number of seconds.")
         if self.mixed_precision_dtype not in (None, "float32", "float16", "bfloat16"):
             raise ConfigError(
                 f"runtime.mixed_precision_dtype {self.mixed_precision_dtype!r} is not one of "

@@ -36,9 +36,14 @@ class NoReadableCheckpointError(RuntimeError):
     """model_dir holds checkpoints but none of them reads (an environment failure: exit 1)."""
 
 
+class ClusterTaskLostError(RuntimeError):
+    """A multi-worker peer died, hung or never started (exit code 1); restart the cluster."""
+
+
 # What the driver reports as a failure of the environment (one line, exit code 1).
 ENVIRONMENT_FAILURES = (ModelDirWriteError, CheckpointWriteError, TrainingDivergedError,
-                        NoReadableCheckpointError)
+                        NoReadableCheckpointError, ClusterTaskLostError)
 
 __all__ = ["ConfigError", "ModelDirLockedError", "ModelDirWriteError", "CheckpointWriteError",
-           "TrainingDivergedError", "NoReadableCheckpointError", "ENVIRONMENT_FAILURES"]
+           "TrainingDivergedError", "NoReadableCheckpointError", "ClusterTaskLostError",
+           "ENVIRONMENT_FAILURES"]

@@ -17,8 +17,10 @@ code 1; earlier checkpoints are intact. SIGTERM exits 143 (a trainer saves a che
 
 from __future__ import annotations
 
+import json
 import logging as std_logging
 import os
+import re
 import signal
 
 from absl import app
@@ -29,7 +31,7 @@ from lite_launcher import flags as lite_flags
 from lite_launcher import model_dir_lock
 from lite_launcher import train_utils
 from lite_launcher.errors import (  # noqa: F401  (ModelDirWriteError: its old import path)
-    ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError)
+    ClusterTaskLostError, ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError)
 
 FLAGS = flags.FLAGS
 
@@ -98,6 +100,38 @@ def _is_preemption_error(error) -> bool:
     return isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError))
 
 
+def _is_multi_worker_mirrored(params) -> bool:
+    return str(params.runtime.distribution_strategy).lower() == "multi_worker_mirrored"
+
+
+_TASK_NAME = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def _op_error_reason(message: str) -> str:
+    """The cause in a TensorFlow op error's message, without the graph node's traceback."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    last_frame = max((i for i, line in enumerate(lines) if line.startswith("File \"")),
+                     default=None)
+    if last_frame is not None and last_frame + 2 < len(lines):
+        lines = lines[last_frame + 2:]  # after the last frame and its source line
+    reason = lines[0] if lines else message.strip()
+    return reason if len(reason) <= 200 else reason[:200] + "..."
+
+
+def _cluster_task_lost(error, model_dir: str) -> ClusterTaskLostError:
+    """The one-line error of a MultiWorkerMirrored worker whose collectives failed: names the
+    first other task the TensorFlow error mentions."""
+    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    me = tf_config.get("task") or {}
+    others = [(job, int(index)) for job, index in _TASK_NAME.findall(error.message)
+              if (job, int(index)) != (me.get("type"), int(me.get("index", 0)))]
+    who = f"task {others[0][0]} {others[0][1]}" if others else "a task"
+    reason = _op_error_reason(error.message)
+    return ClusterTaskLostError(
+        f"Lost contact with cluster {who} ({type(error).__name__}: {reason}). Restart every "
+        f"task of the cluster: training resumes from the last checkpoint in {model_dir}.")
+
+
 def run_with_preemption_recovery(params, mode: str, model_dir: str,
                                  enable_async_checkpointing: bool = False, before_run=None,
                                  continuous_eval_max_wait_s=None):
@@ -127,6 +161,10 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
                 before_run(runner)
             return runner.run()
         except tf.errors.OpError as error:
+            if _is_multi_worker_mirrored(params):
+                # A worker's collectives cannot be set up twice in one process, and the peer
+                # they lost stays lost: retrying here waits forever. Stop with one line.
+                raise _cluster_task_lost(error, model_dir) from error
             if not _is_preemption_error(error) or attempt == MAX_PREEMPTION_RETRIES:
                 raise
             logging.warning("Preemption-style error (%s); restarting from the last checkpoint "

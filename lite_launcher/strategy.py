@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import urllib.request
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -81,6 +82,10 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
         cluster_resolver: `multi_worker_mirrored` / `parameter_server` only: a
           `ClusterResolver` to use instead of reading `TF_CONFIG` (e.g. a
           `SimpleClusterResolver` over in-process servers).
+        failure_timeout_s: `multi_worker_mirrored` only: seconds to wait for a worker that
+          never starts or stops sending heartbeats (`runtime.cluster_failure_timeout_s`);
+          then the collectives fail with an error naming the task. None: TensorFlow's
+          defaults (an hour to register).
 
     Returns:
       The strategy; for "off" the default strategy (`tf.distribute.get_strategy()`), as
@@ -93,6 +98,7 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
     """
     devices = kwargs.pop("devices", None)
     cluster_resolver = kwargs.pop("cluster_resolver", None)
+    failure_timeout_s = kwargs.pop("failure_timeout_s", None)
     if "dist_strategy" in kwargs:
         # TFM's guide writes this keyword; TFM drops it silently and builds "mirrored".
         raise TypeError(
@@ -102,7 +108,8 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
     if kwargs:
         raise TypeError(
             f"get_distribution_strategy() got unexpected keyword arguments {sorted(kwargs)}; "
-            f"the extras it accepts are 'devices' and 'cluster_resolver'.")
+            f"the extras it accepts are 'devices', 'cluster_resolver' and "
+            f"'failure_timeout_s'.")
 
     name = _normalise_name(distribution_strategy)
     if not isinstance(num_gpus, int) or isinstance(num_gpus, bool) or num_gpus < 0:
@@ -159,6 +166,8 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
                                                         device_list))
 
     if name == "multi_worker_mirrored":
+        if failure_timeout_s is not None:
+            _configure_failure_detection(cluster_resolver, failure_timeout_s)
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=_collective_implementation(all_reduce_alg))
         return tf.distribute.MultiWorkerMirroredStrategy(
@@ -171,6 +180,87 @@ def get_distribution_strategy(distribution_strategy: str = "mirrored",
         return tf.distribute.experimental.ParameterServerStrategy(cluster_resolver)
 
     return _tpu_strategy(tpu_address)
+
+
+def _configure_failure_detection(cluster_resolver, timeout_s: float) -> None:
+    """Bounds how long a MultiWorkerMirrored worker waits for a lost or absent peer.
+
+    MultiWorkerMirroredStrategy starts TF's coordination service with its defaults unless one
+    is configured already: an hour for every worker to register, so a worker whose peer never
+    starts waits an hour. Configuring it here first sets the registration and heartbeat
+    timeouts; a peer that misses them fails the collectives with an UnavailableError naming
+    it. TensorFlow has no public API for this (`context.configure_coordination_service`).
+    First waits for the peers to be reachable (`_wait_for_peers`).
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+
+    resolver = cluster_resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    jobs = resolver.cluster_spec().as_dict()
+    coordinated = [job for job in ("chief", "worker") if job in jobs]
+    if resolver.task_type not in coordinated or sum(len(jobs[j]) for j in coordinated) < 2:
+        return  # one worker: no peers to wait for, and TF starts no coordination service
+    _wait_for_peers(jobs, resolver.task_type, int(resolver.task_id or 0), coordinated,
+                    timeout_s)
+    if context.context().coordination_service is not None:
+        return  # configured by an earlier strategy in this process
+    timeout_ms = int(timeout_s * 1000)
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=f"/job:{coordinated[0]}/replica:0/task:0",
+        cluster_register_timeout_in_ms=timeout_ms,
+        heartbeat_timeout_in_ms=timeout_ms,
+        coordinated_jobs=[
+            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(jobs[job]))
+            for job in coordinated])
+
+
+def _wait_for_peers(jobs, task_type: str, task_id: int, coordinated, timeout_s: float) -> None:
+    """Waits, at most `timeout_s`, until every other coordinated task accepts connections.
+
+    TensorFlow's cluster setup (inside the MultiWorkerMirroredStrategy constructor) retries an
+    unreachable peer without a bound, in C++ that nothing can interrupt, so a worker given a
+    wrong address or whose peer never starts would wait forever. Before it, each worker
+    listens on its own address (so its peers see it) and waits for theirs; the listener is
+    closed before TensorFlow's server takes the port. Raises `ClusterTaskLostError` naming
+    the first task that never answered.
+    """
+    from lite_launcher.errors import ClusterTaskLostError  # pylint: disable=g-import-not-at-top
+
+    pending = [(job, index, address) for job in coordinated
+               for index, address in enumerate(jobs[job]) if (job, index) != (task_type, task_id)]
+    listener = None
+    own_host, _, own_port = jobs[task_type][task_id].rpartition(":")
+    try:
+        listener = socket.socket(socket.AF_INET6 if ":" in own_host else socket.AF_INET)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((own_host.strip("[]"), int(own_port)))
+        listener.listen(16)
+    except (OSError, ValueError):
+        # Not bindable here (a name for another interface, or in use): TF's server reports it.
+        if listener is not None:
+            listener.close()
+        listener = None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending:
+            job, index, address = pending[0]
+            host, _, port = address.rpartition(":")
+            try:
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                    pending.pop(0)
+                    continue
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                raise ClusterTaskLostError(
+                    f"Cluster task {job} {index} at {address} did not start within "
+                    f"runtime.cluster_failure_timeout_s={timeout_s:g} s (nothing accepts "
+                    f"connections there): check its address in TF_CONFIG and that it runs.")
+            time.sleep(0.2)
+    finally:
+        if listener is not None:
+            listener.close()
 
 
 def _normalise_name(distribution_strategy) -> str:
@@ -404,7 +494,10 @@ def strategy_from_runtime(runtime_config) -> tf.distribute.Strategy:
         num_gpus=runtime_config.num_gpus,
         all_reduce_alg=runtime_config.all_reduce_alg,
         num_packs=runtime_config.num_packs,
-        tpu_address=runtime_config.tpu)
+        tpu_address=runtime_config.tpu,
+        **({"failure_timeout_s": runtime_config.cluster_failure_timeout_s}
+           if _normalise_name(runtime_config.distribution_strategy) == "multi_worker_mirrored"
+           else {}))
 
 
 def start_server_from_tf_config():
@@ -532,8 +625,10 @@ def apply_performance_settings(params) -> Dict[str, str]:
 
 def _task_writes(task_type: Optional[str], task_id, cluster: Dict[str, Any]) -> bool:
     """The one rule: the 'chief' task writes, or worker 0 when the cluster has no chief; a
-    process that is no task of a cluster (single process, PS coordinator) writes too."""
-    if not task_type or task_type == "chief":
+    process that is no task of a cluster (single process, PS coordinator) writes too, and so
+    does a sidecar 'evaluator' (its own chief, as in TF: it writes the eval summaries and
+    best-checkpoint exports of the checkpoints the chief saves)."""
+    if not task_type or task_type in ("chief", "evaluator"):
         return True
     return task_type == "worker" and int(task_id or 0) == 0 and not cluster.get("chief")
 

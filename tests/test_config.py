@@ -77,7 +77,7 @@ TFM_FIELDS_NOT_IN_LITE = {
 # lite_launcher's own fields (off by default).
 LITE_FIELDS_NOT_IN_TFM = {
     "DataConfig": {"file_type"},
-    "RuntimeConfig": {"deterministic_ops"},
+    "RuntimeConfig": {"deterministic_ops", "cluster_failure_timeout_s"},
     "TrainerConfig": {"checkpoint_train_iterator", "continuous_eval_all_checkpoints"},
     "OptimizerConfig": {"lion"},
 }

@@ -1,0 +1,408 @@
+"""Faults in clusters of local `lite-train` processes (TF_CONFIG on 127.0.0.1, free ports
+picked at test time): MultiWorkerMirrored with 2 workers, a sidecar evaluator beside them, and
+a parameter-server cluster.
+
+- SIGTERM to one worker (a preemption notice): TF's PreemptionCheckpointHandler makes every
+  worker save at the same step and exit 143; a restart of both resumes there and ends with the
+  weights of an uninterrupted run.
+- SIGKILL of one worker: the survivor stops with one line naming the lost task (exit 1) instead
+  of retrying forever; the chief's last checkpoint reads, and a restart resumes from it.
+- A worker that never starts (a wrong port in TF_CONFIG): one line naming it after
+  `runtime.cluster_failure_timeout_s`.
+
+The workload is `mlp_tiny` (one fixed batch served forever, plain SGD, deterministic ops), so
+the weights after N steps do not depend on where a run was interrupted, and an uninterrupted
+in-process run of N steps on one device (the same batch: each worker's half of the global batch
+is the same 32 examples) gives the reference weights. Every wait is for a log line or a file,
+bounded; no test relies on one process being faster than another.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lite_launcher import registry
+from reliability_utils import (ERROR_PREFIX, REPO_ROOT, checkpoint_global_step,
+                               checkpoint_numbers, override_json, read_checkpoint, read_text,
+                               restored_checkpoints, stop_if_running, subprocess_env, wait_for)
+from test_distribution import free_ports
+
+PREEMPTION_EXIT_CODE = 143
+WAIT_S = 180  # bound on every wait for a cluster of two processes on a loaded machine
+FAILURE_TIMEOUT_S = 10  # runtime.cluster_failure_timeout_s in these tests (default 120)
+_SAVED = re.compile(r"Saved checkpoint (\S+)ckpt-(\d+)\.")
+_PREEMPTED = re.compile(r"this worker saved its checkpoint at step (\d+); exiting with code 143")
+
+
+def cluster_flags(model_dir, train_steps, **extra):
+    flat = {"runtime.distribution_strategy": "multi_worker_mirrored",
+            "runtime.deterministic_ops": True,
+            "runtime.cluster_failure_timeout_s": FAILURE_TIMEOUT_S,
+            "trainer.train_steps": train_steps, "trainer.steps_per_loop": 10,
+            "trainer.summary_interval": 10, "trainer.checkpoint_interval": 10,
+            "trainer.max_to_keep": 3, **extra}
+    return ["--experiment", "mlp_tiny", "--mode", "train", "--model_dir", str(model_dir),
+            "--params_override", override_json(flat)]
+
+
+def start_worker(hosts, index, flags, log_path, scratch):
+    env = subprocess_env()
+    env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts},
+                                   "task": {"type": "worker", "index": index}})
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["TMPDIR"] = str(scratch)  # where the non-chief's throwaway checkpoints go
+    os.makedirs(scratch, exist_ok=True)
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "lite_launcher.main", *flags],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+
+
+def start_cluster(tmp_path, name, flags, hosts=None):
+    """Starts workers 0 (the chief) and 1; returns (processes, log paths)."""
+    hosts = hosts or [f"127.0.0.1:{port}" for port in free_ports(2)]
+    logs = [str(tmp_path / f"{name}_worker{i}.log") for i in range(2)]
+    processes = [start_worker(hosts, i, flags, logs[i], tmp_path / f"{name}_tmp{i}")
+                 for i in range(2)]
+    return processes, logs
+
+
+def wait_all(processes, logs):
+    codes = []
+    for process, log in zip(processes, logs):
+        try:
+            codes.append(process.wait(timeout=WAIT_S))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{log} did not exit within {WAIT_S} s:\n"
+                                 f"{read_text(log)[-3000:]}") from None
+    return codes
+
+
+def run_cluster(tmp_path, name, flags):
+    """Runs a cluster to its end; asserts both workers exit 0; returns the log paths."""
+    processes, logs = start_cluster(tmp_path, name, flags)
+    try:
+        codes = wait_all(processes, logs)
+    finally:
+        for process in processes:
+            stop_if_running(process)
+    assert codes == [0, 0], [read_text(log)[-2000:] for log in logs]
+    return logs
+
+
+def fault_after_first_checkpoint(tmp_path, name, flags, fault):
+    """Starts a cluster, calls `fault(processes)` once the chief has saved a checkpoint (both
+    workers are then training), and waits for both; returns (exit codes, log paths)."""
+    processes, logs = start_cluster(tmp_path, name, flags)
+    try:
+        wait_for(lambda: saved_steps(logs[0]) or any(p.poll() is not None for p in processes),
+                 timeout=WAIT_S, interval=0.05, what="the chief's first checkpoint")
+        assert all(p.poll() is None for p in processes), read_text(logs[0])[-3000:]
+        fault(processes)
+        return wait_all(processes, logs), logs
+    finally:
+        for process in processes:
+            stop_if_running(process)
+
+
+def saved_steps(log_path):
+    return [int(step) for _, step in _SAVED.findall(read_text(log_path))]
+
+
+def last_line(log_path):
+    return read_text(log_path).strip().splitlines()[-1]
+
+
+def uninterrupted_weights(train_steps):
+    """mlp_tiny trained `train_steps` steps in this process on one device, on the batch each
+    worker sees (32 examples), straight through."""
+    params = registry.get_exp_config("mlp_tiny")
+    params.task.train_data.global_batch_size = 32
+    task = registry.get_task(params.task)
+    model = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    inputs, labels = next(iter(task.build_inputs(params.task.train_data)))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = task.build_losses(labels, model(inputs, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    for _ in range(train_steps):
+        step()
+    return [w.numpy() for w in model.weights]
+
+
+def checkpoint_weights(prefix):
+    """The model's trainable variables in a checkpoint (Keras 3 saves them, in the model's
+    order, under the optimizer's `_trainable_variables`), read with every other tensor."""
+    values = read_checkpoint(prefix)
+    names = sorted((k for k in values if k.startswith("optimizer/_trainable_variables/")),
+                   key=lambda k: int(k.split("/")[2]))
+    return names, [values[k] for k in names]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_saves_every_worker_at_one_step_and_resume_matches(tmp_path):
+    model_dir = tmp_path / "model"
+    # The notice reaches one worker only.
+    codes, logs = fault_after_first_checkpoint(
+        tmp_path, "preempted", cluster_flags(model_dir, 10 ** 7),
+        lambda processes: processes[1].send_signal(signal.SIGTERM))
+    assert codes == [PREEMPTION_EXIT_CODE] * 2, [read_text(log)[-2000:] for log in logs]
+    # Both saved at the same step, agreed through the cluster.
+    steps = [[int(s) for s in _PREEMPTED.findall(read_text(log))] for log in logs]
+    assert len(steps[0]) == 1 and steps[0] == steps[1], steps
+    step = steps[0][0]
+    assert "Member 1 has received termination notice" in read_text(logs[1])
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    assert latest == str(model_dir / f"ckpt-{step}")
+    assert checkpoint_global_step(latest) == step
+    assert step > max(saved_steps(logs[0])[:-1] or [0])  # newer than every periodic save
+    preempted_names, preempted = checkpoint_weights(latest)
+
+    # A restart of both resumes at that step and trains 20 more.
+    final_steps = step + 20
+    logs = run_cluster(tmp_path, "resumed", cluster_flags(model_dir, final_steps))
+    for log in logs:
+        assert restored_checkpoints(read_text(log))[-1] == (latest, step)
+    final = str(model_dir / f"ckpt-{final_steps}")
+    assert tf.train.latest_checkpoint(str(model_dir)) == final
+    assert checkpoint_global_step(final) == final_steps
+    names, resumed = checkpoint_weights(final)
+    assert names == preempted_names and len(names) == 4
+    reference = uninterrupted_weights(final_steps)
+    assert [w.shape for w in reference] == [w.shape for w in resumed]
+    for name, value, expected, before in zip(names, resumed, reference, preempted):
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert np.abs(value - before).max() > 0, name  # the resumed run trained on
+    # One step fewer is outside the tolerance: the comparison sees a lost or repeated step.
+    one_short = uninterrupted_weights(final_steps - 1)
+    assert max(np.abs(a - b).max() for a, b in zip(one_short, resumed)) > 1e-5
+
+
+@pytest.mark.slow
+def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resumes(tmp_path):
+    model_dir = tmp_path / "model"
+    codes, logs = fault_after_first_checkpoint(
+        tmp_path, "killed", cluster_flags(model_dir, 10 ** 7),
+        lambda processes: processes[1].kill())
+    assert codes == [1, -signal.SIGKILL], read_text(logs[0])[-3000:]
+    line = last_line(logs[0])
+    assert line.startswith(ERROR_PREFIX + "Lost contact with cluster task worker 1 ("), line
+    assert f"resumes from the last checkpoint in {model_dir}." in line
+    assert "retry" not in read_text(logs[0])  # no in-process restart that would wait forever
+
+    # The chief's last checkpoint is whole and is the newest it logged.
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    step = saved_steps(logs[0])[-1]
+    assert latest == str(model_dir / f"ckpt-{step}")
+    assert checkpoint_global_step(latest) == step
+    read_checkpoint(latest)
+
+    logs = run_cluster(tmp_path, "restarted", cluster_flags(model_dir, step + 20))
+    for log in logs:
+        assert restored_checkpoints(read_text(log))[-1] == (latest, step)
+    assert checkpoint_numbers(str(model_dir))[-1] == step + 20
+    assert checkpoint_global_step(str(model_dir / f"ckpt-{step + 20}")) == step + 20
+
+
+def test_worker_whose_peer_never_starts_stops_with_one_line(tmp_path):
+    own, absent = free_ports(2)  # nothing will listen on `absent`
+    hosts = [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]
+    model_dir = tmp_path / "model"
+    log = str(tmp_path / "alone.log")
+    process = start_worker(hosts, 0, cluster_flags(model_dir, 100), log, tmp_path / "tmp0")
+    try:
+        code = process.wait(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"no exit within {WAIT_S} s:\n{read_text(log)[-3000:]}") from None
+    finally:
+        stop_if_running(process)
+    assert code == 1, read_text(log)[-3000:]
+    assert last_line(log) == (
+        f"{ERROR_PREFIX}Cluster task worker 1 at 127.0.0.1:{absent} did not start within "
+        f"runtime.cluster_failure_timeout_s={FAILURE_TIMEOUT_S} s (nothing accepts connections "
+        f"there): check its address in TF_CONFIG and that it runs.")
+    assert checkpoint_numbers(str(model_dir)) == []  # it trained nothing
+
+
+def test_lost_task_line_names_the_peer_from_tensorflows_error(monkeypatch):
+    from lite_launcher import main as driver
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}))
+    # The shape of TF 2.21's message after a SIGKILL of worker 1 (node traceback shortened).
+    message = ("Graph execution error:\n\nDetected at node SGD/CollectiveReduceV2 defined at "
+               "(most recent call last):\n  File \"<frozen runpy>\", line 198, in _run\n\n"
+               "  File \"trainer.py\", line 9, in step\n\n    apply()\n\n"
+               "recvmsg:Connection reset by peer\nAdditional GRPC error information from "
+               "remote target /job:worker/replica:0/task:1 while calling RecvBuf:\n")
+    error = driver._cluster_task_lost(tf.errors.UnavailableError(None, None, message), "/m")
+    assert str(error) == (
+        "Lost contact with cluster task worker 1 (UnavailableError: recvmsg:Connection reset "
+        "by peer). Restart every task of the cluster: training resumes from the last "
+        "checkpoint in /m.")
+
+
+# ------------------------------------------------------------------------------------------
+# A sidecar evaluator (TF_CONFIG task type 'evaluator', TFM's pattern) beside the 2 workers.
+
+
+def summary_values(summary_dir, tag):
+    """{step: value} of every scalar summary `tag` in the event files of `summary_dir`."""
+    values = {}
+    for path in sorted(glob.glob(os.path.join(summary_dir, "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    assert event.step not in values, f"step {event.step} written twice"
+                    values[event.step] = float(tf.make_ndarray(value.tensor))
+    return values
+
+
+def numpy_validation_loss(prefix):
+    """mlp_tiny's mean cross-entropy on its validation batch (64 examples, seed 0) with the
+    weights of checkpoint `prefix`, in numpy (float64)."""
+    from lite_launcher.experiments.workloads import make_workload_batch
+
+    _, (kernel_0, bias_0, kernel_1, bias_1) = checkpoint_weights(prefix)
+    inputs, labels = make_workload_batch("mlp_tiny", 64, seed=0)
+    hidden = np.maximum(inputs.astype(np.float64) @ kernel_0 + bias_0, 0.0)
+    logits = hidden @ kernel_1 + bias_1
+    logits -= logits.max(-1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return float(-log_probs[np.arange(len(labels)), labels].mean())
+
+
+def evaluated_steps(log_path):
+    return [int(step) for step in re.findall(r" eval \| step:\s+(\d+) \| eval time", read_text(
+        log_path))]
+
+
+def start_evaluator(hosts, model_dir, train_steps, log_path, scratch):
+    env = subprocess_env()
+    env["TF_CONFIG"] = json.dumps({"cluster": {"worker": hosts[:2], "evaluator": hosts[2:]},
+                                   "task": {"type": "evaluator", "index": 0}})
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["TMPDIR"] = str(scratch)
+    os.makedirs(scratch, exist_ok=True)
+    flags = cluster_flags(model_dir, train_steps, **{
+        "trainer.continuous_eval_all_checkpoints": True, "trainer.validation_steps": 2})
+    flags[flags.index("train")] = "continuous_eval"
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "lite_launcher.main", *flags],
+                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+
+
+@pytest.mark.slow
+def test_sidecar_evaluator_evaluates_every_chief_checkpoint_once_across_its_restart(tmp_path):
+    model_dir = tmp_path / "model"
+    hosts = [f"127.0.0.1:{port}" for port in free_ports(3)]
+    # The evaluator's first run stops after step 30 (its train_steps), as a restarted
+    # evaluator's predecessor would; the second goes on to the end of training (60).
+    first_log, second_log = str(tmp_path / "evaluator_1.log"), str(tmp_path / "evaluator_2.log")
+    evaluator = start_evaluator(hosts, model_dir, 30, first_log, tmp_path / "eval_tmp")
+    trainer_flags = cluster_flags(model_dir, 60, **{"trainer.max_to_keep": 100})
+    workers, logs = start_cluster(tmp_path, "trained", trainer_flags, hosts=hosts[:2])
+    try:
+        assert evaluator.wait(timeout=WAIT_S) == 0, read_text(first_log)[-3000:]
+        evaluator = start_evaluator(hosts, model_dir, 60, second_log, tmp_path / "eval_tmp")
+        assert evaluator.wait(timeout=WAIT_S) == 0, read_text(second_log)[-3000:]
+        assert wait_all(workers, logs) == [0, 0], [read_text(log)[-2000:] for log in logs]
+    finally:
+        for process in workers + [evaluator]:
+            stop_if_running(process)
+    all_steps = list(range(10, 70, 10))
+    assert checkpoint_numbers(str(model_dir)) == all_steps
+    first, second = evaluated_steps(first_log), evaluated_steps(second_log)
+    # Every checkpoint evaluated once, in order; the restarted one skipped the recorded ones.
+    assert first == [10, 20, 30], first
+    assert second == [40, 50, 60], second
+    assert "3 checkpoint steps already evaluated" in read_text(second_log)
+    # Each evaluation is of the whole checkpoint of its step: the summary the evaluator wrote
+    # into model_dir/validation equals numpy's loss with that checkpoint's weights.
+    losses = summary_values(str(model_dir / "validation"), "validation_loss")
+    assert sorted(losses) == all_steps
+    for step in all_steps:
+        assert losses[step] == pytest.approx(
+            numpy_validation_loss(str(model_dir / f"ckpt-{step}")), rel=1e-5), step
+    assert len(set(round(v, 6) for v in losses.values())) == len(all_steps)  # weights moved
+    # The evaluator writes only its own files: one event file per run and its record.
+    validation = sorted(os.listdir(model_dir / "validation"))
+    assert validation[0] == "evaluated_checkpoints.json" and len(validation) == 3, validation
+    assert [p.endswith(f".{evaluator.pid}.0.v2") for p in validation[1:]] == [False, True]
+    assert not os.path.exists(model_dir / "operative_config.continuous_eval.gin")
+
+
+# ------------------------------------------------------------------------------------------
+# ParameterServer: a worker killed mid-run.
+
+
+@pytest.mark.slow
+def test_parameter_server_training_goes_on_after_a_worker_is_killed(tmp_path):
+    """Chief (coordinator) + 2 workers + 1 ps. Worker 1 is killed after the first checkpoint;
+    TF's ClusterCoordinator reschedules its closures on worker 0 and the run ends at exactly
+    train_steps. (Checkpoints after the kill fall between the loop boundaries, e.g. ckpt-2615:
+    part of the closure cut short stays counted; see docs/multi_worker_faults.md.)"""
+    ports = free_ports(4)
+    cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
+               "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"],
+               "ps": [f"127.0.0.1:{ports[3]}"]}
+    model_dir = tmp_path / "model"
+    train_steps = 3000
+    flags = ["--experiment", "mlp_tiny", "--mode", "train", "--model_dir", str(model_dir),
+             "--params_override", override_json({
+                 "runtime.distribution_strategy": "parameter_server",
+                 "trainer.train_steps": train_steps, "trainer.steps_per_loop": 100,
+                 "trainer.summary_interval": 100, "trainer.checkpoint_interval": 100,
+                 "trainer.max_to_keep": 100, "trainer.validation_steps": 2})]
+    processes, logs = {}, {}
+    try:
+        for job, index in [("worker", 0), ("worker", 1), ("ps", 0), ("chief", 0)]:
+            env = subprocess_env()
+            env["TF_CONFIG"] = json.dumps({"cluster": cluster,
+                                           "task": {"type": job, "index": index}})
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            logs[job, index] = str(tmp_path / f"{job}{index}.log")
+            with open(logs[job, index], "w") as log:
+                processes[job, index] = subprocess.Popen(
+                    [sys.executable, "-m", "lite_launcher.main", *flags], stdout=log,
+                    stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+        chief = processes["chief", 0]
+        wait_for(lambda: checkpoint_numbers(str(model_dir)) or chief.poll() is not None,
+                 timeout=WAIT_S, interval=0.05, what="the chief's first checkpoint")
+        assert chief.poll() is None, read_text(logs["chief", 0])[-3000:]
+        at_kill = checkpoint_numbers(str(model_dir))[-1]
+        processes["worker", 1].kill()
+        processes["worker", 1].wait()
+        try:
+            code = chief.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(read_text(logs["chief", 0])[-3000:]) from None
+        assert code == 0, read_text(logs["chief", 0])[-3000:]
+        assert processes["worker", 0].poll() is None  # the other worker still serves
+    finally:
+        for process in processes.values():
+            stop_if_running(process)
+    numbers = checkpoint_numbers(str(model_dir))
+    assert numbers[-1] == train_steps
+    final = str(model_dir / f"ckpt-{train_steps}")
+    assert checkpoint_global_step(final) == train_steps
+    read_checkpoint(final)  # every tensor reads
+    # Not asserted: the optimizer's own step counter (`optimizer/_iterations`) was 2956, not
+    # 3000, in one run here: see docs/multi_worker_faults.md, "Not covered yet".
+    # Training went on after the kill: checkpoints were written with worker 1 gone.
+    assert len([n for n in numbers if n > at_kill]) >= 2, numbers
+    assert "Connection refused" in read_text(logs["chief", 0])  # the coordinator saw it go

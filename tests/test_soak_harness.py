@@ -1,0 +1,76 @@
+"""The soak benchmark's harness (benchmarks/soak.py) on a tiny run: its bookkeeping, not its
+numbers (no speed or memory figure is asserted).
+
+The verdict arithmetic is checked on hand-made samples whose growth is known, in both
+directions, so a verdict that always passes (or always fails) is caught.
+"""
+
+import json
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCH)
+
+import soak  # noqa: E402
+
+
+def _sample(step, rss, threads, fds, checkpoints):
+    process = {"rss_kib": rss, "threads": threads, "fds": fds}
+    return {"train_step": step, "trainer": process, "evaluator": dict(process),
+            "model_dir": {"checkpoints": checkpoints}}
+
+
+def test_verdicts_measure_growth_after_the_warm_up_and_before_shutdown_only():
+    samples = [_sample(0, 50, 5, 9, 1),  # warm-up: not judged
+               _sample(1000, 100, 20, 12, 5), _sample(3000, 102, 20, 15, 5),  # a write: 15
+               _sample(5000, 104, 21, 12, 6),
+               _sample(9000, 10, 2, 3, 5)]  # the last loop: shutting down, not judged
+    verdict = soak.verdicts(samples, from_step=1000, end_step=9000)
+    assert verdict["trainer"]["samples"] == 3
+    assert verdict["trainer"]["rss"]["growth"] == pytest.approx(0.04)
+    assert verdict["trainer"]["rss_ok"] and verdict["trainer"]["threads_ok"]
+    assert verdict["trainer"]["fds_baseline"] == (12, 12)
+    assert verdict["trainer"]["fds_max"] == 15
+    assert verdict["trainer"]["fds_ok"] and verdict["model_dir"]["checkpoints_ok"]
+    grown = samples[:-1] + [_sample(7000, 106, 22, 13, 7), _sample(8000, 106, 22, 13, 5),
+                            _sample(8500, 106, 22, 13, 5)]
+    verdict = soak.verdicts(grown, from_step=1000, end_step=9000)
+    assert verdict["trainer"]["rss"]["growth"] == pytest.approx(0.06)
+    assert not verdict["trainer"]["rss_ok"]
+    assert verdict["trainer"]["threads"]["growth"] == pytest.approx(0.10)
+    assert not verdict["trainer"]["threads_ok"]
+    assert verdict["trainer"]["fds_baseline"] == (12, 13)
+    assert not verdict["trainer"]["fds_ok"]
+    assert verdict["model_dir"]["max_checkpoints"] == 7
+    assert not verdict["model_dir"]["checkpoints_ok"]
+
+
+@pytest.mark.slow
+def test_tiny_soak_run_samples_both_processes_and_writes_the_results_file(tmp_path):
+    out = tmp_path / "results" / "soak.json"
+    results = soak.run(train_steps=300, out_path=str(out), model_dir=str(tmp_path / "model"),
+                       sample_interval_s=0.2, warm_up_loops=0)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    assert results["exit_codes"] == {"trainer": 0, "evaluator": 0}
+    assert results["final_train_step"] == 300
+    assert results["final_eval_step"] == 300  # the evaluator ran beside it to the end
+    machine = results["machine"]
+    assert machine["cores"] == os.cpu_count() and machine["cpu_model"]
+    assert machine["tensorflow"].count(".") >= 1
+    samples = results["samples"]
+    steps = [s["train_step"] for s in samples]
+    assert steps == sorted(steps) and steps[-1] == 300
+    live = [s for s in samples if s["trainer"] is not None]
+    assert live and all(s["trainer"]["rss_kib"] > 0 and s["trainer"]["threads"] > 0
+                        and s["trainer"]["fds"] > 0 for s in live)
+    assert any(s["evaluator"] is not None for s in samples)
+    # Saves after the first loop (10), every 50 from there, and at the end (300): 7, of which
+    # max_to_keep 5 remain.
+    final = results["verdicts"]["model_dir"]
+    assert final["final"]["checkpoints"] == 5 and final["checkpoints_ok"]
+    assert sorted(int(name[5:-6]) for name in os.listdir(tmp_path / "model")
+                  if name.endswith(".index")) == [110, 160, 210, 260, 300]
+    assert final["final"]["event_bytes"] > 0 and final["final"]["checkpoint_bytes"] > 0
