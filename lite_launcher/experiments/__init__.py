@@ -11,5 +11,5 @@ from lite_launcher.experiments import digits  # noqa: F401  (registers digits_ml
 from lite_launcher.experiments import workloads  # noqa: F401  (registers mlp_tiny, cnn_small, mock)
 # Registers image_classification, resnet_imagenet, mobilenet_imagenet and their task.
 from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501
-# Registers TFM's eight semantic segmentation experiments.
-from lite_launcher.vision import segmentation_configs  # noqa: F401
+# Registers TFM's eight semantic segmentation experiments and their task.
+from lite_launcher.vision import segmentation_configs, semantic_segmentation  # noqa: F401
