@@ -60,3 +60,24 @@ def test_one_way_data_flow_between_the_layers():
                                     "atomic_write.py", "optimization/configs.py"])
 def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
     assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
+
+
+@pytest.mark.parametrize("module", ["vision/decoders.py", "vision/segmentation_heads.py",
+                                    "vision/segmentation_model.py"])
+def test_segmentation_model_pieces_know_no_task_data_or_metrics(module):
+    # TFM's cut: the model pieces are reusable layers; only the task wires them to the input,
+    # the loss and the metrics.
+    wiring = {"lite_launcher.task", "lite_launcher.vision.semantic_segmentation",
+              "lite_launcher.vision.segmentation_input", "lite_launcher.vision.segmentation_losses",
+              "lite_launcher.vision.segmentation_metrics", "lite_launcher.input_reader",
+              "lite_launcher.trainer"}
+    assert not _lite_modules(module) & wiring
+
+
+def test_segmentation_configs_load_without_tensorflow():
+    # The driver validates a segmentation config before TensorFlow is imported.
+    assert not {n for n in _imports("vision/segmentation_configs.py")
+                if n.split(".")[0] in ("tensorflow", "keras")}
+    assert not {n for n in _lite_modules("vision/segmentation_configs.py")
+                if n not in ("lite_launcher.base_config", "lite_launcher.config",
+                             "lite_launcher.registry", "lite_launcher.vision.configs")}

@@ -30,7 +30,8 @@ from test_modes import read_scalars, subprocess_env  # noqa: E402
 TIMEOUT = 600
 SIZE = 64
 NUM_CLASSES = 3
-# ~60-90 s on the loaded 2-core CI machine (mean IoU 0.88 at 300 steps when measured).
+# 45-70 s on the loaded 2-core machine; mean IoU 0.92, 0.93 in two runs (lr 0.003 left the
+# discs unlearned in one run of three: a class can die at a higher rate).
 LEARNING_STEPS = 250
 
 
@@ -96,7 +97,8 @@ def test_lite_train_mnv2_deeplabv3_pascal_reports_mean_and_per_class_iou(mnv2_ru
         ious = [validation[name][step] for name in per_class]
         assert all(0.0 <= v <= 1.0 for v in ious)
         assert validation["mean_iou"][step] == pytest.approx(np.mean(ious), abs=1e-6)
-        assert max(ious[NUM_CLASSES:]) < max(ious[:NUM_CLASSES]) or max(ious) == 0
+        # The classes the data never has score 0 and count in the mean, as TFM's.
+        assert ious[NUM_CLASSES:] == [0.0] * (21 - NUM_CLASSES)
     # resize_eval_groundtruth false: no validation loss (TFM reports 0).
     assert "validation_loss" not in validation
     train = read_scalars(str(model_dir / "train"))
@@ -151,9 +153,8 @@ def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mnv2_ru
     encoded = [tf.train.Example.FromString(r).features.feature["image/encoded"].bytes_list
                .value[0] for r in records]
     decoded = np.stack([tf.io.decode_png(e).numpy() for e in encoded])
-    order = [e for e in encoded]  # the validation pipeline reads the files in this order
     inputs = {"serving_default": decoded,
-              "serving_image_bytes": np.array(order, dtype=object),
+              "serving_image_bytes": np.array(encoded, dtype=object),
               "serving_tf_example": np.array(records, dtype=object),
               "serving_tflite": images.numpy()}
     np.savez(root / "inputs.npz", **inputs)
@@ -178,7 +179,7 @@ def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mnv2_ru
 
 # ----- in-process: a small model, its IoU, strategies, init_checkpoint --------------------------
 
-def tiny_config(shapes, steps=10, **trainer):
+def tiny_config(shapes, steps=10, width=0.5, **trainer):
     """The general experiment with a small DeepLab v3+ (0.5 MobileNetV2, os 16, ASPP of a 1x1
     branch and pooling, the v3+ head fused with level 2)."""
     train, validation = shapes
@@ -189,7 +190,7 @@ def tiny_config(shapes, steps=10, **trainer):
             "model": {
                 "num_classes": NUM_CLASSES, "input_size": [SIZE, SIZE, 3],
                 "backbone": {"type": "mobilenet", "mobilenet": {
-                    "model_id": "MobileNetV2", "filter_size_scale": 0.5, "output_stride": 16}},
+                    "model_id": "MobileNetV2", "filter_size_scale": width, "output_stride": 16}},
                 "decoder": {"type": "aspp", "aspp": {"level": 4, "num_filters": 64}},
                 "head": {"level": 4, "num_convs": 1, "num_filters": 32,
                          "feature_fusion": "deeplabv3plus", "low_level": 2,
@@ -205,7 +206,7 @@ def tiny_config(shapes, steps=10, **trainer):
                     "optimizer_config": {
                         "optimizer": {"type": "adam"},
                         "learning_rate": {"type": "cosine", "cosine": {
-                            "initial_learning_rate": 0.003, "decay_steps": max(steps, 1)}}},
+                            "initial_learning_rate": 0.001, "decay_steps": max(steps, 1)}}},
                     **trainer}})
     config.validate()
     return config
@@ -293,7 +294,7 @@ def test_two_replicas_report_the_one_device_mean_iou(shapes, tmp_path):
     (["backbone", "decoder"], {"backbone", "decoder"}),
 ])
 def test_init_checkpoint_restores_the_named_modules(shapes, tmp_path, modules, restored):
-    config = tiny_config(shapes)
+    config = tiny_config(shapes, width=0.25)
     source = ll.get_task(config.task).build_model()
     # As the Trainer saves: the model and its checkpoint items at the top level.
     path = tf.train.Checkpoint(model=source, **source.checkpoint_items).write(
@@ -310,8 +311,8 @@ def test_init_checkpoint_restores_the_named_modules(shapes, tmp_path, modules, r
 
 
 def test_init_checkpoint_of_another_model_is_one_line(shapes, tmp_path):
-    config = tiny_config(shapes)
-    other = tiny_config(shapes)
+    config = tiny_config(shapes, width=0.25)
+    other = tiny_config(shapes, width=0.25)
     other.task.model.decoder.aspp.num_filters = 8
     source = ll.get_task(other.task).build_model()
     path = tf.train.Checkpoint(**source.checkpoint_items).write(str(tmp_path / "ckpt"))
