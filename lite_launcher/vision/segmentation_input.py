@@ -27,6 +27,7 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.vision.classification_input import MEAN_RGB, STDDEV_RGB
 
 MASK_KEY = "image/segmentation/class/encoded"
@@ -272,11 +273,47 @@ class Parser:
             label = resize_and_crop_masks(label, image_info[2, :], self._output_size,
                                           image_info[3, :], centered_crop=self._centered_crop)
         else:
-            label = _pad(label, self._groundtruth_padded_size, centered=False)
+            label = _pad(self._check_fits_padded_size(data, label),
+                         self._groundtruth_padded_size, centered=False)
         label, valid_mask = self._finish_label(label)
         labels = {"masks": label, "valid_masks": valid_mask, "image_info": image_info}
         return tf.cast(image, self._dtype), labels
 
+    def _check_fits_padded_size(self, data, label):
+        """`label` [1, h, w, 1], after checking it fits in groundtruth_padded_size."""
+        size = tf.shape(label)[1:3]
+        fits = tf.debugging.Assert(
+            tf.reduce_all(size <= self._groundtruth_padded_size),
+            ["The ground truth of record", data.get("image/filename", ""), "is", size,
+             "larger than groundtruth_padded_size", self._groundtruth_padded_size,
+             "; raise groundtruth_padded_size to the largest evaluation image."])
+        with tf.control_dependencies([fits]):
+            return tf.identity(label)
+
     def parse_fn(self, is_training: bool):
         """The map function for a training or an evaluation dataset."""
         return self.parse_train_data if is_training else self.parse_eval_data
+
+
+def build_dataset(params, task_config,
+                  input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+    """The batched dataset of `params` (a segmentation DataConfig) for a semantic segmentation
+    task, as TFM's task builds it: `ignore_label` and `gt_is_matting_map` come from
+    `task_config.losses`, the rest from `params` (TFM's field names)."""
+    losses = task_config.losses
+    decoder = Decoder(image_feature=params.image_feature,
+                      additional_dense_features=params.additional_dense_features)
+    parser = Parser(
+        output_size=params.output_size, crop_size=params.crop_size,
+        ignore_label=losses.ignore_label,
+        resize_eval_groundtruth=params.resize_eval_groundtruth,
+        gt_is_matting_map=losses.gt_is_matting_map,
+        groundtruth_padded_size=params.groundtruth_padded_size,
+        aug_scale_min=params.aug_scale_min, aug_scale_max=params.aug_scale_max,
+        aug_rand_hflip=params.aug_rand_hflip, preserve_aspect_ratio=params.preserve_aspect_ratio,
+        dtype=params.dtype, image_feature=params.image_feature,
+        additional_dense_features=params.additional_dense_features,
+        centered_crop=params.centered_crop)
+    reader = InputReader(params, dataset_fn=pick_dataset_fn(params.file_type),
+                         decoder_fn=decoder.decode, parser_fn=parser.parse_fn(params.is_training))
+    return reader.read(input_context)

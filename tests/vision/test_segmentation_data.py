@@ -318,6 +318,15 @@ def test_record_with_mask_of_another_size_is_named():
         si.Parser(output_size=[16, 20]).parse_fn(True)(si.Decoder().decode(serialized))
 
 
+def test_eval_groundtruth_larger_than_padded_size_is_named():
+    serialized = record(tfm("parser/image"), tfm("parser/mask"), filename="big.png")
+    parser = si.Parser(output_size=[16, 16], resize_eval_groundtruth=False,
+                       groundtruth_padded_size=[8, 16])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"big.png[\s\S]*larger than groundtruth_padded_size"):
+        parser.parse_fn(False)(si.Decoder().decode(serialized))
+
+
 def test_unresized_eval_groundtruth_needs_a_padded_size():
     with pytest.raises(ValueError, match="groundtruth_padded_size"):
         si.Parser(output_size=[16, 16], resize_eval_groundtruth=False)
@@ -465,3 +474,46 @@ def test_make_tfrecords_writes_all_shards_or_none(tmp_path, monkeypatch):
         make_tfrecords.make_segmentation_tfrecords(image_dir, mask_dir, 3,
                                                    str(tmp_path / "seg"), num_shards=2)
     assert len(opened) == 2 and not list(tmp_path.glob("seg*"))
+
+
+def test_build_dataset_reads_make_tfrecords_shards(tmp_path):
+    # The data fields as TFM's segmentation DataConfig names them (the task's config
+    # dataclass lives with the task; this stand-in has the same names and defaults).
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    import types  # pylint: disable=import-outside-toplevel
+    from typing import List  # pylint: disable=import-outside-toplevel
+    from lite_launcher import config  # pylint: disable=import-outside-toplevel
+    from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
+
+    @dataclasses.dataclass
+    class SegData(config.DataConfig):
+        output_size: List[int] = dataclasses.field(default_factory=list)
+        crop_size: List[int] = dataclasses.field(default_factory=list)
+        dtype: str = "float32"
+        resize_eval_groundtruth: bool = True
+        groundtruth_padded_size: List[int] = dataclasses.field(default_factory=list)
+        aug_scale_min: float = 1.0
+        aug_scale_max: float = 1.0
+        aug_rand_hflip: bool = True
+        preserve_aspect_ratio: bool = True
+        centered_crop: bool = False
+        image_feature: si.DenseFeature = dataclasses.field(default_factory=si.DenseFeature)
+        additional_dense_features: list = dataclasses.field(default_factory=list)
+
+    image_dir, mask_dir, _ = image_mask_folders(str(tmp_path))
+    prefix = str(tmp_path / "seg")
+    assert make_tfrecords.main(mask_mode_args(image_dir, mask_dir, prefix)) == 0
+    task_config = types.SimpleNamespace(
+        losses=types.SimpleNamespace(ignore_label=255, gt_is_matting_map=False))
+    train = SegData(input_path=prefix + "*", global_batch_size=2, is_training=True,
+                    output_size=[16, 16], aug_scale_min=0.5, aug_scale_max=2.0)
+    images, labels = next(iter(si.build_dataset(train, task_config)))
+    assert images.shape == (2, 16, 16, 3) and labels["masks"].shape == (2, 16, 16, 1)
+    evaluation = SegData(input_path=prefix + "*", global_batch_size=3, is_training=False,
+                         output_size=[16, 16], resize_eval_groundtruth=False,
+                         groundtruth_padded_size=[16, 16], drop_remainder=False)
+    batches = list(si.build_dataset(evaluation, task_config))
+    assert [b[1]["masks"].shape[0] for b in batches] == [3]
+    # Unresized ground truth keeps the original sizes, padded with ignore_label.
+    info = batches[0][1]["image_info"].numpy()
+    assert sorted(map(tuple, info[:, 0].astype(int).tolist())) == [(8, 9), (10, 10), (11, 13)]
