@@ -25,7 +25,6 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher.base_config import ConfigError
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
 from lite_launcher.vision import (
@@ -91,26 +90,7 @@ class SemanticSegmentationTask(Task):
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's segmentation records, parsed for training or evaluation by `params`."""
-        losses = self.task_config.losses
-        decoder = segmentation_input.Decoder(
-            image_feature=params.image_feature,
-            additional_dense_features=params.additional_dense_features)
-        parser = segmentation_input.Parser(
-            output_size=params.output_size, crop_size=params.crop_size,
-            ignore_label=losses.ignore_label,
-            resize_eval_groundtruth=params.resize_eval_groundtruth,
-            gt_is_matting_map=losses.gt_is_matting_map,
-            groundtruth_padded_size=params.groundtruth_padded_size,
-            aug_scale_min=params.aug_scale_min, aug_scale_max=params.aug_scale_max,
-            aug_rand_hflip=params.aug_rand_hflip,
-            preserve_aspect_ratio=params.preserve_aspect_ratio, dtype=params.dtype,
-            image_feature=params.image_feature,
-            additional_dense_features=params.additional_dense_features,
-            centered_crop=params.centered_crop)
-        reader = InputReader(params, dataset_fn=pick_dataset_fn(params.file_type),
-                             decoder_fn=decoder.decode,
-                             parser_fn=parser.parse_fn(params.is_training))
-        return reader.read(input_context)
+        return segmentation_input.build_dataset(params, self.task_config, input_context)
 
     # ----- loss and metrics ------------------------------------------------------------
 
