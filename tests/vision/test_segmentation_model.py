@@ -206,3 +206,20 @@ def test_panoptic_fusion_needs_its_levels():
     task.validate()
     assert segmentation_configs.FEATURE_FUSIONS[1:] == (
         "deeplabv3plus", "deeplabv3plus_sum_to_merge", "pyramid_fusion", "panoptic_fpn_fusion")
+
+
+def test_keras_file_round_trips(tmp_path):
+    """model.save('.keras') / load_model rebuild the model (every custom layer's get_config)."""
+    config = ll.get_exp_config("mnv2_deeplabv3plus_cityscapes").task
+    config.model.backbone.mobilenet.filter_size_scale = 0.25
+    config.model.decoder.aspp.pool_kernel_size = None  # 512x1024 / 16 pools 32x64 windows
+    keras.backend.clear_session()
+    model = segmentation_model.build_segmentation_model(config.model, 1e-4)
+    path = str(tmp_path / "segmentation.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    images = np.random.default_rng(0).normal(size=(1, 64, 64, 3)).astype(np.float32)
+    np.testing.assert_array_equal(loaded(images)["logits"], model(images)["logits"])
+    assert type(loaded) is segmentation_model.SegmentationModel
+    assert sorted(loaded.checkpoint_items) == ["backbone", "decoder", "head"]
+    assert len(loaded.losses) == len(model.losses)
