@@ -32,11 +32,9 @@ export leaves no partial one (for local paths; gs:// and other schemes are writt
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import shutil
-import types
 from typing import Dict, List, Optional, Sequence
 
 from absl import app
@@ -44,7 +42,8 @@ from absl import flags
 from absl import logging
 
 from lite_launcher import atomic_write
-from lite_launcher import main as driver
+from lite_launcher import flags as lite_flags
+from lite_launcher import train_utils
 from lite_launcher.errors import (ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError,
                                   NoReadableCheckpointError)
 
@@ -66,39 +65,32 @@ Exit codes: 0 done, 1 the environment failed (disk), 2 bad input (one line on st
 
 
 def define_flags() -> None:
-    """Defines `lite-export`'s flags (TFM's names and meanings). Safe to call more than once;
-    a flag `lite-train` defined already in this process is shared."""
-    def define(kind, name, default, text):
-        if name not in FLAGS:
-            getattr(flags, f"DEFINE_{kind}")(name, default, text)
-
-    define("string", "experiment", None, "The registered experiment the checkpoint was trained "
-           "with.")
-    define("multi_string", "config_file", None, "YAML/JSON files overriding the experiment "
-           "config, applied in order.")
-    define("string", "params_override", None, "A YAML/JSON string, a YAML file path, or "
-           "'a.b=1,c.d=x' pairs, applied after --config_file.")
-    define("string", "checkpoint_path", None, "A checkpoint prefix (or its .index file), or a "
-           "directory: a model_dir (its newest checkpoint) or a best-checkpoint subdir.")
-    define("string", "export_dir", None, "The directory to write the export into (created).")
-    define("string", "input_type", None, "The serving input: image classification takes "
-           "image_tensor (default), image_bytes, tf_example, serve_examples or tflite; other "
-           "tasks tensor (the model's own input).")
-    define("integer", "batch_size", None, "The batch size of the signature (default: any).")
-    define("string", "input_image_size", None, "height,width of the served image, e.g. 224,224 "
-           "(default: the task's model.input_size).")
-    define("string", "export_checkpoint_subdir", CHECKPOINT_SUBDIR, "The subdirectory for the "
-           "exported checkpoint (empty: none).")
-    define("string", "export_saved_model_subdir", SAVED_MODEL_SUBDIR, "The subdirectory for the "
-           "SavedModel (empty: export_dir itself).")
-    define("bool", "log_model_flops_and_params", False, "Also write model_params.txt and "
-           "model_flops.txt (FLOPs of one image) into export_dir.")
-    define("string", "function_keys", "", "Several signatures in one SavedModel: "
-           "'input_type:signature_name,...', e.g. "
-           "'tf_example:serving_default,image_tensor:serving_image_tensor' (without a "
-           "serving_default, Keras names the first one so too).")
-    define("multi_string", "registry_imports", None, "Modules to import that register "
-           "experiments and tasks (repeatable).")
+    """Defines `lite-export`'s flags (TFM's names and meanings): the config flags it shares with
+    `lite-train` (`lite_launcher.flags`) and its own. Safe to call more than once."""
+    lite_flags.define_config_flags()
+    lite_flags.define_registry_imports_flag()
+    if "export_dir" in FLAGS:
+        return
+    flags.DEFINE_string("checkpoint_path", None, "A checkpoint prefix (or its .index file), or "
+                        "a directory: a model_dir (its newest checkpoint) or a best-checkpoint "
+                        "subdir.")
+    flags.DEFINE_string("export_dir", None, "The directory to write the export into (created).")
+    flags.DEFINE_string("input_type", None, "The serving input: image classification takes "
+                        "image_tensor (default), image_bytes, tf_example, serve_examples or "
+                        "tflite; other tasks tensor (the model's own input).")
+    flags.DEFINE_integer("batch_size", None, "The batch size of the signature (default: any).")
+    flags.DEFINE_string("input_image_size", None, "height,width of the served image, e.g. "
+                        "224,224 (default: the task's model.input_size).")
+    flags.DEFINE_string("export_checkpoint_subdir", CHECKPOINT_SUBDIR, "The subdirectory for "
+                        "the exported checkpoint (empty: none).")
+    flags.DEFINE_string("export_saved_model_subdir", SAVED_MODEL_SUBDIR, "The subdirectory for "
+                        "the SavedModel (empty: export_dir itself).")
+    flags.DEFINE_bool("log_model_flops_and_params", False, "Also write model_params.txt and "
+                      "model_flops.txt (FLOPs of one image) into export_dir.")
+    flags.DEFINE_string("function_keys", "", "Several signatures in one SavedModel: "
+                        "'input_type:signature_name,...', e.g. "
+                        "'tf_example:serving_default,image_tensor:serving_image_tensor' "
+                        "(without a serving_default, Keras names the first one so too).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +140,7 @@ def check_export_dir(export_dir: str, saved_model_subdir: str = SAVED_MODEL_SUBD
     overwrite it in place; a half-overwritten SavedModel serves neither model)."""
     if not export_dir:
         raise ConfigError("--export_dir is required (the directory to write the export into).")
-    driver.check_output_dir(export_dir, "--export_dir")
+    train_utils.check_output_dir(export_dir, "--export_dir")
     if "://" in export_dir or not os.path.isdir(export_dir):
         return
     taken = [e for e in _export_entries(saved_model_subdir, checkpoint_subdir)
@@ -312,7 +304,7 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
     import keras  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from lite_launcher import registry  # pylint: disable=import-outside-toplevel
+    from lite_launcher import checkpoints, registry  # pylint: disable=import-outside-toplevel
 
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"--batch_size ({batch_size}) must be a positive integer (or left "
@@ -343,8 +335,8 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
             archive.add_endpoint(name, fn, input_signature=[spec])
         archive.write_out(saved_model_dir, verbose=False)
         if export_checkpoint_subdir:
-            tf.train.Checkpoint(model=model).save(
-                os.path.join(staging, export_checkpoint_subdir, "ckpt"))
+            checkpoints.save_to(tf.train.Checkpoint(model=model),
+                                os.path.join(staging, export_checkpoint_subdir, "ckpt"))
         params.save_yaml(os.path.join(staging, "params.yaml"))
         if log_model_flops_and_params:
             total = _write_model_params(model, os.path.join(staging, "model_params.txt"))
@@ -384,10 +376,11 @@ def _main(flags_obj) -> str:
         raise ConfigError("Pass --input_type or --function_keys, not both.")
     check_export_dir(flags_obj.export_dir, flags_obj.export_saved_model_subdir,
                      flags_obj.export_checkpoint_subdir)
-    driver._check_input_files(types.SimpleNamespace(  # pylint: disable=protected-access
-        config_file=flags_obj.config_file, gin_file=None, gin_params=None))
-    driver.load_registrations(flags_obj.registry_imports)
-    params = driver.parse_configuration(driver.ParseConfigOptions(
+    train_utils.check_input_files(flags_obj)
+    train_utils.load_user_registrations(flags_obj.registry_imports)
+    train_utils.check_experiment_inputs(flags_obj)
+    train_utils.load_builtin_registrations()
+    params = train_utils.parse_configuration(train_utils.ParseConfigOptions(
         experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
         params_override=flags_obj.params_override or ""), print_return=False)
     return export_saved_model(
@@ -403,24 +396,26 @@ def _main(flags_obj) -> str:
 def main(argv) -> None:
     """Runs `lite-export` with parsed FLAGS; bad input exits 2 with one line."""
     if len(argv) > 1:
-        driver._user_error(f"unexpected arguments {argv[1:]}; every option is a --flag.",
-                           prog=PROG)
+        train_utils.exit_with_error(
+            f"unexpected arguments {argv[1:]}; every option is a --flag.", prog=PROG)
     try:
         saved_model_dir = _main(FLAGS)
     except ConfigError as error:
-        driver._user_error(error, prog=PROG)  # pylint: disable=protected-access
+        train_utils.exit_with_error(error, prog=PROG)
     except ENVIRONMENT_FAILURES as error:
-        driver._user_error(error, driver.RUNTIME_ERROR_EXIT_CODE,  # pylint: disable=protected-access
-                           prog=PROG)
+        train_utils.exit_with_error(error, train_utils.RUNTIME_ERROR_EXIT_CODE, prog=PROG)
     print(saved_model_dir)
+
+
+def _flags_parser(argv):
+    return lite_flags.parse_flags(argv, prog=PROG, intro=_HELP_INTRO, cli_flag="export_dir")
 
 
 def run() -> None:
     """Console-script entry point for `lite-export`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     define_flags()
-    app.run(main, flags_parser=functools.partial(
-        driver._flags_parser, prog=PROG, intro=_HELP_INTRO))  # pylint: disable=protected-access
+    app.run(main, flags_parser=_flags_parser)
 
 
 if __name__ == "__main__":
