@@ -23,4 +23,12 @@ BUILTIN_EXPERIMENTS: Dict[str, str] = {
     "deit_imagenet_pretrain": "lite_launcher.vision.configs",
     "vit_imagenet_pretrain": "lite_launcher.vision.configs",
     "vit_imagenet_finetune": "lite_launcher.vision.configs",
+    "semantic_segmentation": "lite_launcher.vision.segmentation_configs",
+    "seg_deeplabv3_pascal": "lite_launcher.vision.segmentation_configs",
+    "seg_deeplabv3plus_pascal": "lite_launcher.vision.segmentation_configs",
+    "seg_resnetfpn_pascal": "lite_launcher.vision.segmentation_configs",
+    "mnv2_deeplabv3_pascal": "lite_launcher.vision.segmentation_configs",
+    "seg_deeplabv3plus_cityscapes": "lite_launcher.vision.segmentation_configs",
+    "mnv2_deeplabv3_cityscapes": "lite_launcher.vision.segmentation_configs",
+    "mnv2_deeplabv3plus_cityscapes": "lite_launcher.vision.segmentation_configs",
 }

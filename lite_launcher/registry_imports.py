@@ -5,7 +5,8 @@ and `ll.registered_experiments` are the registry's lookups taken from here, so t
 built-ins. The built-ins: `digits_mlp`, `digits_cnn`, `mlp_tiny`, `cnn_small`, `mock`
 (`lite_launcher.experiments`) and `image_classification`, `resnet_imagenet`,
 `resnet_rs_imagenet`, `mobilenet_imagenet`, `deit_imagenet_pretrain`, `vit_imagenet_pretrain`,
-`vit_imagenet_finetune` (`lite_launcher.vision`).
+`vit_imagenet_finetune`, and TFM's eight semantic segmentation experiments
+(`semantic_segmentation`, `seg_deeplabv3_pascal`, ...) (`lite_launcher.vision`).
 """
 
 import lite_launcher.experiments  # noqa: F401  (registers the built-ins)

@@ -325,6 +325,7 @@ def test_the_checkpoint_write_scan_lets_ordinary_writes_through():
 # of TFM checkpoints routes these through the home.
 DIRECT_CHECKPOINT_READS = {"task.py": "init_checkpoint",
                            "vision/image_classification.py": "init_checkpoint",
+                           "vision/semantic_segmentation.py": "init_checkpoint",
                            "export.py": "the checkpoint to export"}
 
 
@@ -418,3 +419,24 @@ def test_the_controller_touches_no_checkpoint_files_or_manager_internals():
 def test_controller_py_stays_near_orbits_size():
     with open(os.path.join(PACKAGE, "controller.py")) as f:
         assert len(f.read().splitlines()) <= 500
+
+
+@pytest.mark.parametrize("module", ["vision/decoders.py", "vision/segmentation_heads.py",
+                                    "vision/segmentation_model.py"])
+def test_segmentation_model_pieces_know_no_task_data_or_metrics(module):
+    # TFM's cut: the model pieces are reusable layers; only the task wires them to the input,
+    # the loss and the metrics.
+    wiring = {"lite_launcher.task", "lite_launcher.vision.semantic_segmentation",
+              "lite_launcher.vision.segmentation_input", "lite_launcher.vision.segmentation_losses",
+              "lite_launcher.vision.segmentation_metrics", "lite_launcher.input_reader",
+              "lite_launcher.trainer"}
+    assert not _lite_modules(module) & wiring
+
+
+def test_segmentation_configs_load_without_tensorflow():
+    # The driver validates a segmentation config before TensorFlow is imported.
+    assert not {n for n in _imports("vision/segmentation_configs.py")
+                if n.split(".")[0] in ("tensorflow", "keras")}
+    assert not {n for n in _lite_modules("vision/segmentation_configs.py")
+                if n not in ("lite_launcher.base_config", "lite_launcher.config",
+                             "lite_launcher.registry", "lite_launcher.vision.configs")}

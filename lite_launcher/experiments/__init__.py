@@ -5,9 +5,15 @@
 - `image_classification`, `resnet_imagenet`, `resnet_rs_imagenet`, `mobilenet_imagenet`,
   `deit_imagenet_pretrain`, `vit_imagenet_pretrain`, `vit_imagenet_finetune`: TFM's image
   classification experiments (`lite_launcher.vision.configs`).
+- `semantic_segmentation`, `seg_deeplabv3_pascal`, `seg_deeplabv3plus_pascal`,
+  `seg_resnetfpn_pascal`, `mnv2_deeplabv3_pascal`, `seg_deeplabv3plus_cityscapes`,
+  `mnv2_deeplabv3_cityscapes`, `mnv2_deeplabv3plus_cityscapes`: TFM's semantic segmentation
+  experiments (`lite_launcher.vision.segmentation_configs`).
 """
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)
 from lite_launcher.experiments import workloads  # noqa: F401  (registers mlp_tiny, cnn_small, mock)
 # Registers the seven image classification experiments and their task.
 from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501
+# Registers TFM's eight semantic segmentation experiments and their task.
+from lite_launcher.vision import segmentation_configs, semantic_segmentation  # noqa: F401

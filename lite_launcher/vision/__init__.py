@@ -2,7 +2,10 @@
 module per family: `resnet`, `resnet_deeplab`, `mobilenet`, `vit`, registered with the factory
 in `modeling`, built from the shared layers of `layers`), the task, and the experiments
 `image_classification`, `resnet_imagenet`, `resnet_rs_imagenet`, `mobilenet_imagenet`,
-`deit_imagenet_pretrain`, `vit_imagenet_pretrain` and `vit_imagenet_finetune`.
+`deit_imagenet_pretrain`, `vit_imagenet_pretrain` and `vit_imagenet_finetune`; and TFM's
+semantic segmentation: configs and experiments (`segmentation_configs`), decoders / head /
+model (`decoders`, `segmentation_heads`, `segmentation_model`), input, loss and IoU metrics,
+the task (`semantic_segmentation`) and its serving signatures (`segmentation_serving`).
 
 The experiments and the task are registered with the built-ins (`lite_launcher.experiments`
 imports `configs` and `image_classification`). This package imports nothing itself, so that
