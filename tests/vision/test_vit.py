@@ -70,24 +70,15 @@ def test_model_name_sets_the_sizes_as_tfms_builder():
     assert (custom.sizes()["hidden_size"], custom.sizes()["patch_size"]) == (8, 4)
 
 
-def expected_params(size=32, representation=0, classes=10, layer_scale=False, token=True):
-    tokens = (size // PATCH) ** 2 + (1 if token else 0)
-    block = (2 * D + 4 * D * D + 4 * D + 2 * D + D * MLP + MLP + MLP * D + D
-             + (2 * D if layer_scale else 0))
-    width = representation or D
-    return (PATCH * PATCH * 3 * D + D + (D if token else 0) + tokens * D + LAYERS * block + 2 * D
-            + (D * representation + representation if representation else 0)
-            + width * classes + classes)
-
-
-def test_the_network_and_its_options_count_as_tfm():
-    assert tiny_model().count_params() == expected_params()
-    assert tiny_model(48).count_params() == expected_params(48)
-    assert tiny_model(representation_size=24).count_params() == expected_params(
-        representation=24)
-    assert tiny_model(layer_scale_init_value=0.1).count_params() == expected_params(
-        layer_scale=True)
-    assert tiny_model(pooler="gap").count_params() == expected_params(token=False)
+@pytest.mark.parametrize("name", sorted(TFM["tiny"]))
+def test_the_network_and_its_options_count_as_tfm(name):
+    # TFM's counts for the same tiny ViT (make_vit_tfm_numbers.py, "tiny").
+    assert TFM["tiny_spec"] == {"hidden_size": D, "patch_size": PATCH, "transformer": {
+        "mlp_dim": MLP, "num_heads": HEADS, "num_layers": LAYERS}}
+    expected = TFM["tiny"][name]
+    model = tiny_model(expected["size"], **expected["vit"])
+    assert (model.count_params(), model.backbone.count_params()) == (
+        expected["params"], expected["backbone_params"])
 
 
 def test_endpoints_as_tfm():
