@@ -531,12 +531,32 @@ def test_validate_reaches_runtime_data_and_optimizer_configs(override, pattern):
         config.validate()
 
 
+def _accepted_unchanged(config):
+    """validate() passes and leaves every value as it was."""
+    before = config.as_dict()
+    assert config.validate() is None
+    assert config.as_dict() == before
+    return before
+
+
 def test_validate_accepts_defaults_and_every_registered_experiment():
-    ExperimentConfig().validate()
-    TrainerConfig(steps_per_loop=10, summary_interval=30, eval_tf_while_loop=True,
-                  validation_steps=4).validate()
-    for name in ll.registered_experiments():
-        ll.get_exp_config(name).validate()
+    _accepted_unchanged(ExperimentConfig())
+    trainer = _accepted_unchanged(TrainerConfig(steps_per_loop=10, summary_interval=30,
+                                                eval_tf_while_loop=True, validation_steps=4))
+    assert (trainer["summary_interval"], trainer["validation_steps"]) == (30, 4)
+    # The same TrainerConfig one step off is refused: validate checks what it accepted.
+    with pytest.raises(ConfigError, match="must be a multiple"):
+        TrainerConfig(steps_per_loop=10, summary_interval=35).validate()
+    names = ll.registered_experiments()
+    assert {"image_classification", "resnet_imagenet", "resnet_rs_imagenet",
+            "mobilenet_imagenet", "deit_imagenet_pretrain"} <= set(names)
+    for name in names:
+        _accepted_unchanged(ll.get_exp_config(name))
+        # Each experiment's validate runs its checks (a bad runtime value is refused).
+        broken = ll.get_exp_config(name)
+        broken.runtime.mixed_precision_dtype = "float8"
+        with pytest.raises(ConfigError, match="float8"):
+            broken.validate()
 
 
 def test_override_config_validates_after_overriding():

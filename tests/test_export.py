@@ -126,7 +126,7 @@ def trained(tmp_path_factory, records):
     digits_params.override({"trainer": {"train_steps": 4, "steps_per_loop": 2,
                                         "checkpoint_interval": 4}})
     _, digits_model = train(digits_params, root / "digits")
-    resnet_task, resnet_model = train(resnet_params(records.path), root / "resnet")
+    _, resnet_model = train(resnet_params(records.path), root / "resnet")
 
     lite_export("--experiment", "digits_mlp", "--checkpoint_path", root / "digits",
                 "--export_dir", root / "digits_export")
@@ -137,8 +137,9 @@ def trained(tmp_path_factory, records):
 
     # The same inputs for the Keras models (here) and the SavedModels (a fresh process).
     digits_inputs = np.random.default_rng(1).uniform(0, 1, (5, 8, 8)).astype(np.float32)
-    eval_dataset = resnet_task.build_inputs(resnet_params(records.path).task.validation_data)
-    eval_images = next(iter(eval_dataset))[0].numpy()  # the evaluation pipeline's images
+    # The images as TFM's evaluation preprocessing makes them, computed here independently of
+    # lite's input pipeline and serving code (the 8 records in file order).
+    eval_images = np.stack([_reference_preprocess(i) for i in records.decoded])
     mixed_bytes = records.jpegs[:3] + [records.png]
     inputs = {
         "digits/serving_default": digits_inputs,
@@ -214,6 +215,16 @@ def test_saved_model_serves_what_the_keras_model_computes(trained, key):
     np.testing.assert_allclose(trained.served[served_key + "__probs"],
                                tf.nn.softmax(expected).numpy(), atol=1e-5)
     assert logits.shape == (len(trained.inputs[key]), NUM_CLASSES)
+
+
+def test_evaluation_pipeline_preprocesses_as_the_reference(records):
+    # The served image signatures preprocess as training's evaluation does: both equal the
+    # reference written out above.
+    params = resnet_params(records.path)
+    dataset = ll.get_task(params.task).build_inputs(params.task.validation_data)
+    images = next(iter(dataset))[0].numpy()
+    np.testing.assert_allclose(images, np.stack([_reference_preprocess(i)
+                                                 for i in records.decoded]), atol=1e-4)
 
 
 def test_saved_model_cli_lists_tfm_signature_names(trained):

@@ -148,12 +148,25 @@ def test_unimplemented_or_bad_fields_fail_at_config_time(override, named):
         config.validate()
 
 
+DEFAULTS_OF_UNIMPLEMENTED = {"train_data": {"three_augment": False, "aug_policy": None,
+                                            "weights": None, "repeated_augment": None},
+                             "train_input_partition_dims": []}
+
+
 def test_defaults_of_unimplemented_fields_are_accepted():
     config = ll.get_exp_config("resnet_imagenet")
-    config.override({"task": {"train_data": {"three_augment": False, "aug_policy": None,
-                                             "weights": None, "repeated_augment": None},
-                              "train_input_partition_dims": []}})
-    config.validate()
+    config.override({"task": DEFAULTS_OF_UNIMPLEMENTED})
+    assert config.validate() is None
+    task = config.task.as_dict()
+    assert {k: task["train_data"][k] for k in DEFAULTS_OF_UNIMPLEMENTED["train_data"]} == \
+        DEFAULTS_OF_UNIMPLEMENTED["train_data"]
+    assert task["train_input_partition_dims"] == []
+    # Set explicitly to its default, a field passes; set to anything else, it is refused.
+    for field, used in (("three_augment", True), ("repeated_augment", 2)):
+        config = ll.get_exp_config("resnet_imagenet")
+        config.override({"task": {"train_data": {field: used}}})
+        with pytest.raises(ConfigError, match=f"task.train_data.{field}"):
+            config.validate()
 
 
 def test_cli_rejects_an_unimplemented_field_in_one_line():

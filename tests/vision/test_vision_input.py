@@ -115,6 +115,25 @@ def test_random_crop_respects_area_and_aspect_ranges(jpeg):
     assert len(set(areas)) > 1  # random
 
 
+@pytest.mark.parametrize("jpeg", [False, True])
+def test_random_crop_runs_under_deterministic_ops(jpeg):
+    # runtime.deterministic_ops turns op determinism on; the crop op then needs a seed (issue
+    # 34: every ImageNet experiment with aug_crop failed to build its input). Graph mode, as
+    # in the input pipeline, is where TensorFlow checks.
+    pixels = position_image(40, 48)
+    encoded = tf.io.encode_jpeg(pixels, quality=100)
+    crop = tf.function(lambda: ci.decode_and_random_crop_jpeg(encoded, (0.3, 0.5)) if jpeg
+                       else ci.random_crop(tf.constant(pixels), (0.3, 0.5)))
+    from tensorflow.python.framework import config as tf_config  # pylint: disable=import-outside-toplevel
+    tf.config.experimental.enable_op_determinism()
+    try:
+        h, w = crop().numpy().shape[:2]
+    finally:
+        # Process-wide: the tests after this one run as before (TensorFlow has no public off).
+        tf_config.disable_op_determinism()
+    assert 0.3 * 0.9 <= h * w / (40 * 48) <= 0.5 * 1.1
+
+
 def test_random_crop_falls_back_to_the_center_crop():
     # A "crop" that is the whole image (area range 1..1) becomes the centre crop (0.875 of
     # the short side), as TFM's parser does.

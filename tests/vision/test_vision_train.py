@@ -15,6 +15,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from digits_images import digits_tfrecords  # noqa: E402
 from test_modes import read_scalars, subprocess_env  # noqa: E402
+from tfm_yaml import scaled_learning_rate_override  # noqa: E402
 
 TFM_YAML = os.path.join(HERE, "data", "imagenet_resnet50_gpu.yaml")
 TIMEOUT = 600
@@ -73,7 +74,8 @@ def test_resnet18_learns_digits_from_jpeg_tfrecords(digits_records, tmp_path):
 def test_resnet_imagenet_tfm_yaml_train_and_eval(digits_records, tmp_path):
     train, validation = digits_records
     model_dir = tmp_path / "model"
-    # The YAML unchanged; then what a CPU run needs: no GPUs / XLA, a small input and batch.
+    # The YAML unchanged; then what a CPU run needs: no GPUs / XLA, a small input and batch
+    # with the learning rate scaled to it, seeded and deterministic ops (the same run each time).
     result = lite_train(
         "--experiment", "resnet_imagenet", "--config_file", TFM_YAML,
         "--mode", "train_and_eval", "--model_dir", model_dir, "--params_override",
@@ -83,21 +85,28 @@ def test_resnet_imagenet_tfm_yaml_train_and_eval(digits_records, tmp_path):
         f"task.train_data.input_path='{train}',task.validation_data.input_path='{validation}',"
         "task.train_data.global_batch_size=8,task.validation_data.global_batch_size=8,"
         "trainer.train_steps=4,trainer.steps_per_loop=2,trainer.summary_interval=2,"
-        "trainer.checkpoint_interval=2,trainer.validation_interval=4,trainer.validation_steps=2")
+        "trainer.checkpoint_interval=2,trainer.validation_interval=4,trainer.validation_steps=2,"
+        "runtime.deterministic_ops=true," + scaled_learning_rate_override(TFM_YAML, 8))
     del result
     with open(model_dir / "params.yaml") as f:
         params = yaml.safe_load(f)
     # From the YAML ...
     assert params["task"]["losses"]["label_smoothing"] == 0.1
     assert params["task"]["model"]["backbone"]["resnet"]["model_id"] == 50
-    assert params["trainer"]["optimizer_config"]["learning_rate"]["stepwise"]["values"] == [
-        0.8, 0.08, 0.008, 0.0008]
+    stepwise = params["trainer"]["optimizer_config"]["learning_rate"]["stepwise"]
+    assert stepwise["boundaries"] == [18750, 37500, 50000]
+    # (The YAML's 0.8 / 0.08 / ... for 2,048 images, scaled to the batch of 8.)
+    assert stepwise["values"] == pytest.approx([v * 8 / 2048 for v in (0.8, 0.08, 0.008, 0.0008)])
     # ... and from resnet_imagenet's defaults.
     assert params["task"]["model"]["num_classes"] == 1001
     assert params["task"]["losses"]["l2_weight_decay"] == 1e-4
+    # Losses first: non-finite logits explain any odd metric below.
+    losses = read_scalars(str(model_dir / "train"))["training_loss"]
+    assert sorted(losses) == [2, 4] and np.all(np.isfinite(list(losses.values())))
     validation_scalars = read_scalars(str(model_dir / "validation"))
+    assert sorted(validation_scalars["validation_loss"]) == [4]
+    # ~ln(1001) = 6.9 for a barely trained 1001-way classifier; far above: blown-up logits.
+    assert 0.0 < validation_scalars["validation_loss"][4] < 3 * np.log(1001)
     assert sorted(validation_scalars["accuracy"]) == [4]
     assert 0.0 <= validation_scalars["accuracy"][4] <= validation_scalars["top_5_accuracy"][4]
-    assert np.isfinite(validation_scalars["validation_loss"][4])
-    assert sorted(read_scalars(str(model_dir / "train"))["training_loss"]) == [2, 4]
     assert os.path.exists(model_dir / "ckpt-4.index")

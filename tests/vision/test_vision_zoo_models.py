@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.vision import configs, mobilenet, modeling, resnet, resnet_deeplab
+from lite_launcher.vision import configs, mobilenet, modeling, resnet
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "data", "tfm_2_20_convnet_counts.json")) as f:
@@ -58,67 +58,50 @@ def _is_resnet(entry):
 
 MOBILENETS = [m for m in _unique_models() if not _is_resnet(m[1])]
 RESNETS = [m for m in _unique_models() if _is_resnet(m[1])]
-# Built whole as well, to check the block-by-block count below against the built model.
-BUILT_RESNETS = ("imagenet_resnet50_gpu.yaml", "imagenet_resnetrs50_i160.yaml",
-                 "imagenet_resnet50_deeplab_tpu.yaml")
+
+
+def _regularised_weights(model):
+    """How many weights carry an L2 regulariser: len(model.losses), without their values."""
+    return sum(1 for w in model.weights if getattr(w, "regularizer", None) is not None)
+
+
+def _stateless_counts(entry):
+    """(params, backbone params, L2 terms), endpoint shapes of lite's whole model for `entry`,
+    its variables never initialised (shapes only): ResNet-RS-420 builds in a few seconds so,
+    against ~12 s initialised."""
+    with keras.StatelessScope(initialize_variables=False):
+        model = _lite_model(entry)
+        counts = (model.count_params(), model.backbone.count_params(),
+                  _regularised_weights(model))
+        shapes = {k: list(v.shape[1:]) for k, v in model.backbone.output.items()}
+    keras.backend.clear_session()  # drops Keras's list of the uninitialised variables
+    return counts, shapes
 
 
 @pytest.mark.parametrize("name, entry", MOBILENETS, ids=[n for n, _ in MOBILENETS])
 def test_mobilenet_parameters_l2_terms_and_endpoints_equal_tfms(name, entry):
-    model = _lite_model(entry)
-    assert model.count_params() == entry["params"], name
-    assert model.backbone.count_params() == entry["backbone_params"], name
+    counts, shapes = _stateless_counts(entry)
     # TFM regularises convolution and dense kernels, not depthwise kernels or attention.
-    assert len(model.losses) == entry["l2_terms"], name
-    shapes = {k: list(v.shape[1:]) for k, v in model.backbone.output.items()}
+    assert counts == (entry["params"], entry["backbone_params"], entry["l2_terms"]), name
     assert shapes == entry["endpoints"], name
 
 
-def _resnet_counts_block_by_block(entry):
-    """(backbone params, params, L2 terms) of lite's model from its builder's own stem and
-    block plan, each distinct block built once: ResNet-RS-420 has 139 blocks but 8 distinct
-    ones, and building it whole takes ~12 s."""
-    config = EXPERIMENTS[entry["experiment"]]().task.model
-    config.override(entry["model"])
-    family = resnet if config.backbone.type == "resnet" else resnet_deeplab
-    family_config = config.backbone.get()
-    # Zero kernels: the counts are the same and nothing random is drawn.
-    settings = modeling.NormSettings(kernel_initializer="zeros",
-                                     kernel_regularizer=keras.regularizers.L2(5e-6))
-    inputs = keras.Input([SIZE, SIZE, 3])
-    stem = keras.Model(inputs, resnet.stem(inputs, settings=settings,
-                                           **family.stem_kwargs(family_config)))
-    params, l2_terms, channels = stem.count_params(), len(stem.losses), stem.output_shape[-1]
-    built = {}
-    for _, _, block_cls, kwargs in family.block_plan(family_config):
-        key = (block_cls.__name__, channels, json.dumps(kwargs, sort_keys=True))
-        if key not in built:
-            block = block_cls(settings=settings, **kwargs)
-            block.build((None, 8, 8, channels))
-            built[key] = (block.count_params(), len(block.losses))
-        params += built[key][0]
-        l2_terms += built[key][1]
-        channels = kwargs["filters"] * block_cls.expansion
-    head = channels * config.num_classes + config.num_classes  # the dense logits
-    return params, params + head, l2_terms + 1
-
-
 @pytest.mark.parametrize("name, entry", RESNETS, ids=[n for n, _ in RESNETS])
-def test_resnet_parameters_and_l2_terms_equal_tfms(name, entry):
-    backbone_params, params, l2_terms = _resnet_counts_block_by_block(entry)
-    assert (backbone_params, params, l2_terms) == (
-        entry["backbone_params"], entry["params"], entry["l2_terms"]), name
+def test_resnet_parameters_l2_terms_and_endpoints_equal_tfms(name, entry):
+    counts, shapes = _stateless_counts(entry)
+    assert counts == (entry["params"], entry["backbone_params"], entry["l2_terms"]), name
+    if "endpoints" in entry:  # the dilated ResNets
+        assert shapes == entry["endpoints"], name
 
 
-@pytest.mark.parametrize("name", BUILT_RESNETS)
-def test_the_block_by_block_count_is_the_built_models(name):
+@pytest.mark.parametrize("name", ["imagenet_resnet26_tpu.yaml",
+                                  "imagenet_mobilenetv3small_tpu.yaml"])
+def test_regularised_weights_count_the_l2_terms(name):
+    # The count above without values equals len(model.losses) of an initialised model
+    # (a ResNet, and a MobileNet with depthwise kernels and squeeze-excitation).
     entry = TFM["models"][name]
     model = _lite_model(entry)
-    assert (model.backbone.count_params(), model.count_params(), len(model.losses)) == (
-        _resnet_counts_block_by_block(entry))
-    if "endpoints" in entry:
-        shapes = {k: list(v.shape[1:]) for k, v in model.backbone.output.items()}
-        assert shapes == entry["endpoints"], name
+    assert _regularised_weights(model) == len(model.losses) == entry["l2_terms"]
 
 
 # The options no YAML sets (MobileNetV3Large's plain endpoints are its YAML's, checked above).

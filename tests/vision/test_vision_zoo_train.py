@@ -17,9 +17,14 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from digits_images import write_digit_folders  # noqa: E402
 from test_modes import read_scalars, subprocess_env  # noqa: E402
+from tfm_yaml import scaled_learning_rate_override  # noqa: E402
 
 DATA = os.path.join(HERE, "data")
 TIMEOUT = 600
+BATCH = 4
+# An untrained 1001-way classifier's cross-entropy is ~ln(1001) = 6.9; a validation loss far
+# above it means the evaluation's logits blew up (issue 34: 1e5 and more, or NaN).
+MAX_VALIDATION_LOSS = 3 * np.log(1001)
 
 # (YAML, TFM experiment, overrides a CPU run needs beyond the common ones, backbone keys the
 # params.yaml must show from the YAML).
@@ -37,7 +42,12 @@ FAMILIES = [
      {"type": "dilated_resnet", "dilated_resnet": {
          "model_id": 50, "output_stride": 16, "multigrid": [1, 2, 4], "stem_type": "v1",
          "se_ratio": 0.25, "stochastic_depth_drop_rate": 0.2}}),
-    ("imagenet_resnetrs50_i160.yaml", "resnet_rs_imagenet", "",
+    # The YAML's norm_momentum 0.0 makes the BN statistics those of the last training batch:
+    # from 4 images at 32x32 (1x1 in the last block group) they are degenerate, and the
+    # evaluation's logits reached 1e5 or NaN (issue 34; TFM computes the same). TFM's default
+    # momentum keeps them near their initial values for the 2 steps.
+    ("imagenet_resnetrs50_i160.yaml", "resnet_rs_imagenet",
+     ",task.model.norm_activation.norm_momentum=0.99",
      {"type": "resnet", "resnet": {"model_id": 50, "stem_type": "v1", "se_ratio": 0.25,
                                    "resnetd_shortcut": True, "replace_stem_max_pool": True}}),
 ]
@@ -79,29 +89,34 @@ def test_tfm_zoo_yaml_trains_two_steps_and_evaluates(small_records, tmp_path, ya
                                                      experiment, extra, backbone):
     train, validation = small_records
     model_dir = tmp_path / "model"
-    # The YAML unchanged; then what a CPU run needs: no TPU / bfloat16, a small input and batch.
+    # The YAML unchanged; then what a CPU run needs: no TPU / bfloat16, a small input and batch
+    # with the learning rate scaled to it, seeded and deterministic ops (the same run each time).
+    yaml_path = os.path.join(DATA, yaml_name)
     result = lite_train(
-        "--experiment", experiment, "--config_file", os.path.join(DATA, yaml_name),
+        "--experiment", experiment, "--config_file", yaml_path,
         "--mode", "train_and_eval", "--model_dir", model_dir, "--params_override",
         "runtime.distribution_strategy=off,runtime.mixed_precision_dtype=float32,"
-        "runtime.enable_xla=false,task.train_data.dtype=float32,"
+        "runtime.enable_xla=false,runtime.deterministic_ops=true,task.train_data.dtype=float32,"
         "task.validation_data.dtype=float32,task.model.input_size=[32,32,3],"
         f"task.train_data.input_path='{train}',task.validation_data.input_path='{validation}',"
-        "task.train_data.global_batch_size=4,task.validation_data.global_batch_size=4,"
+        f"task.train_data.global_batch_size={BATCH},"
+        f"task.validation_data.global_batch_size={BATCH},"
         "trainer.train_steps=2,trainer.steps_per_loop=2,trainer.summary_interval=2,"
-        "trainer.checkpoint_interval=2,trainer.validation_interval=2,trainer.validation_steps=1"
-        + extra)
+        "trainer.checkpoint_interval=2,trainer.validation_interval=2,trainer.validation_steps=1,"
+        + scaled_learning_rate_override(yaml_path, BATCH) + extra)
     assert result.returncode == 0, result.stderr[-4000:]
     with open(model_dir / "params.yaml") as f:
         params = yaml.safe_load(f)
     _subset(backbone, params["task"]["model"]["backbone"])
     assert params["task"]["model"]["num_classes"] == 1001
-    validation_scalars = read_scalars(str(model_dir / "validation"))
-    assert sorted(validation_scalars["accuracy"]) == [2]
-    assert 0.0 <= validation_scalars["accuracy"][2] <= validation_scalars["top_5_accuracy"][2]
-    assert np.isfinite(validation_scalars["validation_loss"][2])
+    # Losses first: non-finite logits explain any odd metric below.
     losses = read_scalars(str(model_dir / "train"))["training_loss"]
     assert sorted(losses) == [2] and np.isfinite(losses[2])
+    validation_scalars = read_scalars(str(model_dir / "validation"))
+    assert sorted(validation_scalars["validation_loss"]) == [2]
+    assert 0.0 < validation_scalars["validation_loss"][2] < MAX_VALIDATION_LOSS
+    assert sorted(validation_scalars["accuracy"]) == [2]
+    assert 0.0 <= validation_scalars["accuracy"][2] <= validation_scalars["top_5_accuracy"][2]
     assert os.path.exists(model_dir / "ckpt-2.index")
     if experiment == "resnet_rs_imagenet":
         # TFM's resnet_rs_imagenet default: EMA over all weights (the YAML sets the decay only).

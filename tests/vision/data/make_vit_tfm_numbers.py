@@ -9,7 +9,13 @@ Run once in a venv with tf-models-official 2.20 (tensorflow 2.20, tf_keras):
    sets (read from the YAML in the tensorflow/models repository and written out here by hand),
    applied over the defaults of the experiment the YAML names; the classifier TFM builds from
    them (official.vision.modeling.factory) and its parameter counts (whole model, backbone).
-2. "interpolation": TFM's position-embedding interpolation (`AddPositionEmbs._interpolate`,
+2. "tiny": the parameter counts of TFM's classifier for the 2-block, 16-wide ViT of
+   tests/vision/test_vit.py (`tiny_config`: patch 8, MLP 32, 2 heads, 10 classes, under
+   deit_imagenet_pretrain) at two input sizes and with each option that adds weights
+   (representation_size, layer_scale_init_value) or removes them (pooler 'gap': no class
+   token). TFM's builder takes its sizes from a `model_name` spec, so the tiny sizes are added
+   as one more spec, TINY_NAME.
+3. "interpolation": TFM's position-embedding interpolation (`AddPositionEmbs._interpolate`,
    used when a ViT runs at another input size than its `pos_embed_shape`) on small random
    grids: the input embedding and TFM's result.
 """
@@ -82,6 +88,37 @@ def count_models():
     return out
 
 
+TINY_NAME = "lite-test-tiny"
+TINY_SPEC = {"hidden_size": 16, "patch_size": 8,
+             "transformer": {"mlp_dim": 32, "num_heads": 2, "num_layers": 2}}
+# name: (input size, vit options besides model_name)
+TINY = {
+    "32": (32, {}),
+    "48": (48, {}),
+    "representation_size 24": (32, {"representation_size": 24}),
+    "layer_scale_init_value 0.1": (32, {"layer_scale_init_value": 0.1}),
+    "pooler gap": (32, {"pooler": "gap"}),
+}
+
+
+def count_tiny():
+    vit.VIT_SPECS = {**vit.VIT_SPECS, TINY_NAME: TINY_SPEC}
+    out = {}
+    for name, (size, options) in TINY.items():
+        config = exp_factory.get_exp_config("deit_imagenet_pretrain")
+        config.task.model.override({
+            "num_classes": 10, "input_size": [size, size, 3],
+            "backbone": {"type": "vit", "vit": {"model_name": TINY_NAME,
+                                                "representation_size": 0, **options}}})
+        tf_keras.backend.clear_session()
+        model = factory.build_classification_model(
+            tf_keras.layers.InputSpec(shape=[None, size, size, 3]), config.task.model)
+        out[name] = {"size": size, "vit": options, "params": int(model.count_params()),
+                     "backbone_params": int(model.backbone.count_params())}
+        print(name, out[name], flush=True)
+    return out
+
+
 def interpolations():
     rng = np.random.default_rng(0)
     cases = []
@@ -97,7 +134,8 @@ def interpolations():
 
 def main():
     numbers = {"tfm_version": "tf-models-official 2.20, tensorflow " + tf.__version__,
-               "interpolation": interpolations(), "models": count_models()}
+               "interpolation": interpolations(), "models": count_models(),
+               "tiny_spec": TINY_SPEC, "tiny": count_tiny()}
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vit_tfm_numbers.json")
     with open(path, "w") as f:
         json.dump(numbers, f, indent=1)
