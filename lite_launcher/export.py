@@ -215,6 +215,10 @@ def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:
 
     from lite_launcher import exporter, optimization  # pylint: disable=import-outside-toplevel
 
+    # A task that reads checkpoints of another format (vision: TFM-written) does so itself.
+    read_foreign = getattr(task, "read_tfm_checkpoint", None)
+    if read_foreign is not None and read_foreign(model, checkpoint_prefix):
+        return False
     _read(tf.train.Checkpoint(model=model), checkpoint_prefix, "model")
     if params.trainer.optimizer_config.ema is None:
         return False

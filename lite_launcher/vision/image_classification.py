@@ -18,7 +18,7 @@ from absl import logging
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
-from lite_launcher.vision import classification_input, configs, modeling, serving
+from lite_launcher.vision import classification_input, configs, modeling, serving, tfm_checkpoint
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6
@@ -37,26 +37,24 @@ class ImageClassificationTask(Task):
         return model
 
     def initialize(self, model: keras.Model) -> None:
-        """Restores `init_checkpoint`: the whole model ('all') or its backbone ('backbone')."""
+        """Restores `init_checkpoint`: the whole model ('all') or its backbone ('backbone').
+
+        A lite checkpoint restores as it is; a TFM-written one (a tf_keras object graph) is
+        mapped onto the model by `tfm_checkpoint` (its optimizer and global step ignored)."""
         path = self.task_config.init_checkpoint
         if not path:
             return
         modules = self.task_config.init_checkpoint_modules
-        if tf.io.gfile.isdir(path):
-            latest = tf.train.latest_checkpoint(path)
-            if not latest:
-                raise ConfigError(f"task.init_checkpoint directory {path!r} holds no checkpoint.")
-            path = latest
-        elif not tf.io.gfile.exists(path + ".index"):
-            raise ConfigError(f"task.init_checkpoint {path!r} is neither a checkpoint directory "
-                              f"nor a checkpoint prefix.")
-        if modules == "all":
-            checkpoint = tf.train.Checkpoint(model=model)
-        elif modules == "backbone":
-            checkpoint = tf.train.Checkpoint(backbone=model.backbone)
-        else:
+        path = tfm_checkpoint.resolve(path)
+        if modules not in ("all", "backbone"):
             raise ConfigError(f"task.init_checkpoint_modules {modules!r} must be 'all' or "
                               f"'backbone'.")
+        if self.read_tfm_checkpoint(model, path, modules, what="task.init_checkpoint"):
+            return
+        if modules == "all":
+            checkpoint = tf.train.Checkpoint(model=model)
+        else:
+            checkpoint = tf.train.Checkpoint(backbone=model.backbone)
         try:
             checkpoint.read(path).expect_partial().assert_existing_objects_matched()
         except (AssertionError, ValueError) as e:
@@ -67,6 +65,22 @@ class ImageClassificationTask(Task):
             raise ConfigError(f"task.init_checkpoint {path!r} does not fit the model's "
                               f"{modules!r} weights: {detail}") from e
         logging.info("Restored %s weights from %s", modules, path)
+
+    def read_tfm_checkpoint(self, model: keras.Model, prefix: str, modules: str = "all",
+                            what: str = "--checkpoint_path") -> bool:
+        """Reads `prefix` into the model ('all') or its backbone when it is a TFM-written
+        checkpoint; returns False (nothing read) for any other checkpoint."""
+        if not tfm_checkpoint.is_tfm_checkpoint(prefix):
+            return False
+        module, root = (model, "model") if modules == "all" else (model.backbone, "backbone")
+        try:
+            count = tfm_checkpoint.restore(module, prefix, root)
+        except ConfigError as e:
+            raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the "
+                              f"model's {modules!r} weights: {e}") from e
+        logging.info("Restored %s weights (%d variables) from the TFM checkpoint %s", modules,
+                     count, prefix)
+        return True
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         configs.check_buildable(self.task_config)
