@@ -20,6 +20,7 @@ from lite_launcher import checkpoint_recovery
 from lite_launcher import exporter as exporter_lib
 from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
+from lite_launcher import tfm_checkpoint
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
 from lite_launcher.modes import check_mode, mode_trains
@@ -168,7 +169,8 @@ class ExperimentRunner:
                 # Resume from the newest checkpoint that reads (broken newer ones moved aside,
                 # debris of interrupted writes removed).
                 checkpoint_recovery.prepare_model_dir(self._model_dir)
-            return tf.train.CheckpointManager(
+            # A model_dir TFM wrote resumes too (tfm_checkpoint; lite's files beside TFM's).
+            return tfm_checkpoint.TfmResumingCheckpointManager(
                 self._trainer.checkpoint, directory=self._model_dir,
                 max_to_keep=self._params.trainer.max_to_keep, **options)
         return _NonChiefCheckpointManager(

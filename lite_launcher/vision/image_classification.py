@@ -15,10 +15,11 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher import tfm_checkpoint
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
-from lite_launcher.vision import classification_input, configs, modeling, serving, tfm_checkpoint
+from lite_launcher.vision import classification_input, configs, modeling, serving
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.base_config import ConfigError
-from lite_launcher.vision import tfm_checkpoint
+from lite_launcher import tfm_checkpoint
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tfm_checkpoints")
 with open(os.path.join(DATA, "index.json")) as _f:
@@ -137,3 +137,133 @@ def test_export_from_a_tfm_checkpoint_matches_the_keras_model(tmp_path):
     ref = reference(name)
     assert relative_error(exported(ref["images"], training=False).numpy(),
                           ref["logits"]) <= 1e-4
+
+
+def _files(directory):
+    return {name: open(os.path.join(directory, name), "rb").read()
+            for name in os.listdir(directory) if name.startswith("ckpt-")}
+
+
+def _train_loss(model, ref):
+    logits = model(ref["train_images"], training=False)
+    return float(tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+        ref["train_labels"], logits, from_logits=True)))
+
+
+@pytest.mark.parametrize("name, slot_names", [("resnet18_v1", ("momentum",)),
+                                              ("mobilenetv1", ("m", "v"))])
+def test_resume_a_tfm_model_dir(tmp_path, name, slot_names, caplog):
+    import shutil
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(os.path.join(DATA, name), model_dir)
+    tfm_files = _files(model_dir)
+    entry, ref = INDEX["models"][name], reference(name)
+    params = params_for(name)
+    # TFM's run used exactly this optimizer config (no warmup of the experiment's).
+    params.trainer.optimizer_config.override(dict(entry["optimizer"], warmup={"type": None}),
+                                             is_strict=True)
+    task = ll.get_task(params.task)
+    model = task.build_model()
+    optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
+    global_step = tf.Variable(0, dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(global_step=global_step, model=model, optimizer=optimizer)
+    manager = tfm_checkpoint.TfmResumingCheckpointManager(
+        checkpoint, model_dir, max_to_keep=1, step_counter=global_step)
+    assert manager.restore_or_initialize().endswith("ckpt-3")
+    assert int(global_step.numpy()) == entry["global_step"] == 3
+    assert int(optimizer.iterations.numpy()) == int(ref["iterations"]) == 3
+    # The slots a test reads: the first kernel's, against the checkpoint's tensors.
+    reader = tf.train.load_checkpoint(model_dir)
+    kernel = model.trainable_variables[0]
+    keras_slots = tfm_checkpoint.SLOT_NAMES
+    for tfm_name in slot_names:
+        key = [k for k in reader.get_variable_to_shape_map()
+               if k.startswith("backbone/layer_with_weights-0/")
+               and "kernel/.OPTIMIZER_SLOT/" in k and k.split("/")[-3] == tfm_name]
+        assert len(key) == 1
+        slot = [v for v in optimizer.variables
+                if v.name == f"{kernel.path.replace('/', '_')}_{keras_slots[tfm_name]}"][0]
+        assert np.abs(reader.get_tensor(key[0])).max() > 0
+        np.testing.assert_array_equal(slot.numpy(), reader.get_tensor(key[0]))
+    # The loss continues where TFM's run stood, and the next step (slots and iterations
+    # used) lands where TFM's did.
+    np.testing.assert_allclose(_train_loss(model, ref), ref["next_loss"], rtol=1e-5)
+    with tf.GradientTape() as tape:
+        logits = model(ref["train_images"], training=False)
+        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+            ref["train_labels"], logits, from_logits=True))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                  model.trainable_variables))
+    np.testing.assert_allclose(_train_loss(model, ref), ref["loss_after_next_step"],
+                               rtol=1e-4)
+    # lite's checkpoints go beside TFM's, which stay as they were (max_to_keep 1 included).
+    for step in (4, 5):
+        global_step.assign(step)
+        manager.save(checkpoint_number=step)
+    assert {"ckpt-3.index", "ckpt-5.index"} <= set(os.listdir(model_dir))
+    assert "ckpt-4.index" not in os.listdir(model_dir)
+    after = _files(model_dir)
+    for file_name, content in tfm_files.items():
+        assert after[file_name] == content
+    assert not tfm_checkpoint.is_tfm_checkpoint(tf.train.latest_checkpoint(model_dir))
+
+
+def _write_records(path, count=8, size=32, num_classes=5):
+    rng = np.random.default_rng(1)
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in range(count):
+            image = rng.integers(0, 256, (size, size, 3)).astype(np.uint8)
+            feature = {
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[tf.io.encode_jpeg(image).numpy()])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[i % num_classes]))}
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def test_lite_train_continues_a_tfm_model_dir(tmp_path):
+    """run_experiment in a TFM model_dir: it starts at TFM's step with TFM's weights and
+    momentum, and writes its checkpoint beside TFM's, which stays as it was."""
+    import shutil
+    name = "resnet18_v1"
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(os.path.join(DATA, name), model_dir)
+    tfm_files = _files(model_dir)
+    records = str(tmp_path / "train.tfrecord")
+    _write_records(records)
+    params = params_for(name)
+    params.override({
+        "runtime": {"distribution_strategy": "off"},
+        "task": {"train_data": {"input_path": records, "global_batch_size": 4,
+                                "shuffle_buffer_size": 8}},
+        "trainer": {"train_steps": 5, "steps_per_loop": 1, "summary_interval": 1,
+                    "checkpoint_interval": 5, "validation_interval": 10**6,
+                    "optimizer_config": {
+                        "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+                        "learning_rate": {"type": "constant",
+                                          "constant": {"learning_rate": 0.0}},
+                        "warmup": {"type": None}}}})
+    losses = []
+    ll.run_experiment(distribution_strategy=ll.get_distribution_strategy("off"),
+                      task=ll.get_task(params.task), mode="train", params=params,
+                      model_dir=model_dir, save_summary=False,
+                      train_actions=[lambda out: losses.append(float(out["training_loss"]))])
+    assert len(losses) == 2  # steps 4 and 5: TFM's run had done 3
+    assert sorted(n for n in os.listdir(model_dir) if n.endswith(".index")) == [
+        "ckpt-3.index", "ckpt-5.index"]
+    after = _files(model_dir)
+    for file_name, content in tfm_files.items():
+        assert after[file_name] == content
+    lite = tf.train.load_checkpoint(os.path.join(model_dir, "ckpt-5"))
+    tfm = tf.train.load_checkpoint(os.path.join(model_dir, "ckpt-3"))
+    assert int(lite.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE")) == 5
+    resumed = ll.get_task(params.task).build_model()
+    tf.train.Checkpoint(model=resumed).read(os.path.join(model_dir, "ckpt-5")).expect_partial()
+    # With a zero learning rate only TFM's momentum moves the weights: two steps add
+    # (0.9 + 0.81) times the momentum TFM saved (numpy on TFM's tensors).
+    key = "backbone/layer_with_weights-0/kernel/"
+    expected = (tfm.get_tensor(key + ".ATTRIBUTES/VARIABLE_VALUE") + (0.9 + 0.81) * tfm.get_tensor(
+        key + ".OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/VARIABLE_VALUE"))
+    np.testing.assert_allclose(resumed.trainable_variables[0].numpy(), expected,
+                               rtol=1e-5, atol=1e-6)

@@ -18,7 +18,8 @@ models with the `task.model` overrides (over the experiment's defaults) both sid
 TRAINED models are also trained for a few steps with the optimizer TFM's OptimizerFactory
 builds (legacy tf_keras SGD with momentum / Adam, so slot variables exist) on fixed data
 (`train_images`, `train_labels`); `reference.npz` then also holds TFM's per-step `losses`, the
-`next_loss` of one more step, and the optimizer's `iterations`.
+loss at the saved weights (`next_loss`), the loss after one more step
+(`loss_after_next_step`, which depends on the slots), and the optimizer's `iterations`.
 """
 
 import json
@@ -123,6 +124,12 @@ def features(model, images):
     return endpoints[max(endpoints)] if isinstance(endpoints, dict) else endpoints
 
 
+def loss_of(model, out):
+    logits = model(out["train_images"], training=False)
+    return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+        out["train_labels"], logits, from_logits=True))
+
+
 def make(name, experiment, overrides, rng):
     tf_keras.backend.clear_session()
     model = build(experiment, overrides)
@@ -165,19 +172,19 @@ def make(name, experiment, overrides, rng):
     manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
                                          step_counter=global_step, checkpoint_name="ckpt")
     manager.save(checkpoint_number=global_step)
+    saved_step = int(global_step.numpy())
     if name in TRAINED:
-        # The loss of the step after the checkpoint: where a resumed run continues from.
-        with tf.GradientTape():
-            logits = model(out["train_images"], training=False)
-        out["next_loss"] = np.float32(tf.reduce_mean(
-            tf.keras.losses.sparse_categorical_crossentropy(
-                out["train_labels"], logits, from_logits=True)))
+        # Where a resumed run continues: the loss at the saved weights, and the loss after
+        # one more step (which depends on the optimizer's slots and iterations).
+        out["next_loss"] = np.float32(loss_of(model, out))
+        step()
+        out["loss_after_next_step"] = np.float32(loss_of(model, out))
     np.savez(os.path.join(directory, "reference.npz"), **out)
     print(name, model.count_params(), out["logits"].shape, out["features"].shape,
           out.get("losses"), flush=True)
     return {"experiment": experiment, "model": overrides,
             "lite_model": LITE_OVERRIDES.get(name, {}),
-            "params": int(model.count_params()), "global_step": int(global_step.numpy()),
+            "params": int(model.count_params()), "global_step": saved_step,
             "optimizer": TRAINED[name][0] if name in TRAINED else None}
 
 

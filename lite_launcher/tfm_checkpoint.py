@@ -1,0 +1,415 @@
+"""Reads checkpoints written by TFM (tf_keras models) into lite's Keras 3 models.
+
+A TFM Trainer checkpoint is a tf_keras object graph: `model/layer_with_weights-N/...`,
+`backbone/layer_with_weights-N/_conv1/kernel`, ... A lite checkpoint is a Keras 3 one
+(`model/_backbone/_operations/N/...`). The two cannot restore into each other with
+`tf.train.Checkpoint`, but they hold the same layers: lite's vision families are built from the
+same block specs, in the same order, as TFM's. So the pairing comes from structure:
+
+- TFM's side: the checkpoint's object graph walked depth first from the part restored
+  (`model` or `backbone`), each node's children in the order its layer assigned them (the
+  graph keeps it); every node that holds variables is one layer.
+- lite's side: `module.weights` in Keras's order, grouped into layers by `variable.path`.
+- The two layer lists pair one to one, in order; within a pair, variables pair by their Keras
+  names (kernel, gamma, moving_mean, ...). Where a family builds a block's sub-layers in
+  another order than TFM (lite's ViT encoder block), `BLOCK_ORDERS` puts lite's in TFM's order.
+
+`restore` reads the model (or backbone) alone, for `task.init_checkpoint` and lite-export.
+`TfmResumingCheckpointManager` resumes a TFM model_dir: weights, global step, and the
+optimizer's iterations and slots where TFM's legacy optimizer keeps them as Keras 3's does
+(`SLOT_NAMES`: SGD's momentum, Adam's m / v); other optimizer state restarts, with a warning.
+
+Every variable of the restored part must be found, with its shape (TFM's
+`assert_existing_objects_matched`); anything else is a one-line `ConfigError` naming the first
+variable that does not fit. Nothing is assigned until the whole part has matched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from absl import logging
+from google.protobuf import text_format
+
+from lite_launcher import atomic_write
+from lite_launcher.base_config import ConfigError
+
+_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+_VALUE = "VARIABLE_VALUE"
+# tf_keras's names for a functional model's layers in its object graph (Keras 3 has none).
+_TF_KERAS_LAYER = re.compile(r"^layer(_with_weights)?-\d+$")
+
+# tf_keras variable names Keras 3 renamed (DepthwiseConv2D's kernel).
+_KERAS3_NAMES = {"depthwise_kernel": "kernel"}
+
+# Within one block, lite's sub-layers (by the end of their variable path) in the order TFM's
+# block assigns its own: TFM's TransformerEncoderBlock builds attention, its norm, then the MLP;
+# lite's ViT block builds the norms first.
+BLOCK_ORDERS: Dict[str, Tuple[str, ...]] = {
+    "vit_encoder_block": ("self_attention/query", "self_attention/key", "self_attention/value",
+                          "self_attention/attention_output", "self_attention_layer_norm",
+                          "intermediate", "output", "output_layer_norm"),
+}
+
+
+# TFM's (tf_keras legacy) optimizer slot names -> Keras 3's, where the two keep the same
+# quantity: SGD's momentum (both store momentum * m - lr * g), Adam's first and second moments.
+SLOT_NAMES = {"momentum": "momentum", "m": "momentum", "v": "velocity"}
+
+
+@dataclasses.dataclass
+class TfmLayer:
+    """One TFM layer that holds variables: its object path, {name: checkpoint key} and
+    {name: object-graph node id}."""
+
+    path: str
+    keys: Dict[str, str]
+    nodes: Dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class LiteLayer:
+    """One lite layer that holds variables: its variable path prefix and {name: variable}."""
+
+    path: str
+    variables: Dict[str, tf.Variable]
+
+
+# Optional per-variable transform: (TFM value, lite variable) -> value to assign, or None when
+# it does not apply (then shapes must be equal).
+Hook = Callable[[np.ndarray, tf.Variable], Optional[np.ndarray]]
+
+
+def resolve(path: str, what: str = "task.init_checkpoint") -> str:
+    """A checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
+    if tf.io.gfile.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if not latest:
+            raise ConfigError(f"{what} directory {path!r} holds no checkpoint.")
+        return latest
+    if not tf.io.gfile.exists(path + ".index"):
+        raise ConfigError(f"{what} {path!r} is neither a checkpoint directory nor a checkpoint "
+                          f"prefix.")
+    return path
+
+
+def _object_graph(prefix: str):
+    reader = tf.train.load_checkpoint(prefix)
+    if not reader.has_tensor(_GRAPH_KEY):
+        return reader, None
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor(_GRAPH_KEY))
+    return reader, graph
+
+
+def is_tfm_checkpoint(prefix: str) -> bool:
+    """True for a checkpoint written by a tf_keras model (TFM's), False for a Keras 3 one."""
+    _, graph = _object_graph(prefix)
+    if graph is None:
+        return False
+    return any(_TF_KERAS_LAYER.match(child.local_name)
+               for node in graph.nodes for child in node.children)
+
+
+def _is_variable(node) -> bool:
+    return any(attribute.name == _VALUE for attribute in node.attributes)
+
+
+def _value_key(node) -> str:
+    return next(a.checkpoint_key for a in node.attributes if a.name == _VALUE)
+
+
+def _top(graph) -> Dict[str, int]:
+    return {child.local_name: child.node_id for child in graph.nodes[0].children}
+
+
+def tfm_layers(graph, root: str) -> List[TfmLayer]:
+    """The layers holding variables under the top-level object `root`, depth first, each
+    node's children in the order TFM's code assigned them."""
+    top = _top(graph)
+    if root not in top:
+        raise ConfigError(f"the TFM checkpoint has no {root!r} object (it holds "
+                          f"{', '.join(sorted(top))}).")
+    layers: List[TfmLayer] = []
+    seen = set()
+
+    def visit(node_id: int, path: str):
+        if node_id in seen:
+            return
+        seen.add(node_id)
+        node = graph.nodes[node_id]
+        keys, nodes = {}, {}
+        for child in node.children:
+            child_node = graph.nodes[child.node_id]
+            if _is_variable(child_node):
+                keys[child.local_name] = _value_key(child_node)
+                nodes[child.local_name] = child.node_id
+                seen.add(child.node_id)
+        if keys:
+            layers.append(TfmLayer(path, keys, nodes))
+        for child in node.children:
+            visit(child.node_id, f"{path}/{child.local_name}")
+
+    visit(top[root], root)
+    return layers
+
+
+def _block_rank(path: str) -> Optional[Tuple[str, int]]:
+    for order in BLOCK_ORDERS.values():
+        for rank, suffix in enumerate(order):
+            if path.endswith("/" + suffix):
+                return path[: -len(suffix) - 1], rank
+    return None
+
+
+def lite_layers(module) -> List[LiteLayer]:
+    """`module.weights` grouped into layers by variable path, in Keras's order; the sub-layers
+    of a block listed in `BLOCK_ORDERS` put in TFM's order."""
+    layers: Dict[str, LiteLayer] = {}
+    for variable in module.weights:
+        prefix, _, name = variable.path.rpartition("/")
+        layers.setdefault(prefix, LiteLayer(prefix, {})).variables[name] = variable
+    ordered = list(layers.values())
+    # Reorder each run of consecutive sub-layers of one listed block.
+    result: List[LiteLayer] = []
+    i = 0
+    while i < len(ordered):
+        ranked = _block_rank(ordered[i].path)
+        if ranked is None:
+            result.append(ordered[i])
+            i += 1
+            continue
+        block, j = ranked[0], i
+        run = []
+        while j < len(ordered):
+            r = _block_rank(ordered[j].path)
+            if r is None or r[0] != block:
+                break
+            run.append((r[1], ordered[j]))
+            j += 1
+        result.extend(layer for _, layer in sorted(run, key=lambda pair: pair[0]))
+        i = j
+    return result
+
+
+def _numpy_dtype(variable):
+    return tf.as_dtype(variable.dtype).as_numpy_dtype
+
+
+def _shape(value) -> str:
+    return "(" + ", ".join(str(d) for d in value) + ")"
+
+
+def pair_variables(tfm: Sequence[TfmLayer],
+                   lite: Sequence[LiteLayer]) -> List[Tuple[str, int, tf.Variable]]:
+    """(TFM checkpoint key, TFM node id, lite variable) for every variable; ConfigError at the
+    first layer or variable that does not pair."""
+    pairs = []
+    for i in range(max(len(tfm), len(lite))):
+        if i >= len(lite):
+            raise ConfigError(f"TFM variable {next(iter(tfm[i].keys.values()))} has no "
+                              f"counterpart in the model (the checkpoint holds "
+                              f"{len(tfm) - len(lite)} more layers with weights).")
+        if i >= len(tfm):
+            variable = next(iter(lite[i].variables.values()))
+            raise ConfigError(f"the model's variable {variable.path} "
+                              f"{_shape(variable.shape)} is not in the TFM checkpoint (it "
+                              f"holds {len(lite) - len(tfm)} fewer layers with weights).")
+        t, l = tfm[i], lite[i]
+        keys = {(_KERAS3_NAMES.get(name, name) if name not in l.variables else name):
+                (key, t.nodes.get(name, -1)) for name, key in t.keys.items()}
+        if set(keys) != set(l.variables):
+            raise ConfigError(f"TFM layer {t.path} (variables {', '.join(sorted(t.keys))}) "
+                              f"does not fit the model's layer {l.path} (variables "
+                              f"{', '.join(sorted(l.variables))}).")
+        for name, variable in l.variables.items():
+            pairs.append((*keys[name], variable))
+    return pairs
+
+
+def port_weight(variable: tf.Variable, value: np.ndarray, key: str,
+                hook: Optional[Hook] = None) -> np.ndarray:
+    """The value `variable` gets from TFM's `value` (checkpoint `key`): `hook`'s transform
+    where it applies, else `value` itself; ConfigError naming both shapes if it does not fit."""
+    if hook is not None:
+        ported = hook(value, variable)
+        if ported is not None:
+            value = ported
+    if tuple(value.shape) != tuple(variable.shape):
+        raise ConfigError(f"TFM variable {key} {_shape(value.shape)} does not fit the model's "
+                          f"{variable.path} {_shape(variable.shape)}.")
+    return value
+
+
+def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None):
+    """[(variable, value, TFM node id)] for every variable of `module`, checked."""
+    pairs = pair_variables(tfm_layers(graph, root), lite_layers(module))
+    return [(variable, port_weight(variable, reader.get_tensor(key), key, hook), node)
+            for key, node, variable in pairs]
+
+
+def restore(module, prefix: str, root: str, hook: Optional[Hook] = None) -> int:
+    """Assigns the TFM checkpoint's `root` object (`model` or `backbone`) to `module`.
+
+    All variables are read and checked before any is assigned. Returns how many were."""
+    reader, graph = _object_graph(prefix)
+    if graph is None:
+        raise ConfigError(f"{prefix!r} holds no object graph (not a TF2 checkpoint).")
+    values = _read_model(reader, graph, module, root, hook)
+    for variable, value, _ in values:
+        variable.assign(value.astype(_numpy_dtype(variable)))
+    return len(values)
+
+
+def _keras_slots(optimizer, variables) -> Dict[Tuple[int, str], tf.Variable]:
+    """{(id(model variable), Keras slot name): slot variable} of a built Keras 3 optimizer,
+    found by the name Keras gives a slot: `<variable path, '/' -> '_'>_<slot>` (Keras 3.15;
+    `<slot>_<variable name>` in earlier releases)."""
+    by_name = {v.name: v for v in optimizer.variables}
+    slots = {}
+    for variable in variables:
+        for slot in set(SLOT_NAMES.values()):
+            for name in (f"{variable.path.replace('/', '_')}_{slot}", f"{slot}_{variable.name}"):
+                found = by_name.get(name)
+                if found is not None and tuple(found.shape) == tuple(variable.shape):
+                    slots[(id(variable), slot)] = found
+                    break
+    return slots
+
+
+def _tfm_slots(graph, reader) -> Dict[int, Dict[str, str]]:
+    """{TFM variable node id: {TFM slot name: checkpoint key}} of the checkpoint's optimizer."""
+    top = _top(graph)
+    if "optimizer" not in top:
+        return {}
+    slots: Dict[int, Dict[str, str]] = {}
+    for ref in graph.nodes[top["optimizer"]].slot_variables:
+        key = _value_key(graph.nodes[ref.slot_variable_node_id])
+        if reader.has_tensor(key):
+            slots.setdefault(ref.original_variable_node_id, {})[ref.slot_name] = key
+    return slots
+
+
+def _tfm_iterations(graph, reader) -> Optional[int]:
+    top = _top(graph)
+    if "optimizer" not in top:
+        return None
+    for child in graph.nodes[top["optimizer"]].children:
+        if child.local_name in ("iter", "iterations"):
+            return int(reader.get_tensor(_value_key(graph.nodes[child.node_id])))
+    return None
+
+
+def resume(prefix: str, model, optimizer=None, global_step: Optional[tf.Variable] = None):
+    """Continues a TFM run from its checkpoint `prefix`: the model's weights, the global
+    step, and the optimizer's iterations and the slots `SLOT_NAMES` maps. Optimizer state
+    that does not map restarts from its initial values, with one warning naming it.
+
+    Returns the global step restored (None when the checkpoint holds none)."""
+    reader, graph = _object_graph(prefix)
+    if graph is None:
+        raise ConfigError(f"{prefix!r} holds no object graph (not a TF2 checkpoint).")
+    weights = _read_model(reader, graph, model, "model")
+    values = [(variable, value) for variable, value, _ in weights]
+    step = _tfm_global_step(prefix)
+    if global_step is not None and step is not None:
+        values.append((global_step, np.asarray(step)))
+    restarted = set()
+    if optimizer is not None and not hasattr(optimizer, "iterations"):
+        restarted.add(f"all of {type(optimizer).__name__}'s")  # several optimizers
+        optimizer = None
+    if optimizer is not None:
+        from lite_launcher import optimization  # pylint: disable=import-outside-toplevel
+
+        trainable = list(model.trainable_variables)
+        optimization.create_optimizer_variables(optimizer, model)
+        optimizer = optimization.unwrap_loss_scale(optimizer)
+        keras_slots = _keras_slots(optimizer, trainable)
+        tfm_slots = _tfm_slots(graph, reader)
+        node_of = {id(variable): node for variable, _, node in weights}
+        for variable in trainable:
+            found = tfm_slots.get(node_of.get(id(variable), -1), {})
+            mapped = set()
+            for tfm_name, key in found.items():
+                keras_name = SLOT_NAMES.get(tfm_name)
+                target = keras_slots.get((id(variable), keras_name))
+                if target is None:
+                    restarted.add(f"TFM's {tfm_name!r}")
+                    continue
+                values.append((target, port_weight(target, reader.get_tensor(key), key)))
+                mapped.add(keras_name)
+            for (owner, keras_name) in keras_slots:
+                if owner == id(variable) and keras_name not in mapped:
+                    restarted.add(f"Keras's {keras_name!r}")
+        iterations = _tfm_iterations(graph, reader)
+        if iterations is not None:
+            values.append((optimizer.iterations, np.asarray(iterations)))
+        else:
+            restarted.add("the optimizer's iterations")
+    for variable, value in values:
+        variable.assign(np.asarray(value).astype(_numpy_dtype(variable)))
+    if restarted:
+        logging.warning("Resuming the TFM checkpoint %s: optimizer state %s has no counterpart "
+                        "and restarts from its initial values.", prefix,
+                        ", ".join(sorted(restarted)))
+    logging.info("Resumed the TFM checkpoint %s (global step %s).", prefix, step)
+    return step
+
+
+class TfmResumingCheckpointManager(tf.train.CheckpointManager):
+    """A `tf.train.CheckpointManager` that also resumes a model_dir whose latest checkpoint
+    TFM wrote: `restore_or_initialize` maps it onto the checkpoint's `model`, `optimizer` and
+    `global_step` (`resume`). TFM's checkpoint files are kept as they are: they are marked
+    preserved in the `checkpoint` state file, so `max_to_keep` never deletes them, and lite's
+    checkpoints are written beside them."""
+
+    def __init__(self, checkpoint, directory, **kwargs):
+        self._tfm_latest = _preserve_tfm_checkpoints(directory)
+        if self._tfm_latest and kwargs.get("checkpoint_interval") is not None:
+            # The interval counts from TFM's last save, as after a lite checkpoint's restore.
+            kwargs.setdefault("last_checkpoint_step", _tfm_global_step(self._tfm_latest))
+        super().__init__(checkpoint, directory, **kwargs)
+
+    def restore_or_initialize(self):
+        latest = self.latest_checkpoint
+        if latest is None or latest != self._tfm_latest:
+            return super().restore_or_initialize()
+        objects = self.checkpoint
+        resume(latest, getattr(objects, "model"), getattr(objects, "optimizer", None),
+               getattr(objects, "global_step", None))
+        return latest
+
+
+def _tfm_global_step(prefix: str) -> Optional[int]:
+    reader, graph = _object_graph(prefix)
+    top = _top(graph)
+    if "global_step" not in top:
+        return None
+    return int(reader.get_tensor(_value_key(graph.nodes[top["global_step"]])))
+
+
+def _preserve_tfm_checkpoints(directory: str) -> Optional[str]:
+    """The latest checkpoint of `directory` when TFM wrote it, after marking every checkpoint
+    the state file lists as preserved (older than `last_preserved_timestamp`); else None."""
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    latest = state.model_checkpoint_path
+    if not os.path.isabs(latest) and "://" not in latest:
+        latest = os.path.join(directory, latest)
+    if not tf.io.gfile.exists(latest + ".index") or not is_tfm_checkpoint(latest):
+        return None
+    timestamps = list(state.all_model_checkpoint_timestamps)
+    newest = max(timestamps + [state.last_preserved_timestamp])
+    if newest > state.last_preserved_timestamp:
+        state.last_preserved_timestamp = newest
+        atomic_write.write_text(os.path.join(directory, "checkpoint"),
+                                text_format.MessageToString(state))
+    return latest
