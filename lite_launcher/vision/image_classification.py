@@ -25,6 +25,15 @@ from lite_launcher.vision import classification_input, configs, modeling, servin
 _EPSILON = 1e-6
 
 
+def _vit_grid_hint(detail: str) -> str:
+    """The fix for a ViT checkpoint pretrained at another input size, when `detail` says the
+    position embedding does not fit."""
+    if "pos_embedding" not in detail:
+        return ""
+    return (" (set task.model.backbone.vit.pos_embed_shape to the pretraining patch grid, "
+            "e.g. [14, 14] for 224x224 with 16x16 patches)")
+
+
 @register_task_cls(configs.ImageClassificationTask)
 class ImageClassificationTask(Task):
     """Classifies images read from `tf.train.Example` TFRecords."""
@@ -60,9 +69,7 @@ class ImageClassificationTask(Task):
             checkpoint.read(path).expect_partial().assert_existing_objects_matched()
         except (AssertionError, ValueError) as e:
             detail = " ".join(str(e).split())[:300]
-            if "pos_embedding" in detail:  # a ViT pretrained at another input size
-                detail += (" (set task.model.backbone.vit.pos_embed_shape to the pretraining "
-                           "patch grid, e.g. [14, 14] for 224x224 with 16x16 patches)")
+            detail += _vit_grid_hint(detail)
             raise ConfigError(f"task.init_checkpoint {path!r} does not fit the model's "
                               f"{modules!r} weights: {detail}") from e
         logging.info("Restored %s weights from %s", modules, path)
@@ -78,7 +85,7 @@ class ImageClassificationTask(Task):
             count = tfm_checkpoint.restore(module, prefix, root)
         except ConfigError as e:
             raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the "
-                              f"model's {modules!r} weights: {e}") from e
+                              f"model's {modules!r} weights: {e}{_vit_grid_hint(str(e))}") from e
         logging.info("Restored %s weights (%d variables) from the TFM checkpoint %s", modules,
                      count, prefix)
         return True

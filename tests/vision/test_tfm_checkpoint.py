@@ -6,6 +6,7 @@ The checkpoints and TFM's outputs on them come from TFM 2.20 itself
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -153,7 +154,6 @@ def _train_loss(model, ref):
 @pytest.mark.parametrize("name, slot_names", [("resnet18_v1", ("momentum",)),
                                               ("mobilenetv1", ("m", "v"))])
 def test_resume_a_tfm_model_dir(tmp_path, name, slot_names, caplog):
-    import shutil
     model_dir = str(tmp_path / "model")
     shutil.copytree(os.path.join(DATA, name), model_dir)
     tfm_files = _files(model_dir)
@@ -222,25 +222,16 @@ def _write_records(path, count=8, size=32, num_classes=5):
                 features=tf.train.Features(feature=feature)).SerializeToString())
 
 
-def test_lite_train_continues_a_tfm_model_dir(tmp_path):
-    """run_experiment in a TFM model_dir: it starts at TFM's step with TFM's weights and
-    momentum, and writes its checkpoint beside TFM's, which stays as it was."""
-    import shutil
-    name = "resnet18_v1"
-    model_dir = str(tmp_path / "model")
-    shutil.copytree(os.path.join(DATA, name), model_dir)
-    tfm_files = _files(model_dir)
-    records = str(tmp_path / "train.tfrecord")
-    _write_records(records)
-    params = params_for(name)
+def _train_with_zero_learning_rate(params, records, model_dir, steps, momentum):
+    """run_experiment (mode train) to `steps` with SGD at learning rate 0; the losses."""
     params.override({
         "runtime": {"distribution_strategy": "off"},
         "task": {"train_data": {"input_path": records, "global_batch_size": 4,
                                 "shuffle_buffer_size": 8}},
-        "trainer": {"train_steps": 5, "steps_per_loop": 1, "summary_interval": 1,
-                    "checkpoint_interval": 5, "validation_interval": 10**6,
+        "trainer": {"train_steps": steps, "steps_per_loop": 1, "summary_interval": 1,
+                    "checkpoint_interval": steps, "validation_interval": 10**6,
                     "optimizer_config": {
-                        "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+                        "optimizer": {"type": "sgd", "sgd": {"momentum": momentum}},
                         "learning_rate": {"type": "constant",
                                           "constant": {"learning_rate": 0.0}},
                         "warmup": {"type": None}}}})
@@ -249,6 +240,20 @@ def test_lite_train_continues_a_tfm_model_dir(tmp_path):
                       task=ll.get_task(params.task), mode="train", params=params,
                       model_dir=model_dir, save_summary=False,
                       train_actions=[lambda out: losses.append(float(out["training_loss"]))])
+    return losses
+
+
+def test_lite_train_continues_a_tfm_model_dir(tmp_path):
+    """run_experiment in a TFM model_dir: it starts at TFM's step with TFM's weights and
+    momentum, and writes its checkpoint beside TFM's, which stays as it was."""
+    name = "resnet18_v1"
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(os.path.join(DATA, name), model_dir)
+    tfm_files = _files(model_dir)
+    records = str(tmp_path / "train.tfrecord")
+    _write_records(records)
+    losses = _train_with_zero_learning_rate(params_for(name), records, model_dir, steps=5,
+                                            momentum=0.9)
     assert len(losses) == 2  # steps 4 and 5: TFM's run had done 3
     assert sorted(n for n in os.listdir(model_dir) if n.endswith(".index")) == [
         "ckpt-3.index", "ckpt-5.index"]
@@ -258,12 +263,46 @@ def test_lite_train_continues_a_tfm_model_dir(tmp_path):
     lite = tf.train.load_checkpoint(os.path.join(model_dir, "ckpt-5"))
     tfm = tf.train.load_checkpoint(os.path.join(model_dir, "ckpt-3"))
     assert int(lite.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE")) == 5
-    resumed = ll.get_task(params.task).build_model()
+    resumed = ll.get_task(params_for(name).task).build_model()
     tf.train.Checkpoint(model=resumed).read(os.path.join(model_dir, "ckpt-5")).expect_partial()
     # With a zero learning rate only TFM's momentum moves the weights: two steps add
     # (0.9 + 0.81) times the momentum TFM saved (numpy on TFM's tensors).
     key = "backbone/layer_with_weights-0/kernel/"
-    expected = (tfm.get_tensor(key + ".ATTRIBUTES/VARIABLE_VALUE") + (0.9 + 0.81) * tfm.get_tensor(
-        key + ".OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/VARIABLE_VALUE"))
+    momentum = tfm.get_tensor(
+        key + ".OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/VARIABLE_VALUE")
+    expected = tfm.get_tensor(key + ".ATTRIBUTES/VARIABLE_VALUE") + (0.9 + 0.81) * momentum
     np.testing.assert_allclose(resumed.trainable_variables[0].numpy(), expected,
                                rtol=1e-5, atol=1e-6)
+
+
+def test_vit_fine_tunes_at_a_larger_input_from_a_tfm_checkpoint(tmp_path):
+    """TFM's ViT weights (a 2x2 patch grid) in a 48x48 model: the position embedding is
+    interpolated as TFM's model does (logits equal TFM's there), and lite-train's run starts
+    from them (init_checkpoint, a fresh model_dir) and fine-tunes 2 steps."""
+    name = "vit_ti16_gap"
+    ref = reference(name)
+    larger = {"input_size": [48, 48, 3], "backbone": {"vit": {"pos_embed_shape": [2, 2]}}}
+    params = params_for(name, init_checkpoint=os.path.join(DATA, name))
+    params.task.model.override(larger, is_strict=True)
+    task = ll.get_task(params.task)
+    model = task.build_model()
+    task.initialize(model)
+    assert relative_error(model(ref["larger_images"], training=False).numpy(),
+                          ref["larger_logits"]) <= 1e-4
+    # Without pos_embed_shape the grid does not fit: one line, both shapes, the fix.
+    wrong = params_for(name, init_checkpoint=os.path.join(DATA, name))
+    wrong.task.model.override({"input_size": [48, 48, 3]}, is_strict=True)
+    wrong_task = ll.get_task(wrong.task)
+    with pytest.raises(ConfigError, match=r"\(1, 4, 64\).*\(1, 9, 64\).*pos_embed_shape"):
+        wrong_task.initialize(wrong_task.build_model())
+    # Two fine-tuning steps through run_experiment; a zero learning rate keeps the weights, so
+    # its checkpoint shows where it started.
+    records = str(tmp_path / "train.tfrecord")
+    _write_records(records, size=48)
+    model_dir = str(tmp_path / "model")
+    losses = _train_with_zero_learning_rate(params, records, model_dir, steps=2, momentum=0.0)
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    tuned = ll.get_task(params.task).build_model()
+    tf.train.Checkpoint(model=tuned).read(tf.train.latest_checkpoint(model_dir)).expect_partial()
+    assert relative_error(tuned(ref["larger_images"], training=False).numpy(),
+                          ref["larger_logits"]) <= 1e-4

@@ -20,6 +20,8 @@ builds (legacy tf_keras SGD with momentum / Adam, so slot variables exist) on fi
 (`train_images`, `train_labels`); `reference.npz` then also holds TFM's per-step `losses`, the
 loss at the saved weights (`next_loss`), the loss after one more step
 (`loss_after_next_step`, which depends on the slots), and the optimizer's `iterations`.
+For LARGER_INPUT models, TFM's logits on the same weights at a larger input size
+(`larger_images`, `larger_logits`: the position embedding interpolated).
 """
 
 import json
@@ -79,11 +81,21 @@ MODELS = {
         "vit", {"model_name": "vit-ti16-small", "pooler": "token",
                 "representation_size": 0, "init_stochastic_depth_rate": 0.1,
                 "original_init": False})),
+    "vit_ti16_gap": ("deit_imagenet_pretrain", classifier(
+        "vit", {"model_name": "vit-ti16-small", "pooler": "gap",
+                "representation_size": 0, "init_stochastic_depth_rate": 0.1,
+                "original_init": False})),
 }
-# The lite side builds the ViT from these sizes (model_name null).
-LITE_OVERRIDES = {"vit_ti16": {"backbone": {"vit": {
+# The lite side builds the ViTs from these sizes (model_name null).
+_LITE_VIT = {"backbone": {"vit": {
     "model_name": None, "hidden_size": 64, "patch_size": 16,
-    "transformer": {"mlp_dim": 128, "num_heads": 2, "num_layers": 2}}}}}
+    "transformer": {"mlp_dim": 128, "num_heads": 2, "num_layers": 2}}}}
+LITE_OVERRIDES = {"vit_ti16": _LITE_VIT, "vit_ti16_gap": _LITE_VIT}
+
+# name: (input size, backbone options): TFM's outputs on the checkpoint's weights at a larger
+# input (`larger_images`, `larger_logits`). (TFM interpolates the position embedding only
+# without a class token: with the token pooler its layer fails on the longer sequence.)
+LARGER_INPUT = {"vit_ti16_gap": (48, {"pos_embed_shape": [SIZE // 16, SIZE // 16]})}
 
 TRAINED = {
     # name: (optimizer config, steps)
@@ -96,11 +108,12 @@ TRAINED = {
 }
 
 
-def build(experiment, overrides):
+def build(experiment, overrides, size=SIZE):
     config = exp_factory.get_exp_config(experiment).task.model
     config.override(overrides, is_strict=True)
+    config.input_size = [size, size, 3]
     return factory.build_classification_model(
-        input_specs=tf_keras.layers.InputSpec(shape=[None, SIZE, SIZE, 3]),
+        input_specs=tf_keras.layers.InputSpec(shape=[None, size, size, 3]),
         model_config=config)
 
 
@@ -165,6 +178,15 @@ def make(name, experiment, overrides, rng):
         global_step.assign(7)
     out["logits"] = model(images, training=False).numpy()
     out["features"] = features(model, images).numpy()
+    if name in LARGER_INPUT:
+        # The same weights in TFM's model at a larger input: its position embedding keeps the
+        # checkpoint's grid (pos_embed_shape) and is interpolated to the larger one.
+        size, vit_options = LARGER_INPUT[name]
+        larger = build(experiment, dict(overrides, backbone={"type": "vit", "vit": dict(
+            overrides["backbone"]["vit"], **vit_options)}), size)
+        larger.set_weights(model.get_weights())
+        out["larger_images"] = rng.uniform(-1.0, 1.0, (2, size, size, 3)).astype(np.float32)
+        out["larger_logits"] = larger(out["larger_images"], training=False).numpy()
     directory = os.path.join(TARGET, name)
     shutil.rmtree(directory, ignore_errors=True)
     checkpoint = tf.train.Checkpoint(global_step=global_step, model=model,
