@@ -65,19 +65,56 @@ Exit codes: 0 done, 1 the environment failed (disk), 2 bad input (one line on st
 """
 
 
+def define_flag(kind: str, name: str, default, text: str) -> None:
+    """DEFINE_<kind>(name, ...) unless a flag of that name exists (lite commands share them)."""
+    if name not in FLAGS:
+        getattr(flags, f"DEFINE_{kind}")(name, default, text)
+
+
+def define_config_flags(what: str = "the checkpoint was trained with") -> None:
+    """The flags that build the experiment config, as lite-train's (lite-export, lite-convert)."""
+    define_flag("string", "experiment", None, f"The registered experiment {what}.")
+    define_flag("multi_string", "config_file", None, "YAML/JSON files overriding the "
+                "experiment config, applied in order.")
+    define_flag("string", "params_override", None, "A YAML/JSON string, a YAML file path, or "
+                "'a.b=1,c.d=x' pairs, applied after --config_file.")
+    define_flag("multi_string", "registry_imports", None, "Modules to import that register "
+                "experiments and tasks (repeatable).")
+
+
+def parse_params(flags_obj, what: str = "the checkpoint was trained with"):
+    """The experiment config the flags of `define_config_flags` describe."""
+    if not flags_obj.experiment:
+        raise ConfigError(f"--experiment is required: the experiment {what}.")
+    driver._check_input_files(types.SimpleNamespace(  # pylint: disable=protected-access
+        config_file=flags_obj.config_file, gin_file=None, gin_params=None))
+    driver.load_registrations(flags_obj.registry_imports)
+    return driver.parse_configuration(driver.ParseConfigOptions(
+        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
+        params_override=flags_obj.params_override or ""), print_return=False)
+
+
+def run_command(command, flags_obj, prog: str, argv) -> None:
+    """Runs `command(flags_obj)` and prints what it returns; bad input exits 2 with one line,
+    an environment failure 1."""
+    if len(argv) > 1:
+        driver._user_error(f"unexpected arguments {argv[1:]}; every option is a --flag.",
+                           prog=prog)  # pylint: disable=protected-access
+    try:
+        result = command(flags_obj)
+    except ConfigError as error:
+        driver._user_error(error, prog=prog)  # pylint: disable=protected-access
+    except ENVIRONMENT_FAILURES as error:
+        driver._user_error(error, driver.RUNTIME_ERROR_EXIT_CODE,  # pylint: disable=protected-access
+                           prog=prog)
+    print(result)
+
+
 def define_flags() -> None:
     """Defines `lite-export`'s flags (TFM's names and meanings). Safe to call more than once;
     a flag `lite-train` defined already in this process is shared."""
-    def define(kind, name, default, text):
-        if name not in FLAGS:
-            getattr(flags, f"DEFINE_{kind}")(name, default, text)
-
-    define("string", "experiment", None, "The registered experiment the checkpoint was trained "
-           "with.")
-    define("multi_string", "config_file", None, "YAML/JSON files overriding the experiment "
-           "config, applied in order.")
-    define("string", "params_override", None, "A YAML/JSON string, a YAML file path, or "
-           "'a.b=1,c.d=x' pairs, applied after --config_file.")
+    define = define_flag
+    define_config_flags()
     define("string", "checkpoint_path", None, "A checkpoint prefix (or its .index file), or a "
            "directory: a model_dir (its newest checkpoint) or a best-checkpoint subdir.")
     define("string", "export_dir", None, "The directory to write the export into (created).")
@@ -97,8 +134,6 @@ def define_flags() -> None:
            "'input_type:signature_name,...', e.g. "
            "'tf_example:serving_default,image_tensor:serving_image_tensor' (without a "
            "serving_default, Keras names the first one so too).")
-    define("multi_string", "registry_imports", None, "Modules to import that register "
-           "experiments and tasks (repeatable).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,8 +252,9 @@ def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:
 
     # A task that reads checkpoints of another format (vision: TFM-written) does so itself.
     read_foreign = getattr(task, "read_tfm_checkpoint", None)
-    if read_foreign is not None and read_foreign(model, checkpoint_prefix):
-        return False
+    averages = params.trainer.optimizer_config.ema is not None
+    if read_foreign is not None and read_foreign(model, checkpoint_prefix, averages=averages):
+        return averages
     _read(tf.train.Checkpoint(model=model), checkpoint_prefix, "model")
     if params.trainer.optimizer_config.ema is None:
         return False
@@ -388,12 +424,7 @@ def _main(flags_obj) -> str:
         raise ConfigError("Pass --input_type or --function_keys, not both.")
     check_export_dir(flags_obj.export_dir, flags_obj.export_saved_model_subdir,
                      flags_obj.export_checkpoint_subdir)
-    driver._check_input_files(types.SimpleNamespace(  # pylint: disable=protected-access
-        config_file=flags_obj.config_file, gin_file=None, gin_params=None))
-    driver.load_registrations(flags_obj.registry_imports)
-    params = driver.parse_configuration(driver.ParseConfigOptions(
-        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
-        params_override=flags_obj.params_override or ""), print_return=False)
+    params = parse_params(flags_obj)
     return export_saved_model(
         params, flags_obj.checkpoint_path, flags_obj.export_dir,
         input_type=flags_obj.input_type, batch_size=flags_obj.batch_size,
@@ -406,25 +437,20 @@ def _main(flags_obj) -> str:
 
 def main(argv) -> None:
     """Runs `lite-export` with parsed FLAGS; bad input exits 2 with one line."""
-    if len(argv) > 1:
-        driver._user_error(f"unexpected arguments {argv[1:]}; every option is a --flag.",
-                           prog=PROG)
-    try:
-        saved_model_dir = _main(FLAGS)
-    except ConfigError as error:
-        driver._user_error(error, prog=PROG)  # pylint: disable=protected-access
-    except ENVIRONMENT_FAILURES as error:
-        driver._user_error(error, driver.RUNTIME_ERROR_EXIT_CODE,  # pylint: disable=protected-access
-                           prog=PROG)
-    print(saved_model_dir)
+    run_command(_main, FLAGS, PROG, argv)
+
+
+def start_command(define, main_fn, prog: str, intro: str) -> None:
+    """A lite command's console-script start: its flags, then absl's app with lite's help."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    define()
+    app.run(main_fn, flags_parser=functools.partial(
+        driver._flags_parser, prog=prog, intro=intro))  # pylint: disable=protected-access
 
 
 def run() -> None:
     """Console-script entry point for `lite-export`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    define_flags()
-    app.run(main, flags_parser=functools.partial(
-        driver._flags_parser, prog=PROG, intro=_HELP_INTRO))  # pylint: disable=protected-access
+    start_command(define_flags, main, PROG, _HELP_INTRO)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ BLOCK_ORDERS: Dict[str, Tuple[str, ...]] = {
 # TFM's (tf_keras legacy) optimizer slot names -> Keras 3's, where the two keep the same
 # quantity: SGD's momentum (both store momentum * m - lr * g), Adam's first and second moments.
 SLOT_NAMES = {"momentum": "momentum", "m": "momentum", "v": "velocity"}
+# TFM's ExponentialMovingAverage keeps each variable's average as this slot.
+AVERAGE_SLOT = "average"
 
 
 @dataclasses.dataclass
@@ -255,14 +257,30 @@ def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None):
             for key, node, variable in pairs]
 
 
-def restore(module, prefix: str, root: str, hook: Optional[Hook] = None) -> int:
+def restore(module, prefix: str, root: str, hook: Optional[Hook] = None,
+            averages: bool = False) -> int:
     """Assigns the TFM checkpoint's `root` object (`model` or `backbone`) to `module`.
 
+    `averages`: where the checkpoint was saved under TFM's ExponentialMovingAverage, the
+    trainable variables get its moving averages (what TFM evaluates and exports), the others
+    their values; without averages in the checkpoint the weights are read as they are (logged).
     All variables are read and checked before any is assigned. Returns how many were."""
     reader, graph = _object_graph(prefix)
     if graph is None:
         raise ConfigError(f"{prefix!r} holds no object graph (not a TF2 checkpoint).")
     values = _read_model(reader, graph, module, root, hook)
+    slots = _tfm_slots(graph, reader) if averages else {}
+    trainable = {id(v) for v in module.trainable_variables}
+    averaged = 0
+    for i, (variable, value, node) in enumerate(values):
+        key = slots.get(node, {}).get(AVERAGE_SLOT)
+        if key is not None and id(variable) in trainable:
+            values[i] = (variable, port_weight(variable, reader.get_tensor(key), key), node)
+            averaged += 1
+    if averages:
+        logging.info("%s: %d trainable variables read as TFM's moving averages%s.", prefix,
+                     averaged, "" if averaged else " (the checkpoint holds none: its weights "
+                     "are read as they are)")
     for variable, value, _ in values:
         variable.assign(value.astype(_numpy_dtype(variable)))
     return len(values)
@@ -284,26 +302,51 @@ def _keras_slots(optimizer, variables) -> Dict[Tuple[int, str], tf.Variable]:
     return slots
 
 
-def _tfm_slots(graph, reader) -> Dict[int, Dict[str, str]]:
-    """{TFM variable node id: {TFM slot name: checkpoint key}} of the checkpoint's optimizer."""
+def _optimizer_nodes(graph) -> List[int]:
+    """The checkpoint's optimizer and the optimizers inside it (TFM's EMA wraps its base
+    optimizer as `ema_base_optimizer`), depth first."""
     top = _top(graph)
     if "optimizer" not in top:
-        return {}
+        return []
+    nodes, pending = [], [top["optimizer"]]
+    while pending:
+        node_id = pending.pop(0)
+        if node_id in nodes:
+            continue
+        nodes.append(node_id)
+        pending.extend(child.node_id for child in graph.nodes[node_id].children
+                       if graph.nodes[child.node_id].slot_variables
+                       or any(c.local_name == "iter" for c in graph.nodes[child.node_id].children))
+    return nodes
+
+
+def _tfm_slots(graph, reader) -> Dict[int, Dict[str, str]]:
+    """{TFM variable node id: {TFM slot name: checkpoint key}} of the checkpoint's
+    optimizer(s); TFM's EMA keeps its averages as slots named 'average'."""
     slots: Dict[int, Dict[str, str]] = {}
-    for ref in graph.nodes[top["optimizer"]].slot_variables:
-        key = _value_key(graph.nodes[ref.slot_variable_node_id])
-        if reader.has_tensor(key):
-            slots.setdefault(ref.original_variable_node_id, {})[ref.slot_name] = key
+    for node_id in _optimizer_nodes(graph):
+        for ref in graph.nodes[node_id].slot_variables:
+            key = _value_key(graph.nodes[ref.slot_variable_node_id])
+            if reader.has_tensor(key):
+                slots.setdefault(ref.original_variable_node_id, {})[ref.slot_name] = key
     return slots
 
 
+def _ema_averages(optimizer, variables) -> Dict[int, tf.Variable]:
+    """{id(model variable): its moving average} of a lite optimizer with EMA, else {}."""
+    from lite_launcher import optimization  # pylint: disable=import-outside-toplevel
+
+    if not optimization.has_ema(optimizer):
+        return {}
+    averages = optimization.ema_variables(optimizer)
+    return {id(v): a for v, a in zip(variables, averages) if tuple(v.shape) == tuple(a.shape)}
+
+
 def _tfm_iterations(graph, reader) -> Optional[int]:
-    top = _top(graph)
-    if "optimizer" not in top:
-        return None
-    for child in graph.nodes[top["optimizer"]].children:
-        if child.local_name in ("iter", "iterations"):
-            return int(reader.get_tensor(_value_key(graph.nodes[child.node_id])))
+    for node_id in _optimizer_nodes(graph):
+        for child in graph.nodes[node_id].children:
+            if child.local_name in ("iter", "iterations"):
+                return int(reader.get_tensor(_value_key(graph.nodes[child.node_id])))
     return None
 
 
@@ -318,7 +361,7 @@ def resume(prefix: str, model, optimizer=None, global_step: Optional[tf.Variable
         raise ConfigError(f"{prefix!r} holds no object graph (not a TF2 checkpoint).")
     weights = _read_model(reader, graph, model, "model")
     values = [(variable, value) for variable, value, _ in weights]
-    step = _tfm_global_step(prefix)
+    step = tfm_global_step(prefix)
     if global_step is not None and step is not None:
         values.append((global_step, np.asarray(step)))
     restarted = set()
@@ -334,10 +377,21 @@ def resume(prefix: str, model, optimizer=None, global_step: Optional[tf.Variable
         keras_slots = _keras_slots(optimizer, trainable)
         tfm_slots = _tfm_slots(graph, reader)
         node_of = {id(variable): node for variable, _, node in weights}
+        averages = _ema_averages(optimizer, trainable)
         for variable in trainable:
             found = tfm_slots.get(node_of.get(id(variable), -1), {})
             mapped = set()
+            if AVERAGE_SLOT in found and id(variable) in averages:
+                target = averages[id(variable)]
+                key = found[AVERAGE_SLOT]
+                values.append((target, port_weight(target, reader.get_tensor(key), key)))
+            elif AVERAGE_SLOT in found:
+                restarted.add("TFM's moving averages (set optimizer_config.ema to keep them)")
+            elif id(variable) in averages:
+                restarted.add("Keras's moving averages")
             for tfm_name, key in found.items():
+                if tfm_name == AVERAGE_SLOT:
+                    continue
                 keras_name = SLOT_NAMES.get(tfm_name)
                 target = keras_slots.get((id(variable), keras_name))
                 if target is None:
@@ -374,7 +428,7 @@ class TfmResumingCheckpointManager(tf.train.CheckpointManager):
         self._tfm_latest = _preserve_tfm_checkpoints(directory)
         if self._tfm_latest and kwargs.get("checkpoint_interval") is not None:
             # The interval counts from TFM's last save, as after a lite checkpoint's restore.
-            kwargs.setdefault("last_checkpoint_step", _tfm_global_step(self._tfm_latest))
+            kwargs.setdefault("last_checkpoint_step", tfm_global_step(self._tfm_latest))
         super().__init__(checkpoint, directory, **kwargs)
 
     def restore_or_initialize(self):
@@ -387,7 +441,8 @@ class TfmResumingCheckpointManager(tf.train.CheckpointManager):
         return latest
 
 
-def _tfm_global_step(prefix: str) -> Optional[int]:
+def tfm_global_step(prefix: str) -> Optional[int]:
+    """The global step a TFM Trainer checkpoint holds (None without one)."""
     reader, graph = _object_graph(prefix)
     top = _top(graph)
     if "global_step" not in top:

@@ -75,14 +75,18 @@ class ImageClassificationTask(Task):
         logging.info("Restored %s weights from %s", modules, path)
 
     def read_tfm_checkpoint(self, model: keras.Model, prefix: str, modules: str = "all",
-                            what: str = "--checkpoint_path") -> bool:
+                            what: str = "--checkpoint_path", averages: bool = False) -> bool:
         """Reads `prefix` into the model ('all') or its backbone when it is a TFM-written
-        checkpoint; returns False (nothing read) for any other checkpoint."""
+        checkpoint; returns False (nothing read) for any other checkpoint.
+
+        `averages`: read the moving averages a TFM EMA optimizer kept, where it kept them,
+        for the trainable weights (lite-export with optimizer_config.ema); init_checkpoint
+        reads the weights themselves, as TFM's initialize does."""
         if not tfm_checkpoint.is_tfm_checkpoint(prefix):
             return False
         module, root = (model, "model") if modules == "all" else (model.backbone, "backbone")
         try:
-            count = tfm_checkpoint.restore(module, prefix, root)
+            count = tfm_checkpoint.restore(module, prefix, root, averages=averages)
         except ConfigError as e:
             raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the "
                               f"model's {modules!r} weights: {e}{_vit_grid_hint(str(e))}") from e

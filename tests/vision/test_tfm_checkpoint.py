@@ -151,17 +151,11 @@ def _train_loss(model, ref):
         ref["train_labels"], logits, from_logits=True)))
 
 
-@pytest.mark.parametrize("name, slot_names", [("resnet18_v1", ("momentum",)),
-                                              ("mobilenetv1", ("m", "v"))])
-def test_resume_a_tfm_model_dir(tmp_path, name, slot_names, caplog):
-    model_dir = str(tmp_path / "model")
-    shutil.copytree(os.path.join(DATA, name), model_dir)
-    tfm_files = _files(model_dir)
-    entry, ref = INDEX["models"][name], reference(name)
-    params = params_for(name)
-    # TFM's run used exactly this optimizer config (no warmup of the experiment's).
-    params.trainer.optimizer_config.override(dict(entry["optimizer"], warmup={"type": None}),
-                                             is_strict=True)
+def _resuming(params, name, model_dir):
+    """(model, optimizer, global step, TfmResumingCheckpointManager of model_dir) as the
+    experiment builds them, with the optimizer config TFM's run used (no warmup)."""
+    params.trainer.optimizer_config.override(
+        dict(INDEX["models"][name]["optimizer"], warmup={"type": None}), is_strict=True)
     task = ll.get_task(params.task)
     model = task.build_model()
     optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
@@ -169,6 +163,17 @@ def test_resume_a_tfm_model_dir(tmp_path, name, slot_names, caplog):
     checkpoint = tf.train.Checkpoint(global_step=global_step, model=model, optimizer=optimizer)
     manager = tfm_checkpoint.TfmResumingCheckpointManager(
         checkpoint, model_dir, max_to_keep=1, step_counter=global_step)
+    return model, optimizer, global_step, manager
+
+
+@pytest.mark.parametrize("name, slot_names", [("resnet18_v1", ("momentum",)),
+                                              ("mobilenetv1", ("m", "v"))])
+def test_resume_a_tfm_model_dir(tmp_path, name, slot_names, caplog):
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(os.path.join(DATA, name), model_dir)
+    tfm_files = _files(model_dir)
+    entry, ref = INDEX["models"][name], reference(name)
+    model, optimizer, global_step, manager = _resuming(params_for(name), name, model_dir)
     assert manager.restore_or_initialize().endswith("ckpt-3")
     assert int(global_step.numpy()) == entry["global_step"] == 3
     assert int(optimizer.iterations.numpy()) == int(ref["iterations"]) == 3
@@ -268,8 +273,11 @@ def test_lite_train_continues_a_tfm_model_dir(tmp_path):
     # With a zero learning rate only TFM's momentum moves the weights: two steps add
     # (0.9 + 0.81) times the momentum TFM saved (numpy on TFM's tensors).
     key = "backbone/layer_with_weights-0/kernel/"
-    momentum = tfm.get_tensor(
-        key + ".OPTIMIZER_SLOT/optimizer/momentum/.ATTRIBUTES/VARIABLE_VALUE")
+    # (Under TFM's EMA the momentum is its base optimizer's slot.)
+    momentum_key = [k for k in tfm.get_variable_to_shape_map()
+                    if k.startswith(key + ".OPTIMIZER_SLOT/") and "/momentum/" in k]
+    assert len(momentum_key) == 1
+    momentum = tfm.get_tensor(momentum_key[0])
     expected = tfm.get_tensor(key + ".ATTRIBUTES/VARIABLE_VALUE") + (0.9 + 0.81) * momentum
     np.testing.assert_allclose(resumed.trainable_variables[0].numpy(), expected,
                                rtol=1e-5, atol=1e-6)
@@ -306,3 +314,88 @@ def test_vit_fine_tunes_at_a_larger_input_from_a_tfm_checkpoint(tmp_path):
     tf.train.Checkpoint(model=tuned).read(tf.train.latest_checkpoint(model_dir)).expect_partial()
     assert relative_error(tuned(ref["larger_images"], training=False).numpy(),
                           ref["larger_logits"]) <= 1e-4
+
+
+def test_lite_convert_writes_a_lite_checkpoint_and_a_keras_file(tmp_path):
+    import subprocess
+    import sys
+
+    import keras
+    import yaml
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from test_modes import ROOT, subprocess_env  # pylint: disable=import-outside-toplevel
+
+    name = "mobilenetv1"
+    entry, ref = INDEX["models"][name], reference(name)
+    override = tmp_path / "model.yaml"
+    override.write_text(yaml.safe_dump({"task": {"model": entry["model"]}}))
+    output_dir = tmp_path / "converted"
+    command = [sys.executable, "-m", "lite_launcher.convert", "--experiment",
+               entry["experiment"], "--params_override", str(override),
+               "--checkpoint_path", os.path.join(DATA, name), "--output_dir", str(output_dir)]
+    result = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    step = entry["global_step"]  # the converted checkpoint is numbered with TFM's step
+    assert sorted(os.listdir(output_dir)) == [
+        "checkpoint", f"ckpt-{step}.data-00000-of-00001", f"ckpt-{step}.index", "model.keras",
+        "params.yaml"]
+    from lite_launcher.vision import mobilenet  # noqa: F401  (registers its layers for Keras)
+    loaded = keras.saving.load_model(str(output_dir / "model.keras"))
+    assert relative_error(loaded(ref["images"], training=False).numpy(), ref["logits"]) <= 1e-4
+    # The lite checkpoint is one (restored as such by init_checkpoint).
+    prefix = tf.train.latest_checkpoint(str(output_dir))
+    assert not tfm_checkpoint.is_tfm_checkpoint(prefix)
+    params = params_for(name, init_checkpoint=prefix)
+    task = ll.get_task(params.task)
+    model = task.build_model()
+    task.initialize(model)
+    assert relative_error(model(ref["images"], training=False).numpy(), ref["logits"]) <= 1e-4
+    # Bad input: one line, exit 2, nothing written over.
+    result = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2
+    assert "exists" in result.stderr.strip().splitlines()[-1]
+
+
+def test_lite_convert_refuses_a_lite_checkpoint(tmp_path):
+    from lite_launcher import convert
+
+    params = params_for("resnet50")
+    model = ll.get_task(params.task).build_model()
+    lite_prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "lite" / "ckpt"))
+    with pytest.raises(ConfigError, match="not a TFM-written checkpoint"):
+        convert.convert_checkpoint(params, lite_prefix, str(tmp_path / "out"))
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_tfm_moving_averages_export_and_resume(tmp_path, caplog):
+    """resnet18_v1 was trained under TFM's ExponentialMovingAverage: lite-export with
+    optimizer_config.ema serves its averages (TFM's averaged logits), init_checkpoint reads the
+    weights themselves, and a resume with EMA continues TFM's averages."""
+    name = "resnet18_v1"
+    entry, ref = INDEX["models"][name], reference(name)
+    assert relative_error(ref["average_logits"], ref["logits"]) > 1e-2
+    ema = {"ema": {"average_decay": 0.5, "dynamic_decay": False}}
+    params = params_for(name)
+    params.trainer.optimizer_config.override(ema, is_strict=True)
+    saved = ll.export_saved_model(params, os.path.join(DATA, name), str(tmp_path / "export"))
+    served = ll.get_task(params.task).build_model()
+    tf.train.Checkpoint(model=served).read(
+        tf.train.latest_checkpoint(str(tmp_path / "export" / "checkpoint"))).expect_partial()
+    assert os.path.isdir(saved)
+    assert relative_error(served(ref["images"], training=False).numpy(),
+                          ref["average_logits"]) <= 1e-4
+    # A resume with EMA: the averages are TFM's 'average' slots.
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(os.path.join(DATA, name), model_dir)
+    model, optimizer, _, manager = _resuming(params, name, model_dir)
+    manager.restore_or_initialize()
+    from lite_launcher import optimization
+    reader = tf.train.load_checkpoint(model_dir)
+    np.testing.assert_array_equal(
+        optimization.ema_variables(optimizer)[0].numpy(),
+        reader.get_tensor("backbone/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/"
+                          "average/.ATTRIBUTES/VARIABLE_VALUE"))
+    np.testing.assert_allclose(_train_loss(model, ref), ref["next_loss"], rtol=1e-5)

@@ -21,7 +21,8 @@ builds (legacy tf_keras SGD with momentum / Adam, so slot variables exist) on fi
 loss at the saved weights (`next_loss`), the loss after one more step
 (`loss_after_next_step`, which depends on the slots), and the optimizer's `iterations`.
 For LARGER_INPUT models, TFM's logits on the same weights at a larger input size
-(`larger_images`, `larger_logits`: the position embedding interpolated).
+(`larger_images`, `larger_logits`: the position embedding interpolated). A model trained under
+TFM's ExponentialMovingAverage also has `average_logits` (its weights swapped for the averages).
 """
 
 import json
@@ -99,8 +100,10 @@ LARGER_INPUT = {"vit_ti16_gap": (48, {"pos_embed_shape": [SIZE // 16, SIZE // 16
 
 TRAINED = {
     # name: (optimizer config, steps)
+    # Under TFM's ExponentialMovingAverage (its averages are optimizer slots 'average').
     "resnet18_v1": ({"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
-                     "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.01}}},
+                     "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.01}},
+                     "ema": {"average_decay": 0.5, "dynamic_decay": False}},
                     3),
     "mobilenetv1": ({"optimizer": {"type": "adam", "adam": {}},
                   "learning_rate": {"type": "constant", "constant": {"learning_rate": 1e-4}}},
@@ -154,6 +157,8 @@ def make(name, experiment, overrides, rng):
         opt_config, steps = TRAINED[name]
         factory_ = optimization.OptimizerFactory(optimization.OptimizationConfig(opt_config))
         optimizer = factory_.build_optimizer(factory_.build_learning_rate())
+        if hasattr(optimizer, "shadow_copy"):  # EMA: as TFM's Trainer does
+            optimizer.shadow_copy(model)
         train_images = rng.uniform(-1.0, 1.0, (4, SIZE, SIZE, 3)).astype(np.float32)
         train_labels = rng.integers(0, NUM_CLASSES, (4,)).astype(np.int32)
 
@@ -178,6 +183,15 @@ def make(name, experiment, overrides, rng):
         global_step.assign(7)
     out["logits"] = model(images, training=False).numpy()
     out["features"] = features(model, images).numpy()
+    if hasattr(optimizer, "swap_weights") and getattr(optimizer, "has_shadow_copy", False):
+        # TFM's evaluation / export weights: its averages (the 'average' slots) in place of
+        # the trainable weights (what its swap_weights does, which needs a strategy).
+        raw = [v.numpy() for v in model.trainable_variables]
+        for v in model.trainable_variables:
+            v.assign(optimizer.get_slot(v, "average"))
+        out["average_logits"] = model(images, training=False).numpy()
+        for v, value in zip(model.trainable_variables, raw):
+            v.assign(value)
     if name in LARGER_INPUT:
         # The same weights in TFM's model at a larger input: its position embedding keeps the
         # checkpoint's grid (pos_embed_shape) and is interpolated to the larger one.
