@@ -56,7 +56,15 @@ BLOCK_ORDERS: Dict[str, Tuple[str, ...]] = {
     "vit_encoder_block": ("self_attention/query", "self_attention/key", "self_attention/value",
                           "self_attention/attention_output", "self_attention_layer_norm",
                           "intermediate", "output", "output_layer_norm"),
+    # MobileNetV4's multi-query attention: TFM's 1x1-conv projections are sub-layers, each
+    # after the depthwise downsampling of its input; lite keeps them as its own matrices
+    # (split by `_split_projections`).
+    "mobilenet_v4_multi_query_attention": (
+        "attention/query", "attention/key_dw", "attention/key_dw_norm", "attention/key",
+        "attention/value_dw", "attention/value_dw_norm", "attention/value", "attention/output"),
 }
+# A lite layer holding these projection matrices itself stands for TFM's sub-layers, one each.
+_PROJECTIONS = frozenset(("query", "key", "value", "output"))
 
 
 # TFM's (tf_keras legacy) optimizer slot names -> Keras 3's, where the two keep the same
@@ -150,11 +158,21 @@ def tfm_layers(graph, root: str) -> List[TfmLayer]:
         keys, nodes = {}, {}
         for child in node.children:
             child_node = graph.nodes[child.node_id]
-            if _is_variable(child_node):
-                keys[child.local_name] = _value_key(child_node)
-                nodes[child.local_name] = child.node_id
-                seen.add(child.node_id)
-        if keys:
+            if not _is_variable(child_node):
+                continue
+            if child.node_id in nodes.values():
+                # Tracked twice (an attribute and the weight's own name): keep the public name.
+                alias = next(n for n, i in nodes.items() if i == child.node_id)
+                if not alias.startswith("_") or child.local_name.startswith("_"):
+                    continue
+                del keys[alias], nodes[alias]
+            keys[child.local_name] = _value_key(child_node)
+            nodes[child.local_name] = child.node_id
+            seen.add(child.node_id)
+        if set(keys) == _PROJECTIONS:  # as lite's, one layer per projection
+            layers.extend(TfmLayer(f"{path}/{name}", {"kernel": keys[name]},
+                                   {"kernel": nodes[name]}) for name in keys)
+        elif keys:
             layers.append(TfmLayer(path, keys, nodes))
         for child in node.children:
             visit(child.node_id, f"{path}/{child.local_name}")
@@ -164,11 +182,28 @@ def tfm_layers(graph, root: str) -> List[TfmLayer]:
 
 
 def _block_rank(path: str) -> Optional[Tuple[str, int]]:
-    for order in BLOCK_ORDERS.values():
-        for rank, suffix in enumerate(order):
-            if path.endswith("/" + suffix):
-                return path[: -len(suffix) - 1], rank
-    return None
+    """(the block's path, the sub-layer's rank in TFM's order) for the longest suffix of
+    `path` that BLOCK_ORDERS lists (a bare 'output' must not claim 'attention/output')."""
+    matches = [(len(suffix), path[: -len(suffix) - 1], rank)
+               for order in BLOCK_ORDERS.values() for rank, suffix in enumerate(order)
+               if path.endswith("/" + suffix)]
+    if not matches:
+        return None
+    _, block, rank = max(matches)
+    return block, rank
+
+
+def _split_projections(layers: List[LiteLayer]) -> List[LiteLayer]:
+    """Each lite layer that holds attention projections (`_PROJECTIONS`) as its own matrices
+    as one layer per projection (`<path>/<name>`, its variable as `kernel`)."""
+    result = []
+    for layer in layers:
+        if set(layer.variables) == _PROJECTIONS:
+            result.extend(LiteLayer(f"{layer.path}/{name}", {"kernel": variable})
+                          for name, variable in layer.variables.items())
+        else:
+            result.append(layer)
+    return result
 
 
 def lite_layers(module) -> List[LiteLayer]:
@@ -178,7 +213,7 @@ def lite_layers(module) -> List[LiteLayer]:
     for variable in module.weights:
         prefix, _, name = variable.path.rpartition("/")
         layers.setdefault(prefix, LiteLayer(prefix, {})).variables[name] = variable
-    ordered = list(layers.values())
+    ordered = _split_projections(list(layers.values()))
     # Reorder each run of consecutive sub-layers of one listed block.
     result: List[LiteLayer] = []
     i = 0
@@ -209,6 +244,15 @@ def _shape(value) -> str:
     return "(" + ", ".join(str(d) for d in value) + ")"
 
 
+def _lite_name(tfm_name: str, lite_names) -> str:
+    """The lite name of TFM's variable `tfm_name` in one layer: the same, Keras 3's rename, or
+    without the underscore of a private attribute (TFM's LayerScale keeps `_gamma`)."""
+    for name in (tfm_name, _KERAS3_NAMES.get(tfm_name), tfm_name.lstrip("_")):
+        if name in lite_names:
+            return name
+    return tfm_name
+
+
 def pair_variables(tfm: Sequence[TfmLayer],
                    lite: Sequence[LiteLayer]) -> List[Tuple[str, int, tf.Variable]]:
     """(TFM checkpoint key, TFM node id, lite variable) for every variable; ConfigError at the
@@ -225,8 +269,8 @@ def pair_variables(tfm: Sequence[TfmLayer],
                               f"{_shape(variable.shape)} is not in the TFM checkpoint (it "
                               f"holds {len(lite) - len(tfm)} fewer layers with weights).")
         t, l = tfm[i], lite[i]
-        keys = {(_KERAS3_NAMES.get(name, name) if name not in l.variables else name):
-                (key, t.nodes.get(name, -1)) for name, key in t.keys.items()}
+        keys = {_lite_name(name, l.variables): (key, t.nodes.get(name, -1))
+                for name, key in t.keys.items()}
         if set(keys) != set(l.variables):
             raise ConfigError(f"TFM layer {t.path} (variables {', '.join(sorted(t.keys))}) "
                               f"does not fit the model's layer {l.path} (variables "
@@ -234,6 +278,30 @@ def pair_variables(tfm: Sequence[TfmLayer],
         for name, variable in l.variables.items():
             pairs.append((*keys[name], variable))
     return pairs
+
+
+def _one_by_one_conv(value: np.ndarray, variable) -> Optional[np.ndarray]:
+    """TFM's 1x1 convolution kernel (1, 1, in, out) as lite's projection matrix (in, out)."""
+    if tuple(value.shape) == (1, 1) + tuple(variable.shape):
+        return value.reshape(tuple(variable.shape))
+    return None
+
+
+def _multi_query_projection(value: np.ndarray, variable) -> Optional[np.ndarray]:
+    """TFM's MultiQueryAttentionLayerV2 einsum weights as lite's matrices: the query
+    (heads, key_dim, channels) -> (channels, heads * key_dim), the output
+    (channels, heads, value_dim) -> (heads * value_dim, channels)."""
+    if value.ndim != 3 or len(variable.shape) != 2:
+        return None
+    if variable.path.endswith("attention/query"):
+        return value.transpose(2, 0, 1).reshape(value.shape[2], -1)
+    if variable.path.endswith("attention/output"):
+        return value.transpose(1, 2, 0).reshape(-1, value.shape[0])
+    return None
+
+
+# Where a TFM layer keeps a weight in another layout than lite's.
+_LAYOUTS = (_one_by_one_conv, _multi_query_projection)
 
 
 def port_weight(variable: tf.Variable, value: np.ndarray, key: str,
@@ -244,6 +312,12 @@ def port_weight(variable: tf.Variable, value: np.ndarray, key: str,
         ported = hook(value, variable)
         if ported is not None:
             value = ported
+    if tuple(value.shape) != tuple(variable.shape):
+        for layout in _LAYOUTS:
+            ported = layout(value, variable)
+            if ported is not None and tuple(ported.shape) == tuple(variable.shape):
+                value = ported
+                break
     if tuple(value.shape) != tuple(variable.shape):
         raise ConfigError(f"TFM variable {key} {_shape(value.shape)} does not fit the model's "
                           f"{variable.path} {_shape(variable.shape)}.")

@@ -78,6 +78,12 @@ MODELS = {
     "mobilenetv4convsmall": ("mobilenet_imagenet", classifier(
         "mobilenet", {"model_id": "MobileNetV4ConvSmall", "filter_size_scale": 0.125},
         norm_activation={"norm_epsilon": 1e-6, "norm_momentum": 0.95})),
+    "mobilenetv3small": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV3Small", "filter_size_scale": 0.125})),
+    "mobilenetmultiavg": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetMultiAVG", "filter_size_scale": 0.125})),
+    "mobilenetv4hybridmedium": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV4HybridMedium", "filter_size_scale": 0.125})),
     "vit_ti16": ("deit_imagenet_pretrain", classifier(
         "vit", {"model_name": "vit-ti16-small", "pooler": "token",
                 "representation_size": 0, "init_stochastic_depth_rate": 0.1,
