@@ -399,3 +399,26 @@ def test_tfm_moving_averages_export_and_resume(tmp_path, caplog):
         reader.get_tensor("backbone/layer_with_weights-0/kernel/.OPTIMIZER_SLOT/optimizer/"
                           "average/.ATTRIBUTES/VARIABLE_VALUE"))
     np.testing.assert_allclose(_train_loss(model, ref), ref["next_loss"], rtol=1e-5)
+
+
+BIG = os.environ.get("LITE_TFM_BIG_CHECKPOINTS", "")
+
+
+@pytest.mark.skipif(not BIG, reason="full-size TFM checkpoints (dilated ResNet-50, 94 MB) are "
+                    "not committed: write them with data/make_tfm_checkpoints.py --big DIR and "
+                    "set LITE_TFM_BIG_CHECKPOINTS=DIR")
+def test_big_tfm_checkpoints_restore():
+    with open(os.path.join(BIG, "index.json")) as f:
+        index = json.load(f)
+    for name, entry in index["models"].items():
+        params = ll.get_exp_config(entry["experiment"])
+        params.task.model.override(entry["model"], is_strict=True)
+        params.task.override({"init_checkpoint": os.path.join(BIG, name)}, is_strict=True)
+        task = ll.get_task(params.task)
+        model = task.build_model()
+        task.initialize(model)
+        ref = np.load(os.path.join(BIG, name, "reference.npz"))
+        assert relative_error(model(ref["images"], training=False).numpy(),
+                              ref["logits"]) <= 1e-4, name
+        np.testing.assert_allclose(features(model, ref["images"]), ref["features"], rtol=1e-4,
+                                   atol=1e-4 * np.abs(ref["features"]).mean())

@@ -2,7 +2,7 @@
 
 Run once with TFM 2.20 (tf-models-official 2.20, tensorflow 2.20, tf_keras):
 
-    /work/tfm_venv/bin/python tests/vision/data/make_tfm_checkpoints.py
+    /work/tfm_venv/bin/python tests/vision/data/make_tfm_checkpoints.py [--big DIR]
 
 For each model of MODELS (small variants of TFM's classification families: a 32x32 input,
 widths shrunk through TFM's own `depth_multiplier` / `filter_size_scale` where the family has
@@ -28,6 +28,7 @@ TFM's ExponentialMovingAverage also has `average_logits` (its weights swapped fo
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -93,6 +94,11 @@ MODELS = {
                 "representation_size": 0, "init_stochastic_depth_rate": 0.1,
                 "original_init": False})),
 }
+# Full-size models (TFM's dilated ResNet has no width multiplier): `--big DIR` only.
+BIG = {
+    "dilated_resnet50": ("resnet_imagenet", classifier(
+        "dilated_resnet", {"model_id": 50, "output_stride": 16})),
+}
 # The lite side builds the ViTs from these sizes (model_name null).
 _LITE_VIT = {"backbone": {"vit": {
     "model_name": None, "hidden_size": 64, "patch_size": 16,
@@ -152,7 +158,7 @@ def loss_of(model, out):
         out["train_labels"], logits, from_logits=True))
 
 
-def make(name, experiment, overrides, rng):
+def make(name, experiment, overrides, rng, target=TARGET):
     tf_keras.backend.clear_session()
     model = build(experiment, overrides)
     randomize(model, rng)
@@ -207,7 +213,7 @@ def make(name, experiment, overrides, rng):
         larger.set_weights(model.get_weights())
         out["larger_images"] = rng.uniform(-1.0, 1.0, (2, size, size, 3)).astype(np.float32)
         out["larger_logits"] = larger(out["larger_images"], training=False).numpy()
-    directory = os.path.join(TARGET, name)
+    directory = os.path.join(target, name)
     shutil.rmtree(directory, ignore_errors=True)
     checkpoint = tf.train.Checkpoint(global_step=global_step, model=model,
                                      optimizer=optimizer, **model.checkpoint_items)
@@ -230,17 +236,22 @@ def make(name, experiment, overrides, rng):
             "optimizer": TRAINED[name][0] if name in TRAINED else None}
 
 
-def main():
-    os.makedirs(TARGET, exist_ok=True)
+def main(argv):
+    """`--big DIR`: write BIG's models into DIR instead (too large to commit; the tests read
+    them from $LITE_TFM_BIG_CHECKPOINTS)."""
+    models, target = MODELS, TARGET
+    if "--big" in argv:
+        models, target = BIG, argv[argv.index("--big") + 1]
+    os.makedirs(target, exist_ok=True)
     rng = np.random.default_rng(29)
     index = {"input_size": SIZE, "num_classes": NUM_CLASSES, "models": {}}
-    for name, (experiment, overrides) in MODELS.items():
-        index["models"][name] = make(name, experiment, overrides, rng)
-    with open(os.path.join(TARGET, "index.json"), "w") as f:
+    for name, (experiment, overrides) in models.items():
+        index["models"][name] = make(name, experiment, overrides, rng, target)
+    with open(os.path.join(target, "index.json"), "w") as f:
         json.dump(index, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(TARGET)
+    print(target)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
