@@ -1,7 +1,7 @@
 """Renders a benchmark results file (written by run.py) as markdown: figures, ratios, targets.
 
     .venv/bin/python benchmarks/report.py benchmarks/results/2026-12-01-abc1234.json
-    .venv/bin/python benchmarks/report.py RESULTS.json --update README.md benchmarks/README.md
+    .venv/bin/python benchmarks/report.py RESULTS.json --update docs/benchmarks.md benchmarks/README.md
 
 The first prints the report; `--update` also replaces, in each named file, the text between
 the lines `<!-- bench-results:start -->` and `<!-- bench-results:end -->` with it, so the
@@ -500,7 +500,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="a results file written by benchmarks/run.py")
     parser.add_argument("--update", nargs="+", default=[], metavar="FILE",
-                        help="replace the bench-results block of these files (README.md, "
+                        help="replace the bench-results block of these files (docs/benchmarks.md, "
                         "benchmarks/README.md) with the report")
     args = parser.parse_args(argv)
     with open(args.results) as f:

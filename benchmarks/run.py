@@ -5,7 +5,7 @@
 
 A full run writes benchmarks/results/<UTC date>-<commit>.json (every process's result, the
 versions and the run's metadata; commit it) and bench_out/results.md; `benchmarks/report.py
-FILE --update README.md benchmarks/README.md` renders the README tables from that file.
+FILE --update docs/benchmarks.md benchmarks/README.md` renders the docs/benchmarks.md tables from that file.
 
 Per round and workload, these processes (the order is reversed every other round, so that no
 side always runs first or last):

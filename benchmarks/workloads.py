@@ -1,4 +1,4 @@
-"""The benchmark workloads of /work/shared/bench/WORKLOADS.md, for any Keras-like module.
+"""The benchmark workloads of benchmarks/WORKLOADS.md, for any Keras-like module.
 
 This module is shared by three environments: the project's (Keras 3, used by `raw_loop.py`),
 lite_launcher's (`lite_workloads.py`) and TFM's separate venv (tf_keras, `tfm_workloads.py`).

@@ -24,7 +24,8 @@ from absl import app, flags, logging
 
 import lite_launcher as ll
 from lite_launcher.atomic_write import write_text
-from lite_launcher.strategy import should_write, worker_save_dir
+from lite_launcher.checkpoints import worker_save_dir
+from lite_launcher.strategy import should_write
 from lite_launcher.modes import mode_trains
 from lite_launcher.trainer import after_inputs
 

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from lite_launcher import strategy as strategy_lib
+from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 from lite_launcher.errors import TrainingDivergedError
 
@@ -113,10 +113,10 @@ class EMACheckpointing:
 
     def _manager(self, directory: str) -> tf.train.CheckpointManager:
         if directory != self._directory:  # a non-chief worker's throwaway directory
-            return tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=1,
-                                              checkpoint_name=EMA_CHECKPOINT_NAME)
+            return checkpoints.CheckpointManager(self._checkpoint, directory, max_to_keep=1,
+                                                 checkpoint_name=EMA_CHECKPOINT_NAME)
         if self._checkpoint_manager is None:
-            self._checkpoint_manager = tf.train.CheckpointManager(
+            self._checkpoint_manager = checkpoints.CheckpointManager(
                 self._checkpoint, directory, max_to_keep=self._max_to_keep,
                 checkpoint_name=EMA_CHECKPOINT_NAME)
         return self._checkpoint_manager
@@ -149,9 +149,9 @@ class EMACheckpointing:
         path = None
         self._swap(optimization)
         try:
-            with strategy_lib.worker_save_dir(self._directory, self._strategy) as directory:
+            with checkpoints.worker_save_dir(self._directory, self._strategy) as directory:
                 manager = self._manager(directory)
-                saved = manager.save(checkpoint_number=step)
+                saved = checkpoints.save(manager, step)
                 manager.sync()
                 if directory == self._directory:
                     path = saved
@@ -245,7 +245,7 @@ class RecoveryAction:
                             self.checkpoint_manager.directory)
             return None
         # The checkpoint may hold objects (e.g. an input iterator) restored elsewhere.
-        self.checkpoint_manager.checkpoint.restore(path).expect_partial()
+        checkpoints.restore(self.checkpoint_manager.checkpoint, path, expect_partial=True)
         logging.warning("Recovered the model from checkpoint %s.", path)
         return path
 
@@ -336,14 +336,13 @@ class PreemptionCheckpointAction:
     def __call__(self, output: Output = None) -> None:
         if self._handler is not None:
             # Saves and calls `_exit` when any worker was preempted; else returns.
-            self._handler.save_checkpoint_if_preempted(
-                checkpoint_number=self._global_step, check_interval=False)
+            checkpoints.save_if_preempted(self._handler, self._global_step)
             return
         if not self._preempted:
             return
         step = _as_int(self._global_step)
         # check_interval=False: an on-demand save must not wait for checkpoint_interval.
-        path = self._checkpoint_manager.save(checkpoint_number=step, check_interval=False)
+        path = checkpoints.save(self._checkpoint_manager, step, check_interval=False)
         self._checkpoint_manager.sync()
         logging.warning("Preempted (SIGTERM): saved %s at step %d; exiting with code %d.",
                         path, step, self._exit_code)

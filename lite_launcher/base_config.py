@@ -38,6 +38,13 @@ class UnknownConfigKeyError(ConfigError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ConfigRestrictionError(ConfigError, KeyError):
+    """A config that breaks a restriction of its experiment (TFM's `restrictions`): a
+    `KeyError`, as TFM's `validate()` raises, and a `ConfigError`."""
+
+    __str__ = UnknownConfigKeyError.__str__
+
+
 class LockedConfigError(ConfigError):
     """A change to a locked config (`Config.lock()`); a `ValueError`, as TFM's."""
 
@@ -482,7 +489,9 @@ def _coerce_config(current, cls, value, dotted, is_strict):
         value = value.as_dict()
     if not isinstance(value, collections.abc.Mapping):
         raise _bad_type(dotted, f"a mapping for {cls.__name__}", value)
-    if isinstance(current, cls):
+    if isinstance(current, Config):
+        # As TFM: the instance's class decides the valid keys, not the declared one (a field
+        # declared `Cfg1` may hold a `Cfg2`).
         return current.override(value, is_strict=is_strict, _path=dotted)
     # An Optional sub-config that is None (TFM's `ema`, say) is created from its type.
     if is_strict and value and not dataclasses.fields(cls):

@@ -10,7 +10,8 @@ import dataclasses
 from typing import Optional, Sequence, Union
 
 from lite_launcher.base_config import (  # noqa: F401  (re-exported)
-    Config, ConfigError, OneOfConfig, load_config_file, override_config, parse_params_override)
+    Config, ConfigError, ConfigRestrictionError, OneOfConfig, load_config_file, override_config,
+    parse_params_override)
 from lite_launcher.optimization import OptimizationConfig
 
 # ---------------------------------------------------------------------------
@@ -280,7 +281,7 @@ class ExperimentConfig(Config):
             return
         data = getattr(self.task, "train_data", None)
         if isinstance(data, DataConfig) and data.is_training is None:
-            raise ConfigError(
+            raise ConfigRestrictionError(
                 "task.train_data.is_training is null; set it to true: null would read the "
                 "training data as evaluation data (TFM's experiments refuse it too).")
 

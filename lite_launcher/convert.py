@@ -22,7 +22,9 @@ from absl import flags
 from absl import logging
 
 from lite_launcher import atomic_write
+from lite_launcher import checkpoints
 from lite_launcher import export
+from lite_launcher import flags as lite_flags
 from lite_launcher.errors import ConfigError, ModelDirWriteError
 
 FLAGS = flags.FLAGS
@@ -41,11 +43,16 @@ Exit codes: 0 done, 1 the environment failed (disk), 2 bad input (one line on st
 
 
 def define_flags() -> None:
-    """Defines `lite-convert`'s flags; a flag another lite command defined is shared."""
-    export.define_config_flags(what=_EXPERIMENT_IS)
-    export.define_flag("string", "checkpoint_path", None, "The TFM checkpoint: a prefix, or a "
-                       "directory (its latest checkpoint).")
-    export.define_flag("string", "output_dir", None, "The directory to write (must not exist).")
+    """Defines `lite-convert`'s flags: the config flags it shares with lite-train and its own.
+    Safe to call more than once."""
+    lite_flags.define_config_flags()
+    lite_flags.define_registry_imports_flag()
+    if "output_dir" in FLAGS:
+        return
+    if "checkpoint_path" not in FLAGS:
+        flags.DEFINE_string("checkpoint_path", None, "The TFM checkpoint: a prefix, or a "
+                            "directory (its latest checkpoint).")
+    flags.DEFINE_string("output_dir", None, "The directory to write (must not exist).")
 
 
 def convert_checkpoint(params, checkpoint_path: str, output_dir: str) -> Tuple[str, str]:
@@ -75,7 +82,7 @@ def convert_checkpoint(params, checkpoint_path: str, output_dir: str) -> Tuple[s
     task = registry.get_task(params.task)
     model = task.build_model()
     try:
-        tfm_checkpoint.restore(model, prefix, "model")
+        tfm_checkpoint.load_weights(model, prefix, "model")
     except ConfigError as error:
         raise ConfigError(f"--checkpoint_path {prefix!r} (a TFM checkpoint) does not fit the "
                           f"experiment's model: {error}") from error
@@ -85,8 +92,8 @@ def convert_checkpoint(params, checkpoint_path: str, output_dir: str) -> Tuple[s
     try:
         tf.io.gfile.makedirs(staging)
         # As lite-export's checkpoint: the model alone, with a `checkpoint` state file.
-        tf.train.CheckpointManager(tf.train.Checkpoint(model=model), staging,
-                                   max_to_keep=1).save(checkpoint_number=step)
+        checkpoints.write(tf.train.Checkpoint(model=model), os.path.join(staging, f"ckpt-{step}"))
+        checkpoints.write_state(staging, f"ckpt-{step}", [f"ckpt-{step}"])
         model.save(os.path.join(staging, KERAS_FILE))
         params.save_yaml(os.path.join(staging, "params.yaml"))
         if local:
@@ -106,19 +113,21 @@ def convert_checkpoint(params, checkpoint_path: str, output_dir: str) -> Tuple[s
 
 
 def _main(flags_obj) -> str:
-    params = export.parse_params(flags_obj, what=_EXPERIMENT_IS)
+    if not flags_obj.experiment:
+        raise ConfigError(f"--experiment is required: the experiment {_EXPERIMENT_IS}.")
+    params = export.parse_params(flags_obj)
     return "\n".join(convert_checkpoint(params, flags_obj.checkpoint_path,
                                         flags_obj.output_dir))
 
 
 def main(argv) -> None:
     """Runs `lite-convert` with parsed FLAGS; bad input exits 2 with one line."""
-    export.run_command(_main, FLAGS, PROG, argv)
+    export.run_command(_main, argv, PROG)
 
 
 def run() -> None:
     """Console-script entry point for `lite-convert`."""
-    export.start_command(define_flags, main, PROG, _HELP_INTRO)
+    export.start_command(define_flags, main, PROG, _HELP_INTRO, "output_dir")
 
 
 if __name__ == "__main__":

@@ -16,11 +16,10 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher import actions
-from lite_launcher import checkpoint_recovery
+from lite_launcher import checkpoints
 from lite_launcher import exporter as exporter_lib
 from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
-from lite_launcher import tfm_checkpoint
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
 from lite_launcher.modes import check_mode, mode_trains
@@ -37,30 +36,6 @@ def create_trainer(params, task, train: bool, evaluate: bool, checkpoint_exporte
     optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
     return trainer_cls(params, task, model=model, optimizer=optimizer, train=train,
                        evaluate=evaluate, checkpoint_exporter=checkpoint_exporter)
-
-
-class _NonChiefCheckpointManager(tf.train.CheckpointManager):
-    """A non-chief worker's manager: saves to a throwaway directory, restores the chief's.
-
-    Every worker must take part in a save, but only the chief's files are kept. On a restart
-    every worker must resume from the same (the chief's) checkpoint, or their steps and
-    collective operations no longer line up.
-    """
-
-    def __init__(self, checkpoint, chief_directory: str, **kwargs):
-        super().__init__(checkpoint, **kwargs)
-        self._chief_directory = chief_directory
-
-    def restore_or_initialize(self):
-        latest = tf.train.latest_checkpoint(self._chief_directory)
-        if latest is None:
-            return super().restore_or_initialize()
-        self.checkpoint.restore(latest)
-        if self.checkpoint_interval is not None:
-            # As the base class does after a restore, so that the chief and this worker agree
-            # on when the next checkpoint is due (a save is a collective operation).
-            self._last_checkpoint_step = int(self._step_counter.numpy())
-        return latest
 
 
 def _release_model_dir_holds(holds: List[str]) -> None:
@@ -97,13 +72,15 @@ class ExperimentRunner:
         # Holds a non-writer worker's throwaway checkpoint directory until `run()` ends.
         self._scratch_dirs = contextlib.ExitStack()
         self._actions: List = []
-        # One trainer per model_dir: the chief of a training mode locks it before anything
-        # (checkpoint clean-up, restore) reads or writes there; evaluators never lock. The
-        # holds go at the end of `run()`, or when a runner that failed to build is collected.
-        self._locks_model_dir = mode_trains(mode) and strategy_lib.should_write(self.strategy)
+        # One trainer per model_dir, and this is the one place that locks it (the driver and
+        # a forked driver calling `run_experiment` both come through here): the chief of a
+        # training mode locks it before anything (checkpoint clean-up, restore) reads or writes
+        # there; evaluators never lock. The holds go at the end of `run()`, or when a runner
+        # that failed to build is collected.
+        self._owns_model_dir = mode_trains(mode) and strategy_lib.should_write(self.strategy)
         self._model_dir_holds: List[str] = []
         weakref.finalize(self, _release_model_dir_holds, self._model_dir_holds)
-        if self._locks_model_dir:
+        if self._owns_model_dir:
             self._hold_model_dir(create=False)
         # A trainer passed in (the forked-driver path) is used as is.
         evaluates = ("eval" in mode) or run_post_eval
@@ -125,6 +102,16 @@ class ExperimentRunner:
             eval_actions=eval_actions,
             controller_cls=controller_cls,
             enable_async_checkpointing=enable_async_checkpointing)
+        if self._owns_model_dir and not self._model_dir_holds:
+            # A fresh model_dir: created and locked once every check at construction passed
+            # (a refused run leaves no directory behind).
+            self._hold_model_dir(create=True)
+
+    @property
+    def owns_model_dir(self) -> bool:
+        """Whether this runner holds model_dir's lock: the chief of a training mode, which
+        alone writes checkpoints, summaries and the driver's params.yaml there."""
+        return self._owns_model_dir
 
     @property
     def params(self):
@@ -161,21 +148,13 @@ class ExperimentRunner:
                        checkpoint_interval=self._params.trainer.checkpoint_interval,
                        init_fn=self._trainer.initialize)
         # Non-chief workers must take part in saving (variables sync on read) but their files
-        # are thrown away.
+        # are thrown away; a training chief resumes from the newest checkpoint that reads.
         directory = self._scratch_dirs.enter_context(
-            strategy_lib.worker_save_dir(self._model_dir, self.strategy))
-        if directory == self._model_dir:
-            if mode_trains(self._mode):
-                # Resume from the newest checkpoint that reads (broken newer ones moved aside,
-                # debris of interrupted writes removed).
-                checkpoint_recovery.prepare_model_dir(self._model_dir)
-            # A model_dir TFM wrote resumes too (tfm_checkpoint; lite's files beside TFM's).
-            return tfm_checkpoint.TfmResumingCheckpointManager(
-                self._trainer.checkpoint, directory=self._model_dir,
-                max_to_keep=self._params.trainer.max_to_keep, **options)
-        return _NonChiefCheckpointManager(
-            self._trainer.checkpoint, chief_directory=self._model_dir, directory=directory,
-            max_to_keep=1, **options)
+            checkpoints.worker_save_dir(self._model_dir, self.strategy))
+        return checkpoints.build_manager(
+            self._trainer.checkpoint, self._model_dir, directory,
+            resume=mode_trains(self._mode), max_to_keep=self._params.trainer.max_to_keep,
+            **options)
 
     def _summary_dirs(self, save_summary: bool):
         # Only the chief writes summaries: other workers' event files would duplicate its curves.
@@ -222,8 +201,8 @@ class ExperimentRunner:
         trainer_config = self._params.trainer
         logging.info("Running mode %s in %s", self._mode, self._model_dir)
         try:
-            if self._locks_model_dir and not self._model_dir_holds:
-                self._hold_model_dir(create=True)  # model_dir did not exist at construction.
+            if self._owns_model_dir and not self._model_dir_holds:
+                self._hold_model_dir(create=True)  # run() again: the last one released it.
             with self.strategy.scope():
                 if self._mode in ("train", "train_and_post_eval"):
                     self._controller.train(steps=trainer_config.train_steps)

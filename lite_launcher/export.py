@@ -36,7 +36,6 @@ import functools
 import math
 import os
 import shutil
-import types
 from typing import Dict, List, Optional, Sequence
 
 from absl import app
@@ -44,7 +43,8 @@ from absl import flags
 from absl import logging
 
 from lite_launcher import atomic_write
-from lite_launcher import main as driver
+from lite_launcher import flags as lite_flags
+from lite_launcher import train_utils
 from lite_launcher.errors import (ConfigError, ENVIRONMENT_FAILURES, ModelDirWriteError,
                                   NoReadableCheckpointError)
 
@@ -65,75 +65,33 @@ Exit codes: 0 done, 1 the environment failed (disk), 2 bad input (one line on st
 """
 
 
-def define_flag(kind: str, name: str, default, text: str) -> None:
-    """DEFINE_<kind>(name, ...) unless a flag of that name exists (lite commands share them)."""
-    if name not in FLAGS:
-        getattr(flags, f"DEFINE_{kind}")(name, default, text)
-
-
-def define_config_flags(what: str = "the checkpoint was trained with") -> None:
-    """The flags that build the experiment config, as lite-train's (lite-export, lite-convert)."""
-    define_flag("string", "experiment", None, f"The registered experiment {what}.")
-    define_flag("multi_string", "config_file", None, "YAML/JSON files overriding the "
-                "experiment config, applied in order.")
-    define_flag("string", "params_override", None, "A YAML/JSON string, a YAML file path, or "
-                "'a.b=1,c.d=x' pairs, applied after --config_file.")
-    define_flag("multi_string", "registry_imports", None, "Modules to import that register "
-                "experiments and tasks (repeatable).")
-
-
-def parse_params(flags_obj, what: str = "the checkpoint was trained with"):
-    """The experiment config the flags of `define_config_flags` describe."""
-    if not flags_obj.experiment:
-        raise ConfigError(f"--experiment is required: the experiment {what}.")
-    driver._check_input_files(types.SimpleNamespace(  # pylint: disable=protected-access
-        config_file=flags_obj.config_file, gin_file=None, gin_params=None))
-    driver.load_registrations(flags_obj.registry_imports)
-    return driver.parse_configuration(driver.ParseConfigOptions(
-        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
-        params_override=flags_obj.params_override or ""), print_return=False)
-
-
-def run_command(command, flags_obj, prog: str, argv) -> None:
-    """Runs `command(flags_obj)` and prints what it returns; bad input exits 2 with one line,
-    an environment failure 1."""
-    if len(argv) > 1:
-        driver._user_error(f"unexpected arguments {argv[1:]}; every option is a --flag.",
-                           prog=prog)  # pylint: disable=protected-access
-    try:
-        result = command(flags_obj)
-    except ConfigError as error:
-        driver._user_error(error, prog=prog)  # pylint: disable=protected-access
-    except ENVIRONMENT_FAILURES as error:
-        driver._user_error(error, driver.RUNTIME_ERROR_EXIT_CODE,  # pylint: disable=protected-access
-                           prog=prog)
-    print(result)
-
-
 def define_flags() -> None:
-    """Defines `lite-export`'s flags (TFM's names and meanings). Safe to call more than once;
-    a flag `lite-train` defined already in this process is shared."""
-    define = define_flag
-    define_config_flags()
-    define("string", "checkpoint_path", None, "A checkpoint prefix (or its .index file), or a "
-           "directory: a model_dir (its newest checkpoint) or a best-checkpoint subdir.")
-    define("string", "export_dir", None, "The directory to write the export into (created).")
-    define("string", "input_type", None, "The serving input: image classification takes "
-           "image_tensor (default), image_bytes, tf_example, serve_examples or tflite; other "
-           "tasks tensor (the model's own input).")
-    define("integer", "batch_size", None, "The batch size of the signature (default: any).")
-    define("string", "input_image_size", None, "height,width of the served image, e.g. 224,224 "
-           "(default: the task's model.input_size).")
-    define("string", "export_checkpoint_subdir", CHECKPOINT_SUBDIR, "The subdirectory for the "
-           "exported checkpoint (empty: none).")
-    define("string", "export_saved_model_subdir", SAVED_MODEL_SUBDIR, "The subdirectory for the "
-           "SavedModel (empty: export_dir itself).")
-    define("bool", "log_model_flops_and_params", False, "Also write model_params.txt and "
-           "model_flops.txt (FLOPs of one image) into export_dir.")
-    define("string", "function_keys", "", "Several signatures in one SavedModel: "
-           "'input_type:signature_name,...', e.g. "
-           "'tf_example:serving_default,image_tensor:serving_image_tensor' (without a "
-           "serving_default, Keras names the first one so too).")
+    """Defines `lite-export`'s flags (TFM's names and meanings): the config flags it shares with
+    `lite-train` (`lite_launcher.flags`) and its own. Safe to call more than once."""
+    lite_flags.define_config_flags()
+    lite_flags.define_registry_imports_flag()
+    if "export_dir" in FLAGS:
+        return
+    flags.DEFINE_string("checkpoint_path", None, "A checkpoint prefix (or its .index file), or "
+                        "a directory: a model_dir (its newest checkpoint) or a best-checkpoint "
+                        "subdir.")
+    flags.DEFINE_string("export_dir", None, "The directory to write the export into (created).")
+    flags.DEFINE_string("input_type", None, "The serving input: image classification takes "
+                        "image_tensor (default), image_bytes, tf_example, serve_examples or "
+                        "tflite; other tasks tensor (the model's own input).")
+    flags.DEFINE_integer("batch_size", None, "The batch size of the signature (default: any).")
+    flags.DEFINE_string("input_image_size", None, "height,width of the served image, e.g. "
+                        "224,224 (default: the task's model.input_size).")
+    flags.DEFINE_string("export_checkpoint_subdir", CHECKPOINT_SUBDIR, "The subdirectory for "
+                        "the exported checkpoint (empty: none).")
+    flags.DEFINE_string("export_saved_model_subdir", SAVED_MODEL_SUBDIR, "The subdirectory for "
+                        "the SavedModel (empty: export_dir itself).")
+    flags.DEFINE_bool("log_model_flops_and_params", False, "Also write model_params.txt and "
+                      "model_flops.txt (FLOPs of one image) into export_dir.")
+    flags.DEFINE_string("function_keys", "", "Several signatures in one SavedModel: "
+                        "'input_type:signature_name,...', e.g. "
+                        "'tf_example:serving_default,image_tensor:serving_image_tensor' "
+                        "(without a serving_default, Keras names the first one so too).")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,7 +141,7 @@ def check_export_dir(export_dir: str, saved_model_subdir: str = SAVED_MODEL_SUBD
     overwrite it in place; a half-overwritten SavedModel serves neither model)."""
     if not export_dir:
         raise ConfigError("--export_dir is required (the directory to write the export into).")
-    driver.check_output_dir(export_dir, "--export_dir")
+    train_utils.check_output_dir(export_dir, "--export_dir")
     if "://" in export_dir or not os.path.isdir(export_dir):
         return
     taken = [e for e in _export_entries(saved_model_subdir, checkpoint_subdir)
@@ -352,7 +310,7 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
     import keras  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from lite_launcher import registry  # pylint: disable=import-outside-toplevel
+    from lite_launcher import checkpoints, registry  # pylint: disable=import-outside-toplevel
 
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"--batch_size ({batch_size}) must be a positive integer (or left "
@@ -383,8 +341,8 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
             archive.add_endpoint(name, fn, input_signature=[spec])
         archive.write_out(saved_model_dir, verbose=False)
         if export_checkpoint_subdir:
-            tf.train.Checkpoint(model=model).save(
-                os.path.join(staging, export_checkpoint_subdir, "ckpt"))
+            checkpoints.save_to(tf.train.Checkpoint(model=model),
+                                os.path.join(staging, export_checkpoint_subdir, "ckpt"))
         params.save_yaml(os.path.join(staging, "params.yaml"))
         if log_model_flops_and_params:
             total = _write_model_params(model, os.path.join(staging, "model_params.txt"))
@@ -435,22 +393,47 @@ def _main(flags_obj) -> str:
         function_keys=function_keys)
 
 
+def parse_params(flags_obj):
+    """The experiment config the config flags describe, as lite-train builds it."""
+    train_utils.check_input_files(flags_obj)
+    train_utils.load_user_registrations(flags_obj.registry_imports)
+    train_utils.check_experiment_inputs(flags_obj)
+    train_utils.load_builtin_registrations()
+    return train_utils.parse_configuration(train_utils.ParseConfigOptions(
+        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
+        params_override=flags_obj.params_override or ""), print_return=False)
+
+
+def run_command(command, argv, prog: str) -> None:
+    """Prints `command(FLAGS)`; bad input exits 2 with one line, an environment failure 1."""
+    if len(argv) > 1:
+        train_utils.exit_with_error(
+            f"unexpected arguments {argv[1:]}; every option is a --flag.", prog=prog)
+    try:
+        result = command(FLAGS)
+    except ConfigError as error:
+        train_utils.exit_with_error(error, prog=prog)
+    except ENVIRONMENT_FAILURES as error:
+        train_utils.exit_with_error(error, train_utils.RUNTIME_ERROR_EXIT_CODE, prog=prog)
+    print(result)
+
+
 def main(argv) -> None:
     """Runs `lite-export` with parsed FLAGS; bad input exits 2 with one line."""
-    run_command(_main, FLAGS, PROG, argv)
+    run_command(_main, argv, PROG)
 
 
-def start_command(define, main_fn, prog: str, intro: str) -> None:
-    """A lite command's console-script start: its flags, then absl's app with lite's help."""
+def start_command(define, main_fn, prog: str, intro: str, cli_flag: str) -> None:
+    """A lite command's console-script start: its flags, then absl's app with lite's parser."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     define()
     app.run(main_fn, flags_parser=functools.partial(
-        driver._flags_parser, prog=prog, intro=intro))  # pylint: disable=protected-access
+        lite_flags.parse_flags, prog=prog, intro=intro, cli_flag=cli_flag))
 
 
 def run() -> None:
     """Console-script entry point for `lite-export`."""
-    start_command(define_flags, main, PROG, _HELP_INTRO)
+    start_command(define_flags, main, PROG, _HELP_INTRO, "export_dir")
 
 
 if __name__ == "__main__":

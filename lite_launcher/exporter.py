@@ -32,6 +32,7 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher import atomic_write
+from lite_launcher import checkpoints
 from lite_launcher import strategy as strategy_lib
 from lite_launcher.base_config import ConfigError
 
@@ -104,12 +105,6 @@ def _find_metric(logs: Mapping[str, Any], metric_name: str):
 
 
 _MISSING = object()
-
-
-def _files_of_prefix(prefix: str) -> List[str]:
-    """The files of the checkpoint `prefix` (its .index and .data-* shards)."""
-    return [p for p in tf.io.gfile.glob(prefix + ".*")
-            if p == prefix + ".index" or p.startswith(prefix + ".data-")]
 
 
 # ---------------------------------------------------------------------------
@@ -256,8 +251,8 @@ class BestCheckpointExporter:
         # incremented (on every worker, so that all agree on the name).
         number = int(checkpoint.save_counter.assign_add(1).numpy())
         name = f"{BEST_CHECKPOINT_NAME}-{number}"
-        with strategy_lib.worker_save_dir(self._export_dir, self._strategy) as directory:
-            checkpoint.write(os.path.join(directory, name))
+        with checkpoints.worker_save_dir(self._export_dir, self._strategy) as directory:
+            checkpoints.write(checkpoint, os.path.join(directory, name))
         if directory != self._export_dir:  # not the writer: its copy is thrown away
             return
         prefix = os.path.join(self._export_dir, name)
@@ -265,18 +260,13 @@ class BestCheckpointExporter:
             atomic_write.write_text(self.best_ckpt_logs_path,
                                     json.dumps(record, indent=4) + "\n")
         # The state file makes `tf.train.latest_checkpoint(export_dir)` return the best one.
-        atomic_write.write_text(
-            os.path.join(self._export_dir, "checkpoint"),
-            f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+        checkpoints.write_state(self._export_dir, name, [name])
         # Earlier bests (and leftovers of an interrupted export) are stale now.
-        stale = set()
         for index_file in tf.io.gfile.glob(
                 os.path.join(self._export_dir, f"{BEST_CHECKPOINT_NAME}-*.index")):
             old_prefix = index_file[:-len(".index")]
             if old_prefix != prefix:
-                stale.update(_files_of_prefix(old_prefix))
-        for path in stale:
-            tf.io.gfile.remove(path)
+                checkpoints.remove(old_prefix)
         logging.info("[BestCheckpointExporter] exported %s.", prefix)
 
     # ----- properties --------------------------------------------------------

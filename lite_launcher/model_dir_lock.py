@@ -13,8 +13,10 @@ cannot be taken; that is logged, and two trainers are then not prevented. A mode
 a URL (gs://, s3://, hdfs://, ram://) is never locked (no OS lock spans an object store);
 that is logged once per model_dir and process.
 
-TensorFlow-free, so the driver can refuse a second trainer before importing TensorFlow.
-Holds are counted per process: the driver and `ExperimentRunner` may both hold one model_dir.
+`ExperimentRunner` (which the driver and a forked driver's `run_experiment` both go through)
+is the one that holds and releases the lock. TensorFlow-free, so that the driver can ask
+`refuse_if_held` before importing TensorFlow, which refuses a second trainer at once without
+taking the lock. Holds are counted per process, and a process never refuses itself.
 """
 
 from __future__ import annotations
@@ -49,7 +51,15 @@ def lockable(model_dir: str) -> bool:
 
 def _lock_holder(fd: int) -> Tuple[Optional[int], str]:
     """(pid, host) of the process holding a flock on the file of `fd`, from /proc/locks."""
-    stat = os.fstat(fd)
+    pid = _flock_holder_pid(os.fstat(fd))
+    if pid:
+        return pid, socket.gethostname()
+    return None, "unknown (not listed in /proc/locks: another host or container)"
+
+
+def _flock_holder_pid(stat) -> Optional[int]:
+    """The pid of a process holding a flock on the file of `stat` (Linux's /proc/locks), or
+    None (nobody, or it cannot be told)."""
     device_inode = (f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:"
                     f"{stat.st_ino}")
     try:
@@ -66,8 +76,29 @@ def _lock_holder(fd: int) -> Tuple[Optional[int], str]:
             except ValueError:
                 continue
             if pid > 0:
-                return pid, socket.gethostname()
-    return None, "unknown (not listed in /proc/locks: another host or container)"
+                return pid
+    return None
+
+
+def _locked_error(model_dir: str, holder: str) -> ModelDirLockedError:
+    return ModelDirLockedError(
+        f"model_dir {model_dir} is in use by another trainer ({holder}); two trainers would "
+        f"overwrite each other's checkpoints. Wait for it to end or stop it, or train in "
+        f"another model_dir (evaluation modes may share it).")
+
+
+def refuse_if_held(model_dir: str) -> None:
+    """Raises `ModelDirLockedError` if another process holds the lock on `model_dir`, read
+    from /proc/locks without taking the lock (so it never stands in a trainer's way).
+
+    The driver's early answer, before TensorFlow loads; `hold` stays the lock. Where it
+    cannot be told (not Linux, a URL, no such directory yet), it does not refuse.
+    """
+    if not lockable(model_dir) or not os.path.isdir(model_dir):
+        return
+    pid = _flock_holder_pid(os.stat(model_dir))
+    if pid and pid != os.getpid():
+        raise _locked_error(model_dir, f"pid {pid} on host {socket.gethostname()}")
 
 
 def hold(model_dir: str, create: bool = False) -> bool:
@@ -111,11 +142,7 @@ def hold(model_dir: str, create: bool = False) -> bool:
                 pid, host = _lock_holder(fd)
                 os.close(fd)
                 holder = f"pid {pid} on host {host}" if pid else f"host {host}"
-                raise ModelDirLockedError(
-                    f"model_dir {model_dir} is in use by another trainer ({holder}); "
-                    f"two trainers would overwrite each other's checkpoints. Wait for it to "
-                    f"end or stop it, or train in another model_dir (evaluation modes may "
-                    f"share it).") from None
+                raise _locked_error(model_dir, holder) from None
             os.close(fd)
             _log.warning("Cannot lock model_dir %s (%s): this file system does not support "
                          "flock, so a second trainer on it would not be refused.", model_dir,

@@ -132,14 +132,20 @@ def registered_experiments() -> List[str]:
     return sorted(_EXPERIMENTS)
 
 
+def unknown_experiment_error(name: str, known) -> UnknownEntryError:
+    """The error for an experiment `name` not among the `known` names: it lists them and
+    suggests the closest."""
+    listed = ", ".join(sorted(known)) or "(none)"
+    return UnknownEntryError(
+        f"Unknown experiment {name!r}.{_closest(name, known)} Registered experiments: "
+        f"{listed}. Use --registry_imports to load your own (the built-ins register on "
+        f"`import lite_launcher.registry_imports`).")
+
+
 def get_exp_config(name: str):
     """Returns a fresh config of experiment `name` (a new object on each call)."""
     if name not in _EXPERIMENTS:
-        known = ", ".join(sorted(_EXPERIMENTS)) or "(none)"
-        raise UnknownEntryError(
-            f"Unknown experiment {name!r}.{_closest(name, _EXPERIMENTS)} "
-            f"Registered experiments: {known}. Use --registry_imports to load your own (the "
-            f"built-ins register on `import lite_launcher.registry_imports`).")
+        raise unknown_experiment_error(name, _EXPERIMENTS)
     config = _EXPERIMENTS[name]()
     # A deep copy, so that a factory returning a shared object still gives a fresh config.
     config = copy.deepcopy(config)

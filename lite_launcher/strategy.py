@@ -21,8 +21,8 @@ Typical driver flow (what `strategy_from_runtime` does, plus mixed precision):
 Multi-worker saving: every worker must take part in saving (variables sync on read), but two
 workers writing the same directory collide. `should_write(strategy)` is the one place that
 says who writes to model_dir (checkpoints, summaries, exports, configs; `is_chief_process`
-applies the same rule to TF_CONFIG before a strategy exists); `worker_save_dir` gives the
-others a throwaway directory to save into.
+applies the same rule to TF_CONFIG before a strategy exists); `checkpoints.worker_save_dir`
+gives the others a throwaway directory to save into.
 
 `apply_performance_settings(params)` applies TFM's GPU thread and kernel fields of the
 runtime config (environment variables read when TensorFlow creates its devices).
@@ -30,12 +30,9 @@ runtime config (environment variables read when TensorFlow creates its devices).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import socket
-import tempfile
 import urllib.request
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -549,7 +546,7 @@ def should_write(strategy: Optional[tf.distribute.Strategy] = None) -> bool:
     ParameterServerStrategy). In a multi-worker cluster: the 'chief' task, or worker 0 when
     the cluster has no chief, and only if the strategy itself agrees
     (`extended.should_checkpoint`). Non-writers still take part in every save (variables
-    sync on read) but save into a throwaway directory: see `worker_save_dir`.
+    sync on read) but save into a throwaway directory: see `checkpoints.worker_save_dir`.
     """
     if strategy is None:
         strategy = tf.distribute.get_strategy()
@@ -581,21 +578,3 @@ def is_chief_process(distribution_strategy: str) -> bool:
     tf_config = _read_tf_config()
     task = tf_config.get("task") or {}
     return _task_writes(task.get("type"), task.get("index", 0), tf_config.get("cluster") or {})
-
-
-@contextlib.contextmanager
-def worker_save_dir(directory: str, strategy: Optional[tf.distribute.Strategy] = None):
-    """Yields where this process saves for a write meant for `directory`.
-
-    Every worker of a multi-worker strategy must take part in a save, but only the writer
-    (`should_write`) saves into `directory`; the others get a private temporary directory,
-    deleted when the block ends.
-    """
-    if should_write(strategy):
-        yield directory
-        return
-    scratch = tempfile.mkdtemp(prefix="lite_launcher_worker_")
-    try:
-        yield scratch
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)

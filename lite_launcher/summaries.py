@@ -395,3 +395,127 @@ def _collect_scalars(summary_dict: Mapping, relative_path: str, leaves: list,
         leaves.append((relative_path, str(name)))
         values.append(value)
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Loop outputs in the log and the writers (the Controller's per-loop lines).
+# ---------------------------------------------------------------------------------------------
+
+
+class StepTimer:
+    """Measures steps per second of a global step between successive calls.
+
+    `steps_per_second(current_step)` takes the step when the caller already has it (the
+    Controller reads the global step once per loop); without it the variable is read.
+    """
+
+    def __init__(self, global_step, current_step: Optional[int] = None):
+        self._global_step = global_step
+        self.start(current_step)
+
+    def start(self, current_step: Optional[int] = None) -> None:
+        """Restarts the measurement from `current_step` (default: the global step now)."""
+        if current_step is None:
+            current_step = int(self._global_step.numpy())
+        self.last_step = current_step
+        self.last_time = time.perf_counter()
+        self._first_end = None  # (step, time) after the first loop, which includes tracing.
+
+    def steps_per_second(self, current_step: Optional[int] = None, restart: bool = True) -> float:
+        """Steps per second since the last `start` (or call with `restart=True`)."""
+        if current_step is None:
+            current_step = int(self._global_step.numpy())
+        now = time.perf_counter()
+        elapsed = now - self.last_time
+        rate = (current_step - self.last_step) / elapsed if elapsed > 0 else float("inf")
+        if restart:
+            self.last_step = current_step
+            self.last_time = now
+        return rate
+
+    def eta(self, current_step: int, target_step: int, steps_per_second: float) -> float:
+        """Seconds to `target_step`, at the rate since the first loop's end (its tracing left
+        out; for the first loop, `steps_per_second`)."""
+        now = time.perf_counter()
+        if self._first_end is None:
+            self._first_end = (current_step, now)
+            rate = steps_per_second
+        else:
+            rate = (current_step - self._first_end[0]) / max(now - self._first_end[1], 1e-12)
+        return (target_step - current_step) / rate if rate > 0 else float("inf")
+
+
+def to_values(output: Mapping) -> Dict[str, Any]:
+    """Returns a copy of `output` with tensors and variables replaced by NumPy values."""
+    values = {}
+    for name, value in output.items():
+        if isinstance(value, Mapping):
+            values[name] = to_values(value)
+        elif tf.is_tensor(value) or isinstance(value, tf.Variable):
+            values[name] = value.numpy()
+        else:
+            values[name] = value
+    return values
+
+
+def _format_number(value) -> str:
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value):.6g}"
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return _format_number(value.item())
+    return str(value)
+
+
+def format_values(values: Mapping) -> str:
+    """A (nested) dict of values as one log line's text: `name: value, ...`."""
+    parts = []
+    for name, value in values.items():
+        if isinstance(value, Mapping):
+            parts.append(f"{name}: {{{format_values(value)}}}")
+        else:
+            parts.append(f"{name}: {_format_number(value)}")
+    return ", ".join(parts)
+
+
+class Lazy:
+    """Formats on `str()`, so a log line skipped by the log level costs no formatting."""
+
+    __slots__ = ("_fn", "_arg")
+
+    def __init__(self, fn, arg):
+        self._fn = fn
+        self._arg = arg
+
+    def __str__(self):
+        return self._fn(self._arg)
+
+
+def format_eta(seconds: float) -> str:
+    """`seconds` as `H:MM:SS` (`?` when not finite)."""
+    if not np.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+def default_writer(summary_manager, step):
+    """The manager's writer as the default one for summaries written inside the block.
+
+    Ours stops its summaries (one warning) when the flush on leaving fails; another
+    (Orbit-interface) manager's writer is used as is.
+    """
+    if isinstance(summary_manager, SummaryManager):
+        return summary_manager.as_default(step=step)
+    return summary_manager.summary_writer().as_default(step=step)
+
+
+def flush_quietly(summary_manager) -> None:
+    """Flushes on the way out of a failed loop; a flush error must not hide the first one
+    (e.g. a full disk: the CheckpointWriteError says which directory)."""
+    try:
+        summary_manager.flush()
+    except Exception as error:  # pylint: disable=broad-except
+        logging.warning("Could not write the last training summaries: %s: %s",
+                        type(error).__name__, error)

@@ -14,7 +14,7 @@ same block specs, in the same order, as TFM's. So the pairing comes from structu
   names (kernel, gamma, moving_mean, ...). Where a family builds a block's sub-layers in
   another order than TFM (lite's ViT encoder block), `BLOCK_ORDERS` puts lite's in TFM's order.
 
-`restore` reads the model (or backbone) alone, for `task.init_checkpoint` and lite-export.
+`load_weights` reads the model (or backbone) alone, for `task.init_checkpoint` and lite-export.
 `TfmResumingCheckpointManager` resumes a TFM model_dir: weights, global step, and the
 optimizer's iterations and slots where TFM's legacy optimizer keeps them as Keras 3's does
 (`SLOT_NAMES`: SGD's momentum, Adam's m / v); other optimizer state restarts, with a warning.
@@ -36,9 +36,8 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from absl import logging
-from google.protobuf import text_format
 
-from lite_launcher import atomic_write
+from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 
 _GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -331,7 +330,7 @@ def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None):
             for key, node, variable in pairs]
 
 
-def restore(module, prefix: str, root: str, hook: Optional[Hook] = None,
+def load_weights(module, prefix: str, root: str, hook: Optional[Hook] = None,
             averages: bool = False) -> int:
     """Assigns the TFM checkpoint's `root` object (`model` or `backbone`) to `module`.
 
@@ -491,8 +490,8 @@ def resume(prefix: str, model, optimizer=None, global_step: Optional[tf.Variable
     return step
 
 
-class TfmResumingCheckpointManager(tf.train.CheckpointManager):
-    """A `tf.train.CheckpointManager` that also resumes a model_dir whose latest checkpoint
+class TfmResumingCheckpointManager(checkpoints.CheckpointManager):
+    """lite's checkpoint manager (`checkpoints.CheckpointManager`) that also resumes a model_dir whose latest checkpoint
     TFM wrote: `restore_or_initialize` maps it onto the checkpoint's `model`, `optimizer` and
     `global_step` (`resume`). TFM's checkpoint files are kept as they are: they are marked
     preserved in the `checkpoint` state file, so `max_to_keep` never deletes them, and lite's
@@ -538,7 +537,7 @@ def _preserve_tfm_checkpoints(directory: str) -> Optional[str]:
     timestamps = list(state.all_model_checkpoint_timestamps)
     newest = max(timestamps + [state.last_preserved_timestamp])
     if newest > state.last_preserved_timestamp:
-        state.last_preserved_timestamp = newest
-        atomic_write.write_text(os.path.join(directory, "checkpoint"),
-                                text_format.MessageToString(state))
+        checkpoints.write_state(directory, state.model_checkpoint_path,
+                                list(state.all_model_checkpoint_paths), tuple(timestamps),
+                                last_preserved_timestamp=newest)
     return latest

@@ -5,6 +5,7 @@ Static (no imports): each module's `import` statements name the lite_launcher mo
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -60,3 +61,361 @@ def test_one_way_data_flow_between_the_layers():
                                     "atomic_write.py", "optimization/configs.py"])
 def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
     assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
+
+
+# ----- vision: the families build on one shared layers module (TFM's nn_layers / nn_blocks) --
+
+VISION_FAMILIES = ["vision/resnet.py", "vision/resnet_deeplab.py", "vision/mobilenet.py",
+                   "vision/vit.py"]
+SHARED_VISION_LAYERS = {"SettingsBlock", "_Block", "LayerScale", "StochasticDepth",
+                        "SqueezeExcitation", "NormSettings", "FusedBatchNormalization",
+                        "get_stochastic_depth_rate", "add_residual", "make_divisible",
+                        "round_filters"}
+
+
+def _tree(relative_path):
+    with open(os.path.join(PACKAGE, relative_path)) as f:
+        return ast.parse(f.read())
+
+
+def _module_aliases(tree, module):
+    """The names a file binds to `lite_launcher.<module>` anywhere (function bodies too), and
+    the names it imports from it."""
+    aliases, imported = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == f"lite_launcher.{module}" and alias.asname:
+                    aliases.add(alias.asname)
+        elif isinstance(node, ast.ImportFrom):
+            if node.module == "lite_launcher":
+                aliases.update(alias.asname or alias.name for alias in node.names
+                               if alias.name == module)
+            elif node.module == f"lite_launcher.{module}":
+                imported.update(alias.name for alias in node.names)
+    return aliases, imported
+
+
+def _private_names_used(relative_path, module):
+    """Private names (`_x`) of `lite_launcher.<module>` that a file imports or reads."""
+    tree = _tree(relative_path)
+    aliases, imported = _module_aliases(tree, module)
+    used = {name for name in imported if name.startswith("_")}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and node.attr.startswith("_")):
+            used.add(node.attr)
+    return used
+
+
+def test_the_two_drivers_are_thin_on_the_driver_library_not_on_each_other():
+    # lite-train and lite-export share train_utils (config, input checks, exit codes) and
+    # flags; neither reaches into the other.
+    assert not _private_names_used("export.py", "main")
+    assert not _private_names_used("main.py", "export")
+    assert "lite_launcher.main" not in _all_lite_imports("export.py")
+    assert "lite_launcher.export" not in _all_lite_imports("main.py")
+    # The library they share is TensorFlow-free on import (the input checks run before TF).
+    for module in ("train_utils.py", "flags.py", "builtin_experiments.py", "registry.py"):
+        assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
+
+
+def _all_lite_imports(relative_path):
+    """The lite_launcher modules a file imports anywhere (function bodies too)."""
+    names = set()
+    for node in ast.walk(_tree(relative_path)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("lite_launcher"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lite_launcher"):
+            names.add(node.module)
+            if node.module == "lite_launcher":
+                names.update(f"lite_launcher.{a.name}" for a in node.names)
+    return names
+
+
+def _package_files():
+    for directory, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                yield os.path.relpath(os.path.join(directory, name), PACKAGE)
+
+
+def _lock_calls(relative_path):
+    """The calls of `model_dir_lock.hold` / `release` (or of those names imported) in a file."""
+    tree = _tree(relative_path)
+    aliases, imported = _module_aliases(tree, "model_dir_lock")
+    calls = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        if (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
+                and function.value.id in aliases and function.attr in ("hold", "release")):
+            calls.add(function.attr)
+        elif isinstance(function, ast.Name) and function.id in imported & {"hold", "release"}:
+            calls.add(function.id)
+    return calls
+
+
+def test_one_module_takes_the_model_dir_lock():
+    # One owner for model_dir: the experiment runner, which the driver and a forked driver
+    # (run_experiment(trainer=...)) both go through, decides "chief of a training mode" and
+    # takes and releases the lock. The driver only asks (refuse_if_held) before TF loads.
+    takers = {path for path in _package_files()
+              if path != "model_dir_lock.py" and _lock_calls(path)}
+    assert takers == {"experiment.py"}
+    assert _lock_calls("experiment.py") == {"hold", "release"}
+def _names_in(node):
+    return ({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)})
+
+
+@pytest.mark.parametrize("module", VISION_FAMILIES)
+def test_vision_families_take_their_shared_blocks_from_the_layers_module(module):
+    tree = _tree(module)
+    assert "lite_launcher.vision.layers" in _lite_modules(module)
+    defined = {n.name for n in ast.walk(tree)
+               if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert not defined & SHARED_VISION_LAYERS
+    # One Keras registration package: families register through layers.register_serializable.
+    assert "register_keras_serializable" not in _names_in(tree)
+    # One stochastic-depth schedule: rates come from layers.get_stochastic_depth_rate, never
+    # from a formula on the configured rate written in the family.
+    assert "get_stochastic_depth_rate" in _names_in(tree)
+    inline = [node.lineno for node in ast.walk(tree)
+              if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))
+              and any("stochastic_depth" in name for name in _names_in(node))]
+    assert not inline, f"{module}: stochastic-depth rate computed inline at lines {inline}"
+
+
+@pytest.mark.parametrize("module", ["vision/resnet.py", "vision/mobilenet.py"])
+def test_convnet_blocks_serialise_through_the_one_block_base(module):
+    # Every layer class of a convnet family derives from layers.SettingsBlock (directly or
+    # through a class of its module) and none writes its own get_config.
+    classes = {n.name: n for n in _tree(module).body if isinstance(n, ast.ClassDef)}
+
+    def derives_from_settings_block(node):
+        bases = {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases}
+        return "SettingsBlock" in bases or any(
+            derives_from_settings_block(classes[b]) for b in bases if b in classes)
+
+    layers = [node for node in classes.values() if node.bases]  # dataclasses have none
+    assert layers
+    for node in layers:
+        assert derives_from_settings_block(node), f"{module}: {node.name}"
+        assert "get_config" not in {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+
+
+def test_mobilenet_dispatches_blocks_through_its_table():
+    # As ResNet's BLOCKS: block_fn -> builder in BLOCK_BUILDERS, no if/elif on the name.
+    [builder] = [n for n in _tree("vision/mobilenet.py").body
+                 if isinstance(n, ast.FunctionDef) and n.name == "build_mobilenet"]
+    compared = [node.lineno for node in ast.walk(builder) if isinstance(node, ast.Compare)
+                and "block_fn" in _names_in(node)
+                and any(isinstance(c, (ast.Constant, ast.Tuple)) for c in node.comparators)]
+    assert not compared, f"build_mobilenet compares block names at lines {compared}"
+    assert "BLOCK_BUILDERS" in _names_in(builder)
+
+
+def test_dilated_resnet_builds_on_resnets_stem_and_blocks():
+    tree = _tree("vision/resnet_deeplab.py")
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and node.module == "lite_launcher.vision.resnet" for alias in node.names}
+    assert {"BLOCKS", "stem", "build_from_plan"} <= imported
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkpoint lifecycle has one home: lite_launcher/checkpoints.py.
+# ---------------------------------------------------------------------------------------------
+
+CHECKPOINTS_HOME = "checkpoints.py"
+# Modules that delete, move or rename files, and why none of them is a checkpoint's file.
+FILE_REMOVERS = {
+    "atomic_write.py": "its own temporary file, then the rename into place",
+    "export.py": "its own unfinished export, written beside the export directory",
+    "convert.py": "its own unfinished conversion, written beside the output directory",
+}
+_WRITE_METHODS = {"save", "write", "save_checkpoint_if_preempted"}
+_CHECKPOINT_RECEIVER = re.compile(r"checkpoint|ckpt|manager|handler", re.IGNORECASE)
+_FILE_REMOVALS = {"tf.io.gfile.remove", "tf.io.gfile.rmtree", "tf.io.gfile.rename",
+                  "shutil.rmtree", "shutil.move", "os.remove", "os.unlink", "os.rmdir",
+                  "os.rename", "os.replace", "os.removedirs"}
+_FILE_WRITERS = re.compile(r"(^|\.)(write_text|write_bytes|GFile|open)$")
+
+
+def _parse(relative_path, package=PACKAGE):
+    with open(os.path.join(package, relative_path)) as f:
+        return ast.parse(f.read())
+
+
+def _names_state_file(node):
+    return any((isinstance(n, ast.Constant) and n.value == "checkpoint")
+               or (isinstance(n, ast.Name) and n.id == "STATE_FILE")
+               or (isinstance(n, ast.Attribute) and n.attr == "STATE_FILE")
+               for n in ast.walk(node))
+
+
+def checkpoint_file_writes(tree, relative_path):
+    """Where a module writes or deletes checkpoint files itself (not through the home).
+
+    Flags: a `tf.train.CheckpointManager` built or subclassed (its saves and restores bypass
+    the home); `.save` / `.write` / `.save_checkpoint_if_preempted` called on a checkpoint,
+    manager or preemption handler; a file named `checkpoint` (a state file) written; and any
+    file deleted, moved or renamed by a module not in FILE_REMOVERS.
+    """
+    found = []
+    for node in ast.walk(tree):
+        where = f"{relative_path}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if ast.unparse(base).endswith("train.CheckpointManager"):
+                    found.append(f"{where} subclasses {ast.unparse(base)}")
+        if not isinstance(node, ast.Call):
+            continue
+        function = ast.unparse(node.func)
+        if function.endswith("train.CheckpointManager"):
+            found.append(f"{where} builds {function}")
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _WRITE_METHODS:
+            receiver = node.func.value
+            if ast.unparse(receiver) != "checkpoints" and (
+                    _CHECKPOINT_RECEIVER.search(ast.unparse(receiver))
+                    or any(k.arg == "checkpoint_number" for k in node.keywords)):
+                found.append(f"{where} calls {function}(...)")
+        if _FILE_WRITERS.search(function) and any(_names_state_file(a) for a in node.args):
+            found.append(f"{where} writes a checkpoint state file with {function}(...)")
+        if function in _FILE_REMOVALS and relative_path not in FILE_REMOVERS:
+            found.append(f"{where} calls {function}(...)")
+    return found
+
+
+def test_only_the_checkpoints_home_writes_or_deletes_checkpoint_files():
+    found = []
+    for relative_path in _package_files():
+        if relative_path != CHECKPOINTS_HOME:
+            found += checkpoint_file_writes(_parse(relative_path), relative_path)
+    assert not found, "write or delete checkpoint files through lite_launcher.checkpoints:\n" + \
+        "\n".join(found)
+
+
+@pytest.mark.parametrize("violation", [
+    "manager.save(checkpoint_number=step)",
+    "self._checkpoint_manager.save(checkpoint_number=step, check_interval=False)",
+    "tf.train.Checkpoint(model=model).save(prefix)",
+    "checkpoint.write(os.path.join(directory, name))",
+    "self._handler.save_checkpoint_if_preempted(checkpoint_number=step)",
+    "tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1)",
+    "class Manager(tf.train.CheckpointManager):\n    pass",
+    "tf.io.gfile.remove(path)",
+    "shutil.rmtree(directory)",
+    "atomic_write.write_text(os.path.join(directory, 'checkpoint'), text)",
+])
+def test_the_checkpoint_write_scan_finds_each_kind_of_violation(violation):
+    # Each line the scan must catch, as main's modules wrote them before the home existed.
+    assert checkpoint_file_writes(ast.parse(violation), "actions.py")
+
+
+def test_the_checkpoint_write_scan_lets_ordinary_writes_through():
+    ordinary = ("checkpoints.save(manager, step)\nf.write(text)\nwriter.write(example)\n"
+                "summary_manager.write_summaries(output)\narchive.write_out(path)\n"
+                "params.save_yaml(path)\natomic_write.write_text(path, text)")
+    assert checkpoint_file_writes(ast.parse(ordinary), "actions.py") == []
+
+
+# Restores not yet through `checkpoints.restore` (each a partial `Checkpoint.read`); the reader
+# of TFM checkpoints routes these through the home.
+DIRECT_CHECKPOINT_READS = {"task.py": "init_checkpoint",
+                           "vision/image_classification.py": "init_checkpoint",
+                           "export.py": "the checkpoint to export"}
+
+
+def checkpoint_reads(tree, relative_path):
+    """Where a module restores or reads a checkpoint itself (not through the home)."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("restore", "read", "restore_or_initialize")
+                and ast.unparse(node.func.value) != "checkpoints"
+                and _CHECKPOINT_RECEIVER.search(ast.unparse(node.func.value))):
+            found.append(f"{relative_path}:{node.lineno} calls {ast.unparse(node.func)}(...)")
+    return found
+
+
+def test_restores_go_through_the_checkpoints_home():
+    # `checkpoints.restore` is the seam where a reader of other checkpoint formats hooks in.
+    found, direct = [], set()
+    for relative_path in _package_files():
+        if relative_path == CHECKPOINTS_HOME:
+            continue
+        reads = checkpoint_reads(_parse(relative_path), relative_path)
+        if relative_path in DIRECT_CHECKPOINT_READS:
+            direct.update([relative_path] if reads else [])
+        else:
+            found += reads
+    assert not found, "restore checkpoints with lite_launcher.checkpoints.restore:\n" + \
+        "\n".join(found)
+    # An entry whose module now restores through the home goes from the list.
+    assert direct == set(DIRECT_CHECKPOINT_READS)
+
+
+def _public_names(relative_path):
+    names = set()
+    for node in _parse(relative_path).body:
+        targets = []
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            targets = [node.name]
+        elif isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.ImportFrom):
+            targets = [alias.asname or alias.name for alias in node.names]
+        names.update(n for n in targets if not n.startswith("_"))
+    return names
+
+
+def test_the_controller_uses_only_the_checkpoints_homes_public_api():
+    lite_modules = _lite_modules("controller.py")
+    assert "lite_launcher.checkpoints" in lite_modules
+    assert "lite_launcher.checkpoint_recovery" not in lite_modules
+    public = _public_names(CHECKPOINTS_HOME)
+    used = set()
+    for node in ast.walk(_parse("controller.py")):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "checkpoints":
+            used.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.module == "lite_launcher.checkpoints":
+            used.update(alias.name for alias in node.names)
+    assert used and used <= public, f"not public in checkpoints.py: {sorted(used - public)}"
+
+
+def checkpoint_internals_used(tree, relative_path="controller.py"):
+    """Where a module finds, restores or saves checkpoints itself, or reads another object's
+    private attributes (a manager's `_last_checkpoint_step`, ...)."""
+    found = []
+    for node in ast.walk(tree):
+        where = f"{relative_path}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "setattr") \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and str(node.args[1].value).startswith("_"):
+            found.append(f"{where} {ast.unparse(node)}")
+        if not isinstance(node, ast.Attribute):
+            continue
+        text, owner = ast.unparse(node), ast.unparse(node.value)
+        if text.startswith(("tf.io.gfile", "tf.train.latest_checkpoint",
+                            "tf.train.get_checkpoint_state", "tf.train.checkpoints_iterator")):
+            found.append(f"{where} {text}")
+        elif node.attr.startswith("_") and not node.attr.startswith("__") and owner != "self":
+            found.append(f"{where} {text}")
+        elif (node.attr in ("restore", "restore_or_initialize", "save", "write")
+              and owner != "checkpoints"):
+            found.append(f"{where} {text}")
+    return found
+
+
+def test_the_controller_touches_no_checkpoint_files_or_manager_internals():
+    # Finding, restoring and saving checkpoints is the home's work: the Controller says when.
+    found = checkpoint_internals_used(_parse("controller.py"))
+    assert not found, "\n".join(found)
+
+
+def test_controller_py_stays_near_orbits_size():
+    with open(os.path.join(PACKAGE, "controller.py")) as f:
+        assert len(f.read().splitlines()) <= 500

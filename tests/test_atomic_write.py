@@ -39,7 +39,8 @@ def test_a_write_into_a_missing_directory_raises_and_leaves_nothing(tmp_path):
 
 
 def test_atomic_write_and_errors_import_without_tensorflow():
-    code = ("import sys, lite_launcher.atomic_write, lite_launcher.errors, lite_launcher.main\n"
+    code = ("import sys, lite_launcher.atomic_write, lite_launcher.errors, lite_launcher.main, "
+            "lite_launcher.export, lite_launcher.train_utils, lite_launcher.flags\n"
             "print('tensorflow' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
@@ -48,12 +49,17 @@ def test_atomic_write_and_errors_import_without_tensorflow():
 
 
 def test_run_time_errors_keep_their_old_import_paths():
-    from lite_launcher import actions, checkpoint_recovery, controller, main, model_dir_lock
+    from lite_launcher import (actions, checkpoint_recovery, checkpoints, controller, main,
+                               model_dir_lock)
+    from lite_launcher import train_utils
     assert controller.CheckpointWriteError is errors.CheckpointWriteError
     assert actions.TrainingDivergedError is errors.TrainingDivergedError
+    assert checkpoints.NoReadableCheckpointError is errors.NoReadableCheckpointError
     assert checkpoint_recovery.NoReadableCheckpointError is errors.NoReadableCheckpointError
+    assert checkpoint_recovery.prepare_model_dir is checkpoints.prepare_model_dir
     assert model_dir_lock.ModelDirLockedError is errors.ModelDirLockedError
     assert main.ModelDirWriteError is errors.ModelDirWriteError
+    assert train_utils.ModelDirWriteError is errors.ModelDirWriteError  # serialize_config's
     assert issubclass(errors.ModelDirLockedError, errors.ConfigError)  # exit 2, not 1
 
 

@@ -712,12 +712,43 @@ def test_unknown_key_is_a_key_error_and_a_config_error_with_a_clean_message(caps
         ExperimentConfig().override({"trainer": {"bogus": 1}})
     assert isinstance(info.value, ConfigError)
     assert str(info.value).startswith("Unknown config key 'trainer.bogus'.")
-    from lite_launcher import main as main_lib
+    from lite_launcher import train_utils
     try:
         with pytest.raises(SystemExit) as exit_info:
-            main_lib._user_error(info.value)  # pylint: disable=protected-access
+            train_utils.exit_with_error(info.value)
     finally:
-        logging.disable(logging.NOTSET)  # _user_error silences logging for the exit
+        logging.disable(logging.NOTSET)  # exit_with_error silences logging for the exit
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith(
         "lite-train: error: Unknown config key 'trainer.bogus'.")
+
+
+@dataclasses.dataclass
+class _DumpConfig1(Config):
+    a: int = 1
+    b: str = "text"
+
+
+@dataclasses.dataclass
+class _DumpConfig2(Config):
+    c: int = 2
+    d: str = "text"
+    e: _DumpConfig1 = dataclasses.field(default_factory=_DumpConfig1)
+
+
+@dataclasses.dataclass
+class _DumpConfig3(_DumpConfig2):
+    g: Tuple[_DumpConfig1, ...] = (_DumpConfig1(),)
+
+
+def test_replace_follows_the_instance_class_as_tfm_base_config_test():
+    # TFM's base_config_test.test_replace: the sub-config's instance, not the declared type,
+    # decides which keys an override may set.
+    new = _DumpConfig2().replace(e={"a": 2})
+    assert new.e.a == 2 and type(new.e) is _DumpConfig1
+    new = _DumpConfig2(e=_DumpConfig2()).replace(e={"c": 4})
+    assert new.e.c == 4 and type(new.e) is _DumpConfig2
+    new = _DumpConfig3().replace(g=[{"a": 4, "b": "new text 3"}])
+    assert type(new.g[0]) is _DumpConfig1 and (new.g[0].a, new.g[0].b) == (4, "new text 3")
+    with pytest.raises(KeyError, match="e.a"):  # a _DumpConfig2 has no `a`
+        _DumpConfig2(e=_DumpConfig2()).replace(e={"a": 1})

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import controller as controller_lib
-from lite_launcher.controller import Controller, StepTimer, checkpoint_number
+from lite_launcher import checkpoints
+from lite_launcher.checkpoints import checkpoint_number
+from lite_launcher.controller import Controller, StepTimer
 from lite_launcher import summaries
 from lite_launcher.summaries import SummaryManager
 
@@ -877,7 +878,7 @@ def test_evaluate_all_skips_a_deleted_checkpoint_and_records_steps_for_a_restart
     assert evaluator.steps_seen == [10, 30]
     assert output["seen_step"] == 30.0
     assert any("Skipping checkpoint" in m and "ckpt-20" in m for m in messages(absl_info))
-    record = os.path.join(eval_dir, controller_lib.EVALUATED_CHECKPOINTS_FILE)
+    record = os.path.join(eval_dir, checkpoints.EVALUATED_CHECKPOINTS_FILE)
     with open(record) as f:
         assert json.load(f) == {"evaluated_steps": [10, 30]}
     assert read_scalars(eval_dir)["seen_step"] == [(10, 10.0), (30, 30.0)]

@@ -1,5 +1,7 @@
 """The built-in experiments: digits data and tasks, benchmark workloads, registration."""
 
+import ast
+import importlib
 import os
 import time
 
@@ -68,6 +70,27 @@ def test_split_is_fixed_and_disjoint():
 
 def test_registered_experiments():
     assert set(EXPERIMENTS) <= set(ll.registered_experiments())
+
+
+def _factories_registered_by(module_name):
+    """The experiment names `module_name`'s source registers (its decorators, read statically)."""
+    module = importlib.import_module(module_name)
+    with open(module.__file__) as f:
+        tree = ast.parse(f.read())
+    return {node.args[0].value for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") ==
+            "register_config_factory" and node.args and isinstance(node.args[0], ast.Constant)}
+
+
+def test_the_experiments_docstring_names_every_built_in_experiment():
+    import lite_launcher.experiments as built_ins
+    with open(built_ins.__file__) as f:
+        tree = ast.parse(f.read())
+    modules = {f"{node.module}.{alias.name}" for node in tree.body
+               if isinstance(node, ast.ImportFrom) for alias in node.names}
+    names = set().union(*(_factories_registered_by(m) for m in modules))
+    assert set(EXPERIMENTS) | {"resnet_imagenet", "vit_imagenet_finetune"} <= names
+    assert not [n for n in sorted(names) if f"`{n}`" not in built_ins.__doc__]
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)

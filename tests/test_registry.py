@@ -368,7 +368,7 @@ def test_lite_train_gin_params_set_an_argument_of_the_base_trainer(tmp_path):
 def test_an_error_raised_inside_a_gin_configurable_stays_one_clean_line(capsys):
     import logging  # pylint: disable=import-outside-toplevel
 
-    from lite_launcher import main as main_lib  # pylint: disable=import-outside-toplevel
+    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import tiny  # pylint: disable=import-outside-toplevel
     config = tiny.make_config()
@@ -377,7 +377,7 @@ def test_an_error_raised_inside_a_gin_configurable_stays_one_clean_line(capsys):
         tiny.make_trainer(config)  # Trainer is gin-configurable: gin annotates the error
     try:
         with pytest.raises(SystemExit):
-            main_lib._user_error(error.value)  # pylint: disable=protected-access
+            train_utils.exit_with_error(error.value)
     finally:
         logging.disable(logging.NOTSET)
     assert capsys.readouterr().err == (
@@ -400,3 +400,37 @@ def test_registry_knows_no_built_ins_until_registry_imports_loads_them():
                             text=True, timeout=120, env=_env())
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[:2] == ["[] False", "mock True"]
+
+
+def test_the_built_in_names_the_driver_knows_early_are_exactly_those_registered():
+    # The driver refuses a wrong --experiment before TensorFlow loads, from a table of the
+    # built-ins' names: it must name every built-in experiment, each with the module that
+    # registers it, and nothing else (a new experiment missing there would be refused).
+    import lite_launcher.registry_imports  # noqa: F401  pylint: disable=import-outside-toplevel
+    from lite_launcher import builtin_experiments  # pylint: disable=import-outside-toplevel
+
+    registered = {name: registry._EXPERIMENTS[name].__module__  # pylint: disable=protected-access
+                  for name in registry.registered_experiments()
+                  if registry._EXPERIMENTS[name].__module__.startswith(  # pylint: disable=protected-access
+                      "lite_launcher.")}
+    assert builtin_experiments.BUILTIN_EXPERIMENTS == registered
+
+
+def test_the_early_name_check_knows_user_registered_experiments(tmp_path, monkeypatch):
+    # An experiment registered by a --registry_imports module is known to the TensorFlow-free
+    # check (and an unknown name is refused with the registry's own message).
+    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+
+    (tmp_path / "regtest_early_names.py").write_text(textwrap.dedent("""
+        from lite_launcher import registry
+        from lite_launcher.config import ExperimentConfig
+        registry.register_config_factory("regtest_early_user")(ExperimentConfig)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    options = train_utils.ParseConfigOptions(experiment="regtest_early_user", config_file=[])
+    with pytest.raises(registry.UnknownEntryError, match="'regtest_early_user'"):
+        train_utils.check_experiment_inputs(options)
+    train_utils.load_user_registrations(["regtest_early_names"])
+    train_utils.check_experiment_inputs(options)
+    assert "regtest_early_user" in train_utils.known_experiments()
+    assert "digits_mlp" in train_utils.known_experiments()

@@ -447,7 +447,7 @@ def test_define_flags_defines_tfms_flags_only():
         import lite_launcher as ll
         ll.define_flags()
         ll.define_flags()  # twice is fine
-        defined = flags.FLAGS.get_flags_for_module("lite_launcher.main")
+        defined = flags.FLAGS.get_flags_for_module("lite_launcher.flags")
         print(" ".join(sorted(flag.name for flag in defined)))
     ''')
     result = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=ROOT,
@@ -535,6 +535,10 @@ def test_registered_experiment_refuses_training_data_with_is_training_null():
     params.override({"task": {"train_data": {"is_training": None}}})
     with pytest.raises(ll.ConfigError, match="task.train_data.is_training is null"):
         params.validate()
+    config = ll.get_exp_config("resnet_imagenet")
+    config.task.train_data.is_training = None  # as TFM's image_classification_test
+    with pytest.raises(KeyError):  # which catches a KeyError
+        config.validate()
     with pytest.raises(ll.ConfigError, match="is_training is null"):
         params.replace(runtime={"num_gpus": 0}).validate()  # copies keep the check
     ll.ExperimentConfig().validate()  # a bare config, as TFM's base ExperimentConfig

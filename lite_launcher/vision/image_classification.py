@@ -86,7 +86,7 @@ class ImageClassificationTask(Task):
             return False
         module, root = (model, "model") if modules == "all" else (model.backbone, "backbone")
         try:
-            count = tfm_checkpoint.restore(module, prefix, root, averages=averages)
+            count = tfm_checkpoint.load_weights(module, prefix, root, averages=averages)
         except ConfigError as e:
             raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the "
                               f"model's {modules!r} weights: {e}{_vit_grid_hint(str(e))}") from e

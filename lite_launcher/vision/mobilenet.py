@@ -4,7 +4,8 @@ ConvMediumSeg, HybridMedium, HybridLarge with multi-query attention), as TFM 2.2
 `official.vision.modeling.backbones.MobileNet` builds them.
 
 A model is a table of block specs (`BLOCK_SPECS`, at the top), decoded with the width
-multiplier (`filter_size_scale`) and built block by block:
+multiplier (`filter_size_scale`) and built block by block, each `block_fn` by its entry of
+`BLOCK_BUILDERS` (the blocks are built from the shared layers of `layers.py`):
 
 - `convbn`: convolution [+ BN] + activation.
 - `depsepconv`: depthwise 3x3 + BN + act, pointwise + BN + act (V1).
@@ -32,9 +33,10 @@ import keras
 import tensorflow as tf
 
 from lite_launcher.vision import configs
-from lite_launcher.vision.modeling import (
-    _PACKAGE, NormSettings, SqueezeExcitation, StochasticDepth, get_stochastic_depth_rate,
-    make_divisible, register_backbone_builder, round_filters)
+from lite_launcher.vision.layers import (
+    LayerScale, NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
+    get_stochastic_depth_rate, make_divisible, register_serializable, round_filters)
+from lite_launcher.vision.modeling import register_backbone_builder
 
 
 @dataclasses.dataclass
@@ -336,21 +338,8 @@ def decode_block_specs(model_id: str, filter_size_scale: float):
 # ----- blocks -------------------------------------------------------------------------------
 
 
-class _Block(keras.layers.Layer):
-    """A block built from plain values and `NormSettings`; `get_config` returns them."""
-
-    def __init__(self, settings=None, **kwargs):
-        base = {k: kwargs.pop(k) for k in ("name", "trainable", "dtype") if k in kwargs}
-        super().__init__(**base)
-        self._settings = NormSettings.of(settings)
-        self._args = kwargs
-
-    def get_config(self):
-        return {**super().get_config(), **self._args, "settings": self._settings.get_config()}
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class Conv2DBNBlock(_Block):
+@register_serializable
+class Conv2DBNBlock(SettingsBlock):
     """Convolution [+ BatchNormalization] + activation (TFM's Conv2DBNBlock)."""
 
     def __init__(self, filters, kernel_size=3, strides=1, use_bias=False, activation="relu6",
@@ -370,8 +359,8 @@ class Conv2DBNBlock(_Block):
         return self._act(x)
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class DepthwiseSeparableConvBlock(_Block):
+@register_serializable
+class DepthwiseSeparableConvBlock(SettingsBlock):
     """Depthwise kxk + BN + act, then pointwise 1x1 + BN + act (MobileNetV1's block)."""
 
     def __init__(self, filters, kernel_size=3, strides=1, dilation_rate=1, activation="relu6",
@@ -390,8 +379,8 @@ class DepthwiseSeparableConvBlock(_Block):
         return self._act(self._norm1(self._pointwise(x), training=training))
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class InvertedBottleneckBlock(_Block):
+@register_serializable
+class InvertedBottleneckBlock(SettingsBlock):
     """Expand (1x1, or kxk strided when fused) -> depthwise kxk -> [SE] -> project 1x1, with a
     residual (and stochastic depth) when input and output shapes match (TFM's block)."""
 
@@ -446,37 +435,12 @@ class InvertedBottleneckBlock(_Block):
             x = self._se(x)
         x = self._project_norm(self._project(x), training=training)
         if self._residual:
-            if self._drop is not None:
-                x = self._drop(x, training=training)
-            x = x + inputs
+            x = add_residual(x, inputs, self._drop, training)
         return (x, endpoints) if self._intermediate else x
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class LayerScale(keras.layers.Layer):
-    """Scales each channel by a learned factor initialised to `init_value` (MobileNetV4's)."""
-
-    def __init__(self, init_value: float = 1e-5, **kwargs):
-        super().__init__(**kwargs)
-        self.init_value = init_value
-
-    def build(self, input_shape):
-        self.gamma = self.add_weight(
-            name="gamma", shape=(input_shape[-1],),
-            initializer=keras.initializers.Constant(self.init_value))
-
-    def call(self, inputs):
-        return inputs * keras.ops.cast(self.gamma, inputs.dtype)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        return {**super().get_config(), "init_value": self.init_value}
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class UniversalInvertedBottleneckBlock(_Block):
+@register_serializable
+class UniversalInvertedBottleneckBlock(SettingsBlock):
     """MobileNetV4's UIB: [start depthwise + BN] -> expand 1x1 + BN + act -> [middle depthwise
     + BN + act] -> project 1x1 + BN -> [end depthwise + BN] -> [layer scale], residual when
     shapes match. The stride is taken by the middle (or the start) depthwise."""
@@ -541,14 +505,12 @@ class UniversalInvertedBottleneckBlock(_Block):
         if self._scale is not None:
             x = self._scale(x)
         if self._residual:
-            if self._drop is not None:
-                x = self._drop(x, training=training)
-            x = x + inputs
+            x = add_residual(x, inputs, self._drop, training)
         return (x, {}) if self._intermediate else x
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class MultiQueryAttention(_Block):
+@register_serializable
+class MultiQueryAttention(SettingsBlock):
     """Multi-query attention over the pixels of a square feature map: `num_heads` query
     projections, one shared key and one shared value projection (optionally computed on a
     map downsampled by a strided depthwise convolution + BN, `kv_strides`), and an output
@@ -615,8 +577,8 @@ class MultiQueryAttention(_Block):
         return tf.einsum("bhwc,cd->bhwd", o, self._output)
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class MultiHeadSelfAttentionBlock(_Block):
+@register_serializable
+class MultiHeadSelfAttentionBlock(SettingsBlock):
     """MobileNetV4's attention block: BN -> multi-query attention -> [layer scale] ->
     [stochastic depth] + residual."""
 
@@ -649,13 +611,102 @@ class MultiHeadSelfAttentionBlock(_Block):
         if self._scale is not None:
             x = self._scale(x)
         if self._residual:
-            if self._drop is not None:
-                x = self._drop(x, training=training)
-            x = x + inputs
+            x = add_residual(x, inputs, self._drop, training)
         return (x, {}) if self._intermediate else x
 
 
 # ----- the backbone -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPlacement:
+    """What the backbone's loop decides for the block at `index`, besides its spec."""
+
+    index: int
+    in_filters: int
+    strides: int  # the spec's own stride (a convbn keeps it past the output stride)
+    layer_strides: int  # the stride, 1 past the output stride
+    layer_rate: int  # the dilation that replaces the stride past the output stride
+    rate: int  # the running dilation
+    drop_rate: float  # the block's rate on the stochastic-depth schedule
+    flat_drop_rate: float  # the configured rate (attention blocks take it unscheduled, as TFM)
+    divisible_by: int
+    intermediate: bool  # output_intermediate_endpoints
+    settings: NormSettings
+
+
+def _name(spec: BlockSpec, at: BlockPlacement) -> str:
+    return f"{spec.block_fn}_{at.index}"
+
+
+def _convbn(spec: BlockSpec, at: BlockPlacement):
+    # TFM's convbn keeps its own stride even past the output stride.
+    return Conv2DBNBlock(int(spec.filters), spec.kernel_size, at.strides,
+                         use_bias=bool(spec.use_bias), activation=spec.activation,
+                         use_normalization=bool(spec.use_normalization),
+                         settings=at.settings, name=_name(spec, at))
+
+
+def _depthwise_separable(spec: BlockSpec, at: BlockPlacement):
+    return DepthwiseSeparableConvBlock(int(spec.filters), spec.kernel_size, at.layer_strides,
+                                       dilation_rate=at.layer_rate, activation=spec.activation,
+                                       settings=at.settings, name=_name(spec, at))
+
+
+def _bottleneck_arguments(spec: BlockSpec, at: BlockPlacement) -> dict:
+    """The arguments the inverted bottleneck and the UIB share."""
+    use_rate = at.layer_rate if at.layer_rate > 1 and spec.kernel_size != 1 else at.rate
+    return dict(in_filters=at.in_filters, out_filters=int(spec.filters),
+                expand_ratio=spec.expand_ratio, strides=at.layer_strides,
+                stochastic_depth_drop_rate=at.drop_rate, activation=spec.activation,
+                dilation_rate=use_rate, divisible_by=at.divisible_by,
+                use_residual=bool(spec.use_residual),
+                output_intermediate_endpoints=at.intermediate, settings=at.settings,
+                name=_name(spec, at))
+
+
+def _inverted_bottleneck(spec: BlockSpec, at: BlockPlacement):
+    """`invertedbottleneck`, and `fused_ib` (no depthwise: the expansion takes the kernel)."""
+    return InvertedBottleneckBlock(
+        kernel_size=spec.kernel_size, se_ratio=spec.se_ratio,
+        se_gating_activation="hard_sigmoid", expand_se_in_filters=True,
+        use_depthwise=spec.block_fn == "invertedbottleneck" and bool(spec.use_depthwise),
+        **_bottleneck_arguments(spec, at))
+
+
+def _universal_inverted_bottleneck(spec: BlockSpec, at: BlockPlacement):
+    return UniversalInvertedBottleneckBlock(
+        middle_dw_downsample=bool(spec.middle_dw_downsample),
+        start_dw_kernel_size=spec.start_dw_kernel_size or 0,
+        middle_dw_kernel_size=spec.middle_dw_kernel_size or 0,
+        end_dw_kernel_size=spec.end_dw_kernel_size or 0,
+        use_layer_scale=spec.use_layer_scale, **_bottleneck_arguments(spec, at))
+
+
+def _multi_head_self_attention(spec: BlockSpec, at: BlockPlacement):
+    return MultiHeadSelfAttentionBlock(
+        num_heads=spec.num_heads, key_dim=spec.key_dim, value_dim=spec.value_dim,
+        query_h_strides=spec.query_h_strides, query_w_strides=spec.query_w_strides,
+        kv_strides=spec.kv_strides, downsampling_dw_kernel_size=spec.downsampling_dw_kernel_size,
+        stochastic_depth_drop_rate=at.flat_drop_rate, use_residual=bool(spec.use_residual),
+        use_layer_scale=spec.use_layer_scale, output_intermediate_endpoints=at.intermediate,
+        settings=at.settings, name=_name(spec, at))
+
+
+def _global_pooling(spec: BlockSpec, at: BlockPlacement):
+    return keras.layers.GlobalAveragePooling2D(keepdims=True, name=f"pool_{at.index}")
+
+
+# block_fn -> fn(spec, placement) -> the block's layer (TFM's block_fn names, as ResNet's BLOCKS).
+BLOCK_BUILDERS = {
+    "convbn": _convbn,
+    "depsepconv": _depthwise_separable,
+    "invertedbottleneck": _inverted_bottleneck,
+    "fused_ib": _inverted_bottleneck,
+    "uib": _universal_inverted_bottleneck,
+    "mhsa": _multi_head_self_attention,
+    "gpooling": _global_pooling,
+}
 
 
 @register_backbone_builder("mobilenet")
@@ -684,53 +735,15 @@ def build_mobilenet(input_shape, config: configs.MobileNet, settings: NormSettin
         else:
             drop_rate = get_stochastic_depth_rate(config.stochastic_depth_drop_rate, index + 1,
                                                   len(specs))
+        if spec.block_fn not in BLOCK_BUILDERS:
+            raise ValueError(f"Unknown MobileNet block {spec.block_fn!r} (block {index}).")
+        placement = BlockPlacement(
+            index=index, in_filters=int(net.shape[-1]), strides=strides,
+            layer_strides=layer_stride, layer_rate=layer_rate, rate=rate, drop_rate=drop_rate,
+            flat_drop_rate=config.stochastic_depth_drop_rate, divisible_by=divisible_by,
+            intermediate=intermediate, settings=settings)
+        net = BLOCK_BUILDERS[spec.block_fn](spec, placement)(net)
         block_endpoints = {}
-        kind = spec.block_fn
-        common = dict(settings=settings, name=f"{kind}_{index}")
-        if kind == "convbn":
-            # TFM's convbn keeps its own stride even past the output stride.
-            net = Conv2DBNBlock(int(spec.filters), spec.kernel_size, strides,
-                                use_bias=bool(spec.use_bias), activation=spec.activation,
-                                use_normalization=bool(spec.use_normalization), **common)(net)
-        elif kind == "depsepconv":
-            net = DepthwiseSeparableConvBlock(int(spec.filters), spec.kernel_size, layer_stride,
-                                              dilation_rate=layer_rate,
-                                              activation=spec.activation, **common)(net)
-        elif kind == "mhsa":
-            net = MultiHeadSelfAttentionBlock(
-                num_heads=spec.num_heads, key_dim=spec.key_dim, value_dim=spec.value_dim,
-                query_h_strides=spec.query_h_strides, query_w_strides=spec.query_w_strides,
-                kv_strides=spec.kv_strides,
-                downsampling_dw_kernel_size=spec.downsampling_dw_kernel_size,
-                stochastic_depth_drop_rate=config.stochastic_depth_drop_rate,
-                use_residual=bool(spec.use_residual), use_layer_scale=spec.use_layer_scale,
-                output_intermediate_endpoints=intermediate, **common)(net)
-        elif kind in ("invertedbottleneck", "fused_ib", "uib"):
-            use_rate = layer_rate if layer_rate > 1 and spec.kernel_size != 1 else rate
-            args = dict(in_filters=int(net.shape[-1]), out_filters=int(spec.filters),
-                        expand_ratio=spec.expand_ratio, strides=layer_stride,
-                        stochastic_depth_drop_rate=drop_rate, activation=spec.activation,
-                        dilation_rate=use_rate, divisible_by=divisible_by,
-                        use_residual=bool(spec.use_residual),
-                        output_intermediate_endpoints=intermediate, **common)
-            if kind == "uib":
-                block = UniversalInvertedBottleneckBlock(
-                    middle_dw_downsample=bool(spec.middle_dw_downsample),
-                    start_dw_kernel_size=spec.start_dw_kernel_size or 0,
-                    middle_dw_kernel_size=spec.middle_dw_kernel_size or 0,
-                    end_dw_kernel_size=spec.end_dw_kernel_size or 0,
-                    use_layer_scale=spec.use_layer_scale, **args)
-            else:
-                block = InvertedBottleneckBlock(
-                    kernel_size=spec.kernel_size, se_ratio=spec.se_ratio,
-                    se_gating_activation="hard_sigmoid", expand_se_in_filters=True,
-                    use_depthwise=kind == "invertedbottleneck" and bool(spec.use_depthwise),
-                    **args)
-            net = block(net)
-        elif kind == "gpooling":
-            net = keras.layers.GlobalAveragePooling2D(keepdims=True, name=f"pool_{index}")(net)
-        else:
-            raise ValueError(f"Unknown MobileNet block {kind!r} (block {index}).")
         if intermediate and isinstance(net, (tuple, list)):
             net, block_endpoints = net
         if spec.is_output:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import keras
 
 from lite_launcher.vision import configs
-from lite_launcher.vision.modeling import (
-    _PACKAGE, NormSettings, SqueezeExcitation, StochasticDepth, register_backbone_builder)
+from lite_launcher.vision.layers import (
+    NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
+    get_stochastic_depth_rate, register_serializable)
+from lite_launcher.vision.modeling import register_backbone_builder
 
 # (block kind, filters, repeats) of the four block groups, by model_id (TFM's RESNET_SPECS).
 RESNET_SPECS = {
@@ -40,11 +42,14 @@ RESNET_SPECS = {
 STEM_V1 = ((32, 2), (32, 1), (64, 1))
 
 
-class _Block(keras.layers.Layer):
-    """Shared parts of the residual and bottleneck blocks (shortcut, SE, stochastic depth).
+class _ShortcutBlock(SettingsBlock):
+    """What the residual and bottleneck blocks share: the shortcut (projected when
+    `use_projection`, ResNet-D style with `resnetd_shortcut`), the optional squeeze-excitation
+    closing the branch, stochastic depth and the activation after the sum. A subclass gives
+    the branch (`_make_branch`) and its `expansion` of the filters.
 
-    Sublayers are plain attributes, never lists: tf.train.Checkpoint does not see layers that
-    Keras 3 tracks only inside a list, so their weights would be missing from checkpoints.
+    The shortcut and branch layers are attributes `shortcut_<i>` / `branch_<i>` (see
+    SettingsBlock: never lists).
     """
 
     expansion = 1
@@ -52,13 +57,12 @@ class _Block(keras.layers.Layer):
     def __init__(self, filters: int, strides: int, use_projection: bool,
                  settings=None, se_ratio: float = 0.0, resnetd_shortcut: bool = False,
                  stochastic_depth_drop_rate: float = 0.0, dilation_rate: int = 1, **kwargs):
-        super().__init__(**kwargs)
-        settings = NormSettings.of(settings)
-        self._args = dict(filters=filters, strides=strides, use_projection=use_projection,
-                          se_ratio=se_ratio, resnetd_shortcut=resnetd_shortcut,
-                          stochastic_depth_drop_rate=stochastic_depth_drop_rate,
-                          dilation_rate=dilation_rate)
-        self._settings = settings
+        super().__init__(settings, filters=filters, strides=strides,
+                         use_projection=use_projection, se_ratio=se_ratio,
+                         resnetd_shortcut=resnetd_shortcut,
+                         stochastic_depth_drop_rate=stochastic_depth_drop_rate,
+                         dilation_rate=dilation_rate, **kwargs)
+        settings = self._settings
         out_filters = filters * self.expansion
         shortcut = []
         if use_projection:
@@ -118,16 +122,11 @@ class _Block(keras.layers.Layer):
         x = inputs
         for layer in self._branch:
             x = layer(x, training=training)
-        if self._drop is not None:
-            x = self._drop(x, training=training)
-        return self._out_act(x + shortcut)
-
-    def get_config(self):
-        return {**super().get_config(), **self._args, "settings": self._settings.get_config()}
+        return self._out_act(add_residual(x, shortcut, self._drop, training))
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class ResidualBlock(_Block):
+@register_serializable
+class ResidualBlock(_ShortcutBlock):
     """Two 3x3 convolutions with BN (ResNet-18/34)."""
 
     def _make_branch(self, filters, strides, dilation_rate, settings):
@@ -137,8 +136,8 @@ class ResidualBlock(_Block):
                 settings.norm(name="norm2")]
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class BottleneckBlock(_Block):
+@register_serializable
+class BottleneckBlock(_ShortcutBlock):
     """1x1 -> 3x3 (strided, dilated) -> 1x1 (x4 filters) convolutions with BN (ResNet-50+)."""
 
     expansion = 4
@@ -188,8 +187,8 @@ def block_plan(config: configs.ResNet):
     plan = []
     for i, (kind, filters, repeats) in enumerate(RESNET_SPECS[config.model_id]):
         level = i + 2
-        # TFM scales the drop rate linearly with the group: init_rate * level / 5.
-        drop_rate = config.stochastic_depth_drop_rate * level / 5
+        # TFM scales the drop rate linearly with the group: level 2..5 of 5.
+        drop_rate = get_stochastic_depth_rate(config.stochastic_depth_drop_rate, level, 5)
         for j in range(repeats):
             plan.append((level, f"block_group_l{level}_{j}", BLOCKS[kind], dict(
                 filters=int(filters * config.depth_multiplier),

@@ -14,8 +14,8 @@ import math
 import keras
 
 from lite_launcher.vision import configs
-from lite_launcher.vision.modeling import (
-    NormSettings, get_stochastic_depth_rate, register_backbone_builder)
+from lite_launcher.vision.layers import NormSettings, get_stochastic_depth_rate
+from lite_launcher.vision.modeling import register_backbone_builder
 from lite_launcher.vision.resnet import BLOCKS, RESNET_SPECS, build_from_plan, stem
 
 # (block kind, filters, repeats) by model_id: TFM's resnet_deeplab.RESNET_SPECS, the same

@@ -23,9 +23,14 @@ from absl import logging
 from keras import ops
 
 from lite_launcher.vision import configs
-from lite_launcher.vision.modeling import StochasticDepth, register_backbone_builder
+from lite_launcher.vision.layers import (
+    LayerScale, StochasticDepth, get_stochastic_depth_rate, register_legacy_name,
+    register_serializable)
+from lite_launcher.vision.modeling import register_backbone_builder
 
-_register = keras.saving.register_keras_serializable(package="lite_launcher.vit")
+# Before the shared layers module, ViT's layers were registered under the Keras package
+# 'lite_launcher.vit' (LayerScale in ViT's layout): files saved then keep loading.
+_LEGACY_PACKAGE = "lite_launcher.vit"
 _LAYER_NORM_EPSILON = 1e-6  # TFM's, after the JAX ViT
 
 
@@ -38,7 +43,7 @@ def interpolate_position_embeddings(embeddings, from_shape: Sequence[int],
     return tf.reshape(grid, [1, int(to_shape[0]) * int(to_shape[1]), -1])
 
 
-@_register
+@register_serializable
 class AddPositionEmbs(keras.layers.Layer):
     """Adds learned position embeddings (initialised N(0, 0.02)) to a token sequence.
 
@@ -86,7 +91,7 @@ class AddPositionEmbs(keras.layers.Layer):
                 "num_prefix_tokens": self.num_prefix_tokens}
 
 
-@_register
+@register_serializable
 class TokenLayer(keras.layers.Layer):
     """Prepends a learned class token (initialised to zeros) to the sequence."""
 
@@ -104,27 +109,7 @@ class TokenLayer(keras.layers.Layer):
         return (input_shape[0], length, input_shape[2])
 
 
-@_register
-class LayerScale(keras.layers.Layer):
-    """Per-channel learned scale of a residual branch (CaiT), float32 weights as TFM's."""
-
-    def __init__(self, init_value: float, **kwargs):
-        super().__init__(**kwargs)
-        self.init_value = float(init_value)
-
-    def build(self, input_shape):
-        self.gamma = self.add_weight(
-            name="layerscale_gamma", shape=(1, 1, input_shape[-1]), dtype="float32",
-            initializer=keras.initializers.Constant(self.init_value))
-
-    def call(self, inputs):
-        return ops.cast(self.gamma, inputs.dtype) * inputs
-
-    def get_config(self):
-        return {**super().get_config(), "init_value": self.init_value}
-
-
-@_register
+@register_serializable
 class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
     """`keras.layers.MultiHeadAttention` whose explicit softmax (the path taken with attention
     dropout or returned scores) runs in float32 under mixed precision, as Keras's fused path
@@ -137,7 +122,7 @@ class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
         return ops.cast(probs, attention_scores.dtype)
 
 
-@_register
+@register_serializable
 class TransformerEncoderBlock(keras.layers.Layer):
     """A pre-norm encoder block (TFM's nn_blocks.TransformerEncoderBlock, norm_first):
 
@@ -177,10 +162,10 @@ class TransformerEncoderBlock(keras.layers.Layer):
         self.drop_path = (StochasticDepth(self.stochastic_depth_rate)
                           if self.stochastic_depth_rate else None)
         if self.layer_scale_init_value:
-            self.layer_scale_attention = LayerScale(self.layer_scale_init_value,
-                                                    name="layer_scale_attn")
-            self.layer_scale_mlp = LayerScale(self.layer_scale_init_value,
-                                              name="layer_scale_mlp")
+            self.layer_scale_attention = LayerScale(
+                self.layer_scale_init_value, name="layer_scale_attn", **LayerScale.VIT_LAYOUT)
+            self.layer_scale_mlp = LayerScale(
+                self.layer_scale_init_value, name="layer_scale_mlp", **LayerScale.VIT_LAYOUT)
 
     def build(self, input_shape):
         hidden = input_shape[-1]
@@ -243,6 +228,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
                 "return_attention_scores": self.return_attention_scores}
 
 
+for _cls in (AddPositionEmbs, TokenLayer, Float32SoftmaxAttention, TransformerEncoderBlock):
+    register_legacy_name(f"{_LEGACY_PACKAGE}>{_cls.__name__}", _cls)
+register_legacy_name(f"{_LEGACY_PACKAGE}>LayerScale", LayerScale, **LayerScale.VIT_LAYOUT)
+
+
 def patch_grid(input_size: Sequence[int], patch_size: int) -> Tuple[int, int]:
     """(rows, cols) of patches a `patch_size` convolution ('valid', strided) makes."""
     return int(input_size[0]) // patch_size, int(input_size[1]) // patch_size
@@ -297,8 +287,9 @@ def build_vit(input_shape, config: configs.VisionTransformer, kernel_regularizer
             num_heads=sizes["num_heads"], mlp_dim=sizes["mlp_dim"],
             dropout_rate=config.transformer.dropout_rate,
             attention_dropout_rate=config.transformer.attention_dropout_rate,
-            # TFM's rate for block i (1-based) of n: init_rate * i / n.
-            stochastic_depth_rate=config.init_stochastic_depth_rate * (i + 1) / num_layers,
+            # TFM's rate for block i (1-based) of n.
+            stochastic_depth_rate=get_stochastic_depth_rate(config.init_stochastic_depth_rate,
+                                                            i + 1, num_layers),
             layer_scale_init_value=config.layer_scale_init_value,
             kernel_initializer=encoder_init,
             return_attention_scores=config.output_attention_scores and last,

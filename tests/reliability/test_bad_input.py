@@ -1,26 +1,34 @@
 """Bad input to `lite-train`: one line on stderr, exit code 2, model_dir untouched.
 
-Every row runs the real driver in a subprocess. The rows run concurrently (a module fixture
-starts them all in a thread pool) because each one pays TensorFlow's start-up. "Untouched"
-means the same files, sizes, mtimes and SHA-256 digests before and after; a model_dir that did
-not exist must still not exist.
+Every row runs the real driver, `lite_launcher.main.run()` with the row's argv, in this
+process (`run()` runs afresh each time); two rows also run as a `lite-train` subprocess, for
+the real exit code and a stderr that stays one line while the process shuts down.
+"Untouched" means the same files, sizes, mtimes and SHA-256 digests before and after; a
+model_dir that did not exist must still not exist. The rows a user most often gets wrong (a
+wrong experiment name, a missing config file, a malformed override) and `--help` are refused
+before TensorFlow is imported: checked in a fresh interpreter.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
+import json
+import logging
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 from typing import Callable, List, Optional, Sequence
 
+import gin
 import pytest
 import tensorflow as tf
 
-from reliability_utils import (ERROR_PREFIX, FAST_DIGITS, nested, override_json,
-                               run_lite_train, snapshot)
-
-pytestmark = pytest.mark.slow
+from lite_launcher import main as main_lib
+from reliability_utils import (ERROR_PREFIX, FAST_DIGITS, REPO_ROOT, nested, override_json,
+                               run_lite_train, snapshot, subprocess_env)
 
 # The shipped checkpoint of the "trained" model_dir: digits_mlp with one hidden layer of 16.
 TRAINED_HIDDEN = 16
@@ -173,28 +181,76 @@ def _prepare_model_dir(kind: Optional[str], row_dir: str, trained: str) -> Optio
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    """Runs every row concurrently; {row name: (CompletedProcess, model_dir, before, after)}."""
-    root = tmp_path_factory.mktemp("bad_input")
-    trained = str(root / "trained")
+def trained_model_dir(tmp_path_factory):
+    trained = str(tmp_path_factory.mktemp("bad_input_trained") / "trained")
     _make_trained_model_dir(trained)
-    jobs = {}
-    for row in ROWS:
-        row_dir = str(root / row.name)
-        os.makedirs(row_dir)
-        model_dir = _prepare_model_dir(row.model_dir, row_dir, trained)
-        args = list(row.args(model_dir or "", row_dir))
-        watched = model_dir or os.path.join(row_dir, "model")
-        jobs[row.name] = (args, watched, snapshot(watched))
+    return trained
 
-    def run(name):
-        args, watched, before = jobs[name]
-        completed = run_lite_train(args, timeout=240)
-        return completed, watched, before, snapshot(watched)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {row.name: pool.submit(run, row.name) for row in ROWS}
-        return {name: future.result() for name, future in futures.items()}
+@dataclasses.dataclass
+class Outcome:
+    exit_code: object
+    stderr: str
+    stdout: str
+    logged: str
+    model_dir: str
+    before: object
+    after: object
+
+
+def _prepare(row, tmp_path, trained):
+    row_dir = str(tmp_path / row.name)
+    os.makedirs(row_dir)
+    model_dir = _prepare_model_dir(row.model_dir, row_dir, trained)
+    args = list(row.args(model_dir or "", row_dir))
+    watched = model_dir or os.path.join(row_dir, "model")
+    return args, watched
+
+
+@pytest.fixture
+def run_in_process(monkeypatch, capsys, caplog):
+    """Runs `lite-train args` as `main.run()` in this process; returns (exit code, stderr,
+    stdout, what was logged)."""
+    sigterm = signal.getsignal(signal.SIGTERM)
+
+    def run(args):
+        monkeypatch.setattr(sys, "argv", ["lite-train", *args])
+        capsys.readouterr()
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            try:
+                main_lib.run()
+                code = 0
+            except SystemExit as exit_request:
+                code = exit_request.code
+            finally:
+                logging.disable(logging.NOTSET)  # the driver silences logging for its exit
+                signal.signal(signal.SIGTERM, sigterm)  # and ignores SIGTERM once it exits
+        captured = capsys.readouterr()
+        return code, captured.err, captured.out, caplog.text
+
+    yield run
+    gin.clear_config()  # a refused gin binding must not reach the next test
+
+
+def _assert_refused(outcome: Outcome, row: Row) -> None:
+    lines = [line for line in outcome.stderr.splitlines() if line.strip()]
+    assert outcome.exit_code == 2, outcome.stderr[-3000:]
+    assert "Traceback" not in outcome.stderr, outcome.stderr[-3000:]
+    assert lines and lines[-1].startswith(ERROR_PREFIX), outcome.stderr[-3000:]
+    errors = [line for line in lines if line.startswith(ERROR_PREFIX)]
+    assert errors == [lines[-1]]  # exactly one error line, and it is the last line
+    # Checked before anything is printed: no config dump before the error.
+    assert "Final experiment parameters" not in outcome.stderr + outcome.logged
+    for text in row.expect:
+        assert text in lines[-1], f"{text!r} not in {lines[-1]!r}"
+    assert outcome.stdout == ""
+    assert outcome.after == outcome.before, f"{outcome.model_dir} changed"
+    if row.model_dir == "fresh":
+        assert outcome.before is None and not os.path.exists(outcome.model_dir)
+    if row.model_dir == "trained":
+        assert outcome.before and "params.yaml" in outcome.before
+        assert "ckpt-10.index" in outcome.before
 
 
 def test_the_table_covers_the_issue():
@@ -203,22 +259,96 @@ def test_the_table_covers_the_issue():
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
-def test_bad_input_is_one_line_exit_2_and_model_dir_untouched(results, row):
-    completed, model_dir, before, after = results[row.name]
-    stderr = completed.stderr
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert completed.returncode == 2, stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    assert lines and lines[-1].startswith(ERROR_PREFIX), stderr[-3000:]
-    errors = [line for line in lines if line.startswith(ERROR_PREFIX)]
-    assert errors == [lines[-1]]  # exactly one error line, and it is the last line
-    # Checked before anything is printed: no config dump before the error.
-    assert "Final experiment parameters" not in stderr
-    for text in row.expect:
-        assert text in lines[-1], f"{text!r} not in {lines[-1]!r}"
-    assert completed.stdout == ""
-    assert after == before, f"{model_dir} changed"
-    if row.model_dir == "fresh":
-        assert before is None and not os.path.exists(model_dir)
-    if row.model_dir == "trained":
-        assert before and "params.yaml" in before and "ckpt-10.index" in before
+def test_bad_input_is_one_line_exit_2_and_model_dir_untouched(run_in_process, trained_model_dir,
+                                                              tmp_path, row):
+    args, model_dir = _prepare(row, tmp_path, trained_model_dir)
+    before = snapshot(model_dir)
+    code, stderr, stdout, logged = run_in_process(args)
+    _assert_refused(Outcome(code, stderr, stdout, logged, model_dir, before,
+                            snapshot(model_dir)), row)
+
+
+_SUBPROCESS_ROWS = [row for row in ROWS
+                    if row.name in ("unknown_experiment", "checkpoint_of_another_model")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", _SUBPROCESS_ROWS, ids=[row.name for row in _SUBPROCESS_ROWS])
+def test_the_lite_train_process_exits_2_with_one_line(trained_model_dir, tmp_path, row):
+    # What only a process shows: its exit status, and that nothing is printed after the
+    # error while it shuts down (e.g. TensorFlow's warnings about a half-restored checkpoint).
+    args, model_dir = _prepare(row, tmp_path, trained_model_dir)
+    before = snapshot(model_dir)
+    completed = run_lite_train(args, timeout=240)
+    _assert_refused(Outcome(completed.returncode, completed.stderr, completed.stdout, "",
+                            model_dir, before, snapshot(model_dir)), row)
+
+
+# ---------------------------------------------------------------------------------------------
+# Refused before TensorFlow loads.
+
+# Runs lite-train's run() once per argv in a fresh interpreter and reports, for each, the exit
+# code, the last stderr line and whether TensorFlow had been imported by then.
+_PROBE = textwrap.dedent("""
+    import io, json, sys
+    if sys.argv[1] == "import_tensorflow_first":
+        import tensorflow
+    from lite_launcher import main
+    report = []
+    for args in json.loads(sys.argv[2]):
+        sys.argv = ["lite-train", *args]
+        err, sys.stderr = sys.stderr, io.StringIO()
+        out, sys.stdout = sys.stdout, io.StringIO()
+        try:
+            main.run()
+            code = 0
+        except SystemExit as exit_request:
+            code = exit_request.code
+        finally:
+            text, sys.stderr, sys.stdout = sys.stderr.getvalue(), err, out
+        report.append({"code": code, "last_line": (text.strip().splitlines() or [""])[-1],
+                       "tensorflow": "tensorflow" in sys.modules})
+    print(json.dumps(report))
+""")
+
+
+def _probe(argvs, import_tensorflow_first=False):
+    completed = subprocess.run(
+        [sys.executable, "-c", _PROBE,
+         "import_tensorflow_first" if import_tensorflow_first else "-", json.dumps(argvs)],
+        capture_output=True, text=True, timeout=240, env=subprocess_env(), cwd=REPO_ROOT)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def _early_rows(tmp_path):
+    model_dir = str(tmp_path / "model")
+    train = ["--mode", "train", "--model_dir", model_dir]
+    return [
+        (["--experiment", "no_such_thing", *train],
+         f"{ERROR_PREFIX}Unknown experiment 'no_such_thing'. Registered experiments: "),
+        (["--experiment", "digits_mlp", *train, "--config_file", "missing.yaml"],
+         f"{ERROR_PREFIX}Config file 'missing.yaml' does not exist; check the --config_file "
+         f"path."),
+        (["--experiment", "digits_mlp", *train, "--params_override", "{trainer: [1,"],
+         f"{ERROR_PREFIX}--params_override is not valid YAML"),
+        (["--help"], ""),
+    ], model_dir
+
+
+def test_a_wrong_name_a_missing_config_file_a_bad_override_and_help_need_no_tensorflow(
+        tmp_path):
+    rows, model_dir = _early_rows(tmp_path)
+    report = _probe([args for args, _ in rows])
+    for (args, message), result in zip(rows, report):
+        assert result["code"] == (0 if args == ["--help"] else 2), (args, result)
+        assert result["last_line"].startswith(message), (args, result)
+        assert not result["tensorflow"], args
+    assert not os.path.exists(model_dir)
+
+
+def test_the_probe_sees_tensorflow_when_it_is_loaded():
+    # The check above can fail: with TensorFlow imported first the probe reports it.
+    report = _probe([["--experiment", "no_such_thing", "--mode", "train", "--model_dir",
+                      "/nonexistent/model"]], import_tensorflow_first=True)
+    assert report[0]["code"] == 2 and report[0]["tensorflow"]

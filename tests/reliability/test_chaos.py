@@ -98,8 +98,14 @@ def test_second_trainers_at_random_moments_never_run_beside_the_first(tmp_path):
                              timeout=240, what=f"seed {SEED}: the losing racer")
             (winner, winner_log), = [r for r in racers if r is not loser]
             assert loser[0].returncode == 2, f"seed {SEED}: {read_text(loser[1])[-3000:]}"
-            assert read_text(loser[1]).startswith(_refusal(model_dir, winner.pid)), (
+            # Both racers may pass the driver's early check (neither held the lock yet); the
+            # experiment runner's lock then refuses the later one, after TensorFlow loaded: its
+            # last line, the only error line.
+            loser_lines = [line for line in read_text(loser[1]).splitlines() if line.strip()]
+            assert loser_lines[-1].startswith(_refusal(model_dir, winner.pid)), (
                 f"seed {SEED}: {read_text(loser[1])}")
+            assert [line for line in loser_lines if line.startswith(ERROR_PREFIX)] == [
+                loser_lines[-1]], f"seed {SEED}: {read_text(loser[1])}"
             trainer, log_path = winner, winner_log
             wait_for(lambda: _training(trainer, log_path), timeout=240,
                      what=f"seed {SEED}: the winner's training")

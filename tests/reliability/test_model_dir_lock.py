@@ -76,3 +76,34 @@ def test_a_second_trainer_is_refused_evaluators_are_not_and_kill_9_leaves_no_sta
     assert logged_train_steps(resumed.stderr) == [latest + 100]
     assert max(checkpoint_numbers(model_dir)) == latest + 100
     assert not model_dir_lock.held(model_dir)  # run_experiment's refusal kept no hold
+
+
+def test_refuse_if_held_answers_without_taking_the_lock(tmp_path):
+    # The driver's early answer (before TensorFlow loads): another process's lock refuses,
+    # this process's own does not, and asking takes nothing.
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+
+    held_elsewhere, free = tmp_path / "held", tmp_path / "free"
+    held_elsewhere.mkdir()
+    free.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); sys.stdin.read()",
+         str(held_elsewhere)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(model_dir_lock.ModelDirLockedError, match=f"pid {holder.pid} on"):
+            model_dir_lock.refuse_if_held(str(held_elsewhere))
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    model_dir_lock.refuse_if_held(str(held_elsewhere))  # its holder is gone
+    model_dir_lock.refuse_if_held(str(free))
+    assert not model_dir_lock.held(str(free))  # asking took no lock
+    assert model_dir_lock.hold(str(free))
+    try:
+        model_dir_lock.refuse_if_held(str(free))  # this process's own hold
+    finally:
+        model_dir_lock.release(str(free))
+    model_dir_lock.refuse_if_held(str(tmp_path / "not_yet"))  # nothing there to hold

@@ -20,7 +20,7 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from lite_launcher import checkpoint_recovery
+from lite_launcher import checkpoints
 from lite_launcher import main as main_lib
 
 _OVERRIDE = ("trainer.steps_per_loop=5,trainer.summary_interval=5,trainer.checkpoint_interval=5,"
@@ -141,10 +141,10 @@ def test_a_probe_that_cannot_decide_does_not_refuse_a_checkpoint(tmp_path, monke
     # Reading tensors fails as on a remote store that is briefly unreachable.
     monkeypatch.setattr(tf.raw_ops, "RestoreV2", unavailable)
     caplog.set_level(logging.WARNING, logger="absl")
-    resumed = checkpoint_recovery.prepare_model_dir(model_dir)
+    resumed = checkpoints.prepare_model_dir(model_dir)
     assert resumed == os.path.join(model_dir, "ckpt-2")
     assert sorted(os.listdir(model_dir)) == before  # nothing moved aside
-    assert checkpoint_recovery.unreadable_reason(os.path.join(model_dir, "ckpt-2")) is None
+    assert checkpoints.unreadable_reason(os.path.join(model_dir, "ckpt-2")) is None
     assert any(m.startswith(f"Cannot tell whether checkpoint {model_dir}/ckpt-2 reads "
                             "(UnavailableError: the store did not answer)")
                for m in _messages(caplog))

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from lite_launcher import checkpoint_recovery
+from lite_launcher import checkpoints
 import tensorflow as tf
 
 from reliability_utils import (ERROR_PREFIX, REPO_ROOT, checkpoint_global_step,
@@ -89,7 +89,7 @@ def _check_failed_checkpoint_write(completed, model_dir, cause):
     step = int(re.search(r"ckpt-(\d+)$", latest).group(1))
     assert checkpoint_global_step(latest) == step
     read_checkpoint(latest)  # every tensor reads
-    assert checkpoint_recovery.prepare_model_dir(model_dir) == latest
+    assert checkpoints.prepare_model_dir(model_dir) == latest
     return step
 
 

@@ -1,6 +1,9 @@
 """lite_launcher.vision.augment: every op against a numpy expectation, the policies' contracts,
 MixupAndCutmix's label arithmetic, RandomErasing's rectangle, color_jitter, and graph mode."""
 
+import json
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -164,6 +167,34 @@ def test_sharpness_blends_with_pil_smooth_filter():
     np.testing.assert_array_equal(_np(augment.sharpness(IMAGE, 1.0)), IMAGE)
     sharpened = np.clip(smooth + 2.0 * (pixels - smooth), 0, 255)
     np.testing.assert_allclose(_np(augment.sharpness(IMAGE, 2.0)), sharpened, atol=2)
+
+
+def _tfm_sharpness():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                        "tfm_2_20_sharpness.json")
+    with open(path) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("level", range(11))
+def test_randaugment_sharpness_equals_tfm_at_every_level(level):
+    # TFM 2.20's own outputs (tests/vision/data/make_tfm_sharpness.py), pixel for pixel: the
+    # level-to-factor map, the smoothing, the kept border and the blend's truncation.
+    reference = _tfm_sharpness()
+    image = np.array(reference["image"], np.uint8)
+    expected = reference["levels"][str(level)]
+    assert augment._enhance_factor(level) == pytest.approx(expected["factor"], abs=0)
+    sharpness_op = augment._policy_ops(cutout_const=40.0, translate_const=100.0)["Sharpness"]
+    out = _np(sharpness_op(tf.constant(image), float(level)))
+    np.testing.assert_array_equal(out, np.array(expected["output"], np.uint8))
+
+
+@pytest.mark.parametrize("factor", ["0.0", "1.0", "2.0"])
+def test_sharpness_equals_tfm_at_the_blend_end_points(factor):
+    reference = _tfm_sharpness()
+    image = np.array(reference["image"], np.uint8)
+    np.testing.assert_array_equal(_np(augment.sharpness(image, float(factor))),
+                                  np.array(reference["factors"][factor], np.uint8))
 
 
 @pytest.mark.parametrize("sigma", [0.5, 2.0])

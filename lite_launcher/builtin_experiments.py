@@ -1,0 +1,26 @@
+"""The names of the built-in experiments, known without importing them (TensorFlow-free).
+
+Importing an experiment's module registers it, and most of those modules import Keras and
+TensorFlow (seconds). The driver checks `--experiment` against these names and the ones
+registered so far, so a wrong name is refused before TensorFlow loads; the modules themselves
+are imported by `lite_launcher.registry_imports`. `tests/test_registry.py` checks that this
+table names exactly the experiments those modules register.
+"""
+
+from typing import Dict
+
+# Experiment name -> the module that registers it.
+BUILTIN_EXPERIMENTS: Dict[str, str] = {
+    "digits_mlp": "lite_launcher.experiments.digits",
+    "digits_cnn": "lite_launcher.experiments.digits",
+    "mlp_tiny": "lite_launcher.experiments.workloads",
+    "cnn_small": "lite_launcher.experiments.workloads",
+    "mock": "lite_launcher.experiments.workloads",
+    "image_classification": "lite_launcher.vision.configs",
+    "resnet_imagenet": "lite_launcher.vision.configs",
+    "resnet_rs_imagenet": "lite_launcher.vision.configs",
+    "mobilenet_imagenet": "lite_launcher.vision.configs",
+    "deit_imagenet_pretrain": "lite_launcher.vision.configs",
+    "vit_imagenet_pretrain": "lite_launcher.vision.configs",
+    "vit_imagenet_finetune": "lite_launcher.vision.configs",
+}
