@@ -60,6 +60,9 @@ _EXPORTS = {
     "strategy_from_runtime": "lite_launcher.strategy",
     "set_mixed_precision_policy": "lite_launcher.strategy",
     "export_saved_model": "lite_launcher.export",
+    "convert_checkpoint": "lite_launcher.convert",
+    "is_tfm_checkpoint": "lite_launcher.tfm_checkpoint",
+    "TfmResumingCheckpointManager": "lite_launcher.tfm_checkpoint",
     # TFM's vision train.py helpers (train_utils / summary_manager), for forked drivers
     "save_gin_config": "lite_launcher.train_utils",
     "maybe_build_eval_summary_manager": "lite_launcher.summaries",

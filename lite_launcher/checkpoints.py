@@ -139,7 +139,10 @@ def build_manager(checkpoint, model_dir: str, save_directory: str, *, resume: bo
     if save_directory == model_dir:
         if resume:
             prepare_model_dir(model_dir)
-        return CheckpointManager(checkpoint, model_dir, max_to_keep=max_to_keep, **kwargs)
+        # A model_dir TFM wrote resumes too (lite's checkpoints are written beside TFM's).
+        from lite_launcher import tfm_checkpoint  # pylint: disable=import-outside-toplevel
+        return tfm_checkpoint.TfmResumingCheckpointManager(checkpoint, model_dir,
+                                                           max_to_keep=max_to_keep, **kwargs)
     return CheckpointManager(checkpoint, save_directory, restore_directory=model_dir,
                              max_to_keep=1, **kwargs)
 
@@ -670,7 +673,8 @@ def _move_aside(paths: List[str], destination: str) -> None:
 
 
 def write_state(directory: str, latest: str, kept: List[str],
-                timestamps: Tuple[float, ...] = ()) -> None:
+                timestamps: Tuple[float, ...] = (),
+                last_preserved_timestamp: Optional[float] = None) -> None:
     """Writes `directory`'s `checkpoint` state file as a CheckpointManager would.
 
     A text proto naming the `latest` checkpoint and the `kept` ones (names relative to
@@ -680,6 +684,9 @@ def write_state(directory: str, latest: str, kept: List[str],
     lines = [f'model_checkpoint_path: "{latest}"']
     lines += [f'all_model_checkpoint_paths: "{name}"' for name in kept]
     lines += [f"all_model_checkpoint_timestamps: {t!r}" for t in timestamps]
+    if last_preserved_timestamp is not None:
+        # CheckpointManager never deletes the checkpoints saved before this time.
+        lines.append(f"last_preserved_timestamp: {last_preserved_timestamp!r}")
     atomic_write.write_text(os.path.join(directory, STATE_FILE), "\n".join(lines) + "\n")
 
 

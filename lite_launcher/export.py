@@ -32,6 +32,7 @@ export leaves no partial one (for local paths; gs:// and other schemes are writt
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -207,6 +208,11 @@ def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:
 
     from lite_launcher import exporter, optimization  # pylint: disable=import-outside-toplevel
 
+    # A task that reads checkpoints of another format (vision: TFM-written) does so itself.
+    read_foreign = getattr(task, "read_tfm_checkpoint", None)
+    averages = params.trainer.optimizer_config.ema is not None
+    if read_foreign is not None and read_foreign(model, checkpoint_prefix, averages=averages):
+        return averages
     _read(tf.train.Checkpoint(model=model), checkpoint_prefix, "model")
     if params.trainer.optimizer_config.ema is None:
         return False
@@ -376,13 +382,7 @@ def _main(flags_obj) -> str:
         raise ConfigError("Pass --input_type or --function_keys, not both.")
     check_export_dir(flags_obj.export_dir, flags_obj.export_saved_model_subdir,
                      flags_obj.export_checkpoint_subdir)
-    train_utils.check_input_files(flags_obj)
-    train_utils.load_user_registrations(flags_obj.registry_imports)
-    train_utils.check_experiment_inputs(flags_obj)
-    train_utils.load_builtin_registrations()
-    params = train_utils.parse_configuration(train_utils.ParseConfigOptions(
-        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
-        params_override=flags_obj.params_override or ""), print_return=False)
+    params = parse_params(flags_obj)
     return export_saved_model(
         params, flags_obj.checkpoint_path, flags_obj.export_dir,
         input_type=flags_obj.input_type, batch_size=flags_obj.batch_size,
@@ -393,29 +393,47 @@ def _main(flags_obj) -> str:
         function_keys=function_keys)
 
 
-def main(argv) -> None:
-    """Runs `lite-export` with parsed FLAGS; bad input exits 2 with one line."""
+def parse_params(flags_obj):
+    """The experiment config the config flags describe, as lite-train builds it."""
+    train_utils.check_input_files(flags_obj)
+    train_utils.load_user_registrations(flags_obj.registry_imports)
+    train_utils.check_experiment_inputs(flags_obj)
+    train_utils.load_builtin_registrations()
+    return train_utils.parse_configuration(train_utils.ParseConfigOptions(
+        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
+        params_override=flags_obj.params_override or ""), print_return=False)
+
+
+def run_command(command, argv, prog: str) -> None:
+    """Prints `command(FLAGS)`; bad input exits 2 with one line, an environment failure 1."""
     if len(argv) > 1:
         train_utils.exit_with_error(
-            f"unexpected arguments {argv[1:]}; every option is a --flag.", prog=PROG)
+            f"unexpected arguments {argv[1:]}; every option is a --flag.", prog=prog)
     try:
-        saved_model_dir = _main(FLAGS)
+        result = command(FLAGS)
     except ConfigError as error:
-        train_utils.exit_with_error(error, prog=PROG)
+        train_utils.exit_with_error(error, prog=prog)
     except ENVIRONMENT_FAILURES as error:
-        train_utils.exit_with_error(error, train_utils.RUNTIME_ERROR_EXIT_CODE, prog=PROG)
-    print(saved_model_dir)
+        train_utils.exit_with_error(error, train_utils.RUNTIME_ERROR_EXIT_CODE, prog=prog)
+    print(result)
 
 
-def _flags_parser(argv):
-    return lite_flags.parse_flags(argv, prog=PROG, intro=_HELP_INTRO, cli_flag="export_dir")
+def main(argv) -> None:
+    """Runs `lite-export` with parsed FLAGS; bad input exits 2 with one line."""
+    run_command(_main, argv, PROG)
+
+
+def start_command(define, main_fn, prog: str, intro: str, cli_flag: str) -> None:
+    """A lite command's console-script start: its flags, then absl's app with lite's parser."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    define()
+    app.run(main_fn, flags_parser=functools.partial(
+        lite_flags.parse_flags, prog=prog, intro=intro, cli_flag=cli_flag))
 
 
 def run() -> None:
     """Console-script entry point for `lite-export`."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    define_flags()
-    app.run(main, flags_parser=_flags_parser)
+    start_command(define_flags, main, PROG, _HELP_INTRO, "export_dir")
 
 
 if __name__ == "__main__":

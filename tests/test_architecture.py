@@ -234,6 +234,7 @@ CHECKPOINTS_HOME = "checkpoints.py"
 FILE_REMOVERS = {
     "atomic_write.py": "its own temporary file, then the rename into place",
     "export.py": "its own unfinished export, written beside the export directory",
+    "convert.py": "its own unfinished conversion, written beside the output directory",
 }
 _WRITE_METHODS = {"save", "write", "save_checkpoint_if_preempted"}
 _CHECKPOINT_RECEIVER = re.compile(r"checkpoint|ckpt|manager|handler", re.IGNORECASE)

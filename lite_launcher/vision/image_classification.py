@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher import tfm_checkpoint
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
@@ -22,6 +23,15 @@ from lite_launcher.vision import classification_input, configs, modeling, servin
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6
+
+
+def _vit_grid_hint(detail: str) -> str:
+    """The fix for a ViT checkpoint pretrained at another input size, when `detail` says the
+    position embedding does not fit."""
+    if "pos_embedding" not in detail:
+        return ""
+    return (" (set task.model.backbone.vit.pos_embed_shape to the pretraining patch grid, "
+            "e.g. [14, 14] for 224x224 with 16x16 patches)")
 
 
 @register_task_cls(configs.ImageClassificationTask)
@@ -37,36 +47,52 @@ class ImageClassificationTask(Task):
         return model
 
     def initialize(self, model: keras.Model) -> None:
-        """Restores `init_checkpoint`: the whole model ('all') or its backbone ('backbone')."""
+        """Restores `init_checkpoint`: the whole model ('all') or its backbone ('backbone').
+
+        A lite checkpoint restores as it is; a TFM-written one (a tf_keras object graph) is
+        mapped onto the model by `tfm_checkpoint` (its optimizer and global step ignored)."""
         path = self.task_config.init_checkpoint
         if not path:
             return
         modules = self.task_config.init_checkpoint_modules
-        if tf.io.gfile.isdir(path):
-            latest = tf.train.latest_checkpoint(path)
-            if not latest:
-                raise ConfigError(f"task.init_checkpoint directory {path!r} holds no checkpoint.")
-            path = latest
-        elif not tf.io.gfile.exists(path + ".index"):
-            raise ConfigError(f"task.init_checkpoint {path!r} is neither a checkpoint directory "
-                              f"nor a checkpoint prefix.")
-        if modules == "all":
-            checkpoint = tf.train.Checkpoint(model=model)
-        elif modules == "backbone":
-            checkpoint = tf.train.Checkpoint(backbone=model.backbone)
-        else:
+        path = tfm_checkpoint.resolve(path)
+        if modules not in ("all", "backbone"):
             raise ConfigError(f"task.init_checkpoint_modules {modules!r} must be 'all' or "
                               f"'backbone'.")
+        if self.read_tfm_checkpoint(model, path, modules, what="task.init_checkpoint"):
+            return
+        if modules == "all":
+            checkpoint = tf.train.Checkpoint(model=model)
+        else:
+            checkpoint = tf.train.Checkpoint(backbone=model.backbone)
         try:
             checkpoint.read(path).expect_partial().assert_existing_objects_matched()
         except (AssertionError, ValueError) as e:
             detail = " ".join(str(e).split())[:300]
-            if "pos_embedding" in detail:  # a ViT pretrained at another input size
-                detail += (" (set task.model.backbone.vit.pos_embed_shape to the pretraining "
-                           "patch grid, e.g. [14, 14] for 224x224 with 16x16 patches)")
+            detail += _vit_grid_hint(detail)
             raise ConfigError(f"task.init_checkpoint {path!r} does not fit the model's "
                               f"{modules!r} weights: {detail}") from e
         logging.info("Restored %s weights from %s", modules, path)
+
+    def read_tfm_checkpoint(self, model: keras.Model, prefix: str, modules: str = "all",
+                            what: str = "--checkpoint_path", averages: bool = False) -> bool:
+        """Reads `prefix` into the model ('all') or its backbone when it is a TFM-written
+        checkpoint; returns False (nothing read) for any other checkpoint.
+
+        `averages`: read the moving averages a TFM EMA optimizer kept, where it kept them,
+        for the trainable weights (lite-export with optimizer_config.ema); init_checkpoint
+        reads the weights themselves, as TFM's initialize does."""
+        if not tfm_checkpoint.is_tfm_checkpoint(prefix):
+            return False
+        module, root = (model, "model") if modules == "all" else (model.backbone, "backbone")
+        try:
+            count = tfm_checkpoint.load_weights(module, prefix, root, averages=averages)
+        except ConfigError as e:
+            raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the "
+                              f"model's {modules!r} weights: {e}{_vit_grid_hint(str(e))}") from e
+        logging.info("Restored %s weights (%d variables) from the TFM checkpoint %s", modules,
+                     count, prefix)
+        return True
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         configs.check_buildable(self.task_config)

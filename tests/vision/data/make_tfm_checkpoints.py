@@ -1,0 +1,257 @@
+"""Writes tfm_checkpoints/: checkpoints written by TFM 2.20 and TFM's outputs on them.
+
+Run once with TFM 2.20 (tf-models-official 2.20, tensorflow 2.20, tf_keras):
+
+    /work/tfm_venv/bin/python tests/vision/data/make_tfm_checkpoints.py [--big DIR]
+
+For each model of MODELS (small variants of TFM's classification families: a 32x32 input,
+widths shrunk through TFM's own `depth_multiplier` / `filter_size_scale` where the family has
+one, 5 classes), TFM's factory (`official.vision.modeling.factory.build_classification_model`)
+builds the classifier; every variable (BatchNorm moving mean / variance included) is set to
+random values, so that a dropped, swapped or transposed variable changes the outputs; and the
+model is saved as TFM's Trainer saves it: `tf.train.Checkpoint(global_step=..., model=...,
+optimizer=..., **model.checkpoint_items)` through a `tf.train.CheckpointManager` (prefix
+`ckpt`), into `<name>/`. `<name>/reference.npz` holds a fixed input `images`, TFM's `logits`
+(inference mode) and `features` (the backbone endpoint the head reads). `index.json` lists the
+models with the `task.model` overrides (over the experiment's defaults) both sides build from.
+
+TRAINED models are also trained for a few steps with the optimizer TFM's OptimizerFactory
+builds (legacy tf_keras SGD with momentum / Adam, so slot variables exist) on fixed data
+(`train_images`, `train_labels`); `reference.npz` then also holds TFM's per-step `losses`, the
+loss at the saved weights (`next_loss`), the loss after one more step
+(`loss_after_next_step`, which depends on the slots), and the optimizer's `iterations`.
+For LARGER_INPUT models, TFM's logits on the same weights at a larger input size
+(`larger_images`, `larger_logits`: the position embedding interpolated). A model trained under
+TFM's ExponentialMovingAverage also has `average_logits` (its weights swapped for the averages).
+"""
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from official.core import exp_factory
+from official.modeling import optimization
+from official.vision import registry_imports  # noqa: F401  (registers the experiments)
+from official.vision.modeling import factory
+from official.vision.modeling.backbones import vit
+
+SIZE = 32
+NUM_CLASSES = 5
+HERE = os.path.dirname(os.path.abspath(__file__))
+TARGET = os.path.join(HERE, "tfm_checkpoints")
+
+# ViT-Ti/16's layout (patch 16, class token, pre-norm blocks) shrunk to 64 wide, 2 heads,
+# 2 blocks, so its checkpoint stays small.
+# (TFM's spec table is immutable: its builder's module gets a copy with one more entry.)
+vit.VIT_SPECS = dict(vit.VIT_SPECS, **{"vit-ti16-small": dict(
+    hidden_size=64, patch_size=16, transformer=dict(mlp_dim=128, num_heads=2, num_layers=2))})
+
+RS = {"replace_stem_max_pool": True, "resnetd_shortcut": True, "se_ratio": 0.25,
+      "stem_type": "v1", "stochastic_depth_drop_rate": 0.1}
+
+
+def classifier(backbone_type, backbone, **model):
+    return {"num_classes": NUM_CLASSES, "input_size": [SIZE, SIZE, 3],
+            "backbone": {"type": backbone_type, backbone_type: backbone}, **model}
+
+
+MODELS = {
+    # name: (experiment, task.model overrides)
+    "resnet50": ("resnet_imagenet", classifier(
+        "resnet", {"model_id": 50, "depth_multiplier": 0.0625})),
+    "resnet18_v1": ("resnet_imagenet", classifier(
+        "resnet", {"model_id": 18, "depth_multiplier": 0.125, "stem_type": "v1"})),
+    "resnetrs50": ("resnet_rs_imagenet", classifier(
+        "resnet", dict(RS, model_id=50, depth_multiplier=0.0625), dropout_rate=0.25,
+        norm_activation={"activation": "swish", "norm_momentum": 0.0, "use_sync_bn": False})),
+    "mobilenetv1": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV1", "filter_size_scale": 0.125})),
+    "mobilenetv2": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV2", "filter_size_scale": 0.125})),
+    "mobilenetv3large": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV3Large", "filter_size_scale": 0.125},
+        norm_activation={"norm_epsilon": 0.001, "norm_momentum": 0.997})),
+    "mobilenetv4convsmall": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV4ConvSmall", "filter_size_scale": 0.125},
+        norm_activation={"norm_epsilon": 1e-6, "norm_momentum": 0.95})),
+    "mobilenetv3small": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV3Small", "filter_size_scale": 0.125})),
+    "mobilenetmultiavg": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetMultiAVG", "filter_size_scale": 0.125})),
+    "mobilenetv4hybridmedium": ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": "MobileNetV4HybridMedium", "filter_size_scale": 0.125})),
+    "vit_ti16": ("deit_imagenet_pretrain", classifier(
+        "vit", {"model_name": "vit-ti16-small", "pooler": "token",
+                "representation_size": 0, "init_stochastic_depth_rate": 0.1,
+                "original_init": False})),
+    "vit_ti16_gap": ("deit_imagenet_pretrain", classifier(
+        "vit", {"model_name": "vit-ti16-small", "pooler": "gap",
+                "representation_size": 0, "init_stochastic_depth_rate": 0.1,
+                "original_init": False})),
+}
+# Full-size models (TFM's dilated ResNet has no width multiplier): `--big DIR` only.
+BIG = {
+    "dilated_resnet50": ("resnet_imagenet", classifier(
+        "dilated_resnet", {"model_id": 50, "output_stride": 16})),
+}
+# The lite side builds the ViTs from these sizes (model_name null).
+_LITE_VIT = {"backbone": {"vit": {
+    "model_name": None, "hidden_size": 64, "patch_size": 16,
+    "transformer": {"mlp_dim": 128, "num_heads": 2, "num_layers": 2}}}}
+LITE_OVERRIDES = {"vit_ti16": _LITE_VIT, "vit_ti16_gap": _LITE_VIT}
+
+# name: (input size, backbone options): TFM's outputs on the checkpoint's weights at a larger
+# input (`larger_images`, `larger_logits`). (TFM interpolates the position embedding only
+# without a class token: with the token pooler its layer fails on the longer sequence.)
+LARGER_INPUT = {"vit_ti16_gap": (48, {"pos_embed_shape": [SIZE // 16, SIZE // 16]})}
+
+TRAINED = {
+    # name: (optimizer config, steps)
+    # Under TFM's ExponentialMovingAverage (its averages are optimizer slots 'average').
+    "resnet18_v1": ({"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+                     "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.01}},
+                     "ema": {"average_decay": 0.5, "dynamic_decay": False}},
+                    3),
+    "mobilenetv1": ({"optimizer": {"type": "adam", "adam": {}},
+                  "learning_rate": {"type": "constant", "constant": {"learning_rate": 1e-4}}},
+                 3),
+}
+
+
+def build(experiment, overrides, size=SIZE):
+    config = exp_factory.get_exp_config(experiment).task.model
+    config.override(overrides, is_strict=True)
+    config.input_size = [size, size, 3]
+    return factory.build_classification_model(
+        input_specs=tf_keras.layers.InputSpec(shape=[None, size, size, 3]),
+        model_config=config)
+
+
+def randomize(model, rng):
+    """Every variable random; positive where BatchNorm needs it (scale, variance)."""
+    for v in model.variables:
+        shape = v.shape.as_list()
+        name = v.name.split("/")[-1]
+        if "moving_variance" in name or "gamma" in name:
+            value = rng.uniform(0.5, 1.5, shape)
+        elif any(k in name for k in ("moving_mean", "beta", "bias")):
+            value = rng.normal(0.0, 0.1, shape)
+        else:
+            fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+            value = rng.normal(0.0, 1.0 / np.sqrt(max(fan_in, 1)), shape)
+        v.assign(value.astype(v.dtype.as_numpy_dtype))
+
+
+def features(model, images):
+    endpoints = model.backbone(images, training=False)
+    return endpoints[max(endpoints)] if isinstance(endpoints, dict) else endpoints
+
+
+def loss_of(model, out):
+    logits = model(out["train_images"], training=False)
+    return tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+        out["train_labels"], logits, from_logits=True))
+
+
+def make(name, experiment, overrides, rng, target=TARGET):
+    tf_keras.backend.clear_session()
+    model = build(experiment, overrides)
+    randomize(model, rng)
+    images = rng.uniform(-1.0, 1.0, (2, SIZE, SIZE, 3)).astype(np.float32)
+    out = {"images": images}
+    global_step = tf.Variable(0, dtype=tf.int64, name="global_step")
+    if name in TRAINED:
+        opt_config, steps = TRAINED[name]
+        factory_ = optimization.OptimizerFactory(optimization.OptimizationConfig(opt_config))
+        optimizer = factory_.build_optimizer(factory_.build_learning_rate())
+        if hasattr(optimizer, "shadow_copy"):  # EMA: as TFM's Trainer does
+            optimizer.shadow_copy(model)
+        train_images = rng.uniform(-1.0, 1.0, (4, SIZE, SIZE, 3)).astype(np.float32)
+        train_labels = rng.integers(0, NUM_CLASSES, (4,)).astype(np.int32)
+
+        def step():
+            with tf.GradientTape() as tape:
+                logits = model(train_images, training=False)
+                loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+                    train_labels, logits, from_logits=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            global_step.assign_add(1)
+            return float(loss)
+
+        out["losses"] = np.array([step() for _ in range(steps)], np.float32)
+        out.update(train_images=train_images, train_labels=train_labels,
+                   iterations=np.int64(optimizer.iterations.numpy()))
+    else:
+        optimizer = optimization.OptimizerFactory(optimization.OptimizationConfig(
+            {"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
+             "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}}}))
+        optimizer = optimizer.build_optimizer(0.1)
+        global_step.assign(7)
+    out["logits"] = model(images, training=False).numpy()
+    out["features"] = features(model, images).numpy()
+    if hasattr(optimizer, "swap_weights") and getattr(optimizer, "has_shadow_copy", False):
+        # TFM's evaluation / export weights: its averages (the 'average' slots) in place of
+        # the trainable weights (what its swap_weights does, which needs a strategy).
+        raw = [v.numpy() for v in model.trainable_variables]
+        for v in model.trainable_variables:
+            v.assign(optimizer.get_slot(v, "average"))
+        out["average_logits"] = model(images, training=False).numpy()
+        for v, value in zip(model.trainable_variables, raw):
+            v.assign(value)
+    if name in LARGER_INPUT:
+        # The same weights in TFM's model at a larger input: its position embedding keeps the
+        # checkpoint's grid (pos_embed_shape) and is interpolated to the larger one.
+        size, vit_options = LARGER_INPUT[name]
+        larger = build(experiment, dict(overrides, backbone={"type": "vit", "vit": dict(
+            overrides["backbone"]["vit"], **vit_options)}), size)
+        larger.set_weights(model.get_weights())
+        out["larger_images"] = rng.uniform(-1.0, 1.0, (2, size, size, 3)).astype(np.float32)
+        out["larger_logits"] = larger(out["larger_images"], training=False).numpy()
+    directory = os.path.join(target, name)
+    shutil.rmtree(directory, ignore_errors=True)
+    checkpoint = tf.train.Checkpoint(global_step=global_step, model=model,
+                                     optimizer=optimizer, **model.checkpoint_items)
+    manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
+                                         step_counter=global_step, checkpoint_name="ckpt")
+    manager.save(checkpoint_number=global_step)
+    saved_step = int(global_step.numpy())
+    if name in TRAINED:
+        # Where a resumed run continues: the loss at the saved weights, and the loss after
+        # one more step (which depends on the optimizer's slots and iterations).
+        out["next_loss"] = np.float32(loss_of(model, out))
+        step()
+        out["loss_after_next_step"] = np.float32(loss_of(model, out))
+    np.savez(os.path.join(directory, "reference.npz"), **out)
+    print(name, model.count_params(), out["logits"].shape, out["features"].shape,
+          out.get("losses"), flush=True)
+    return {"experiment": experiment, "model": overrides,
+            "lite_model": LITE_OVERRIDES.get(name, {}),
+            "params": int(model.count_params()), "global_step": saved_step,
+            "optimizer": TRAINED[name][0] if name in TRAINED else None}
+
+
+def main(argv):
+    """`--big DIR`: write BIG's models into DIR instead (too large to commit; the tests read
+    them from $LITE_TFM_BIG_CHECKPOINTS)."""
+    models, target = MODELS, TARGET
+    if "--big" in argv:
+        models, target = BIG, argv[argv.index("--big") + 1]
+    os.makedirs(target, exist_ok=True)
+    rng = np.random.default_rng(29)
+    index = {"input_size": SIZE, "num_classes": NUM_CLASSES, "models": {}}
+    for name, (experiment, overrides) in models.items():
+        index["models"][name] = make(name, experiment, overrides, rng, target)
+    with open(os.path.join(target, "index.json"), "w") as f:
+        json.dump(index, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(target)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
