@@ -13,6 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
+import keras
 import tensorflow as tf
 import yaml
 
@@ -250,6 +251,9 @@ def test_eval_iou_equals_numpy_and_every_batch_counts(shapes):
 
 
 def test_a_small_model_learns_the_shapes(shapes, tmp_path):
+    # Seeded: the weights' initialisation decides whether one class is found in the budget,
+    # so an unseeded draw made the test fail by chance.
+    keras.utils.set_random_seed(0)  # seeds 0-3 all pass alone
     config = tiny_config(shapes, steps=LEARNING_STEPS)
     task = ll.get_task(config.task, logging_dir=str(tmp_path))
     untrained = evaluate(task, task.build_model(), config.task.validation_data)
