@@ -40,10 +40,34 @@ class ClusterTaskLostError(RuntimeError):
     """A multi-worker peer died, hung or never started (exit code 1); restart the cluster."""
 
 
+class InputRecordError(ConfigError):
+    """An input record the task cannot use (a mask of another size than its image, ...): the
+    user's data, so one line naming the record and exit code 2; checkpoints stay intact."""
+
+
+# An input pipeline's `tf.debugging.Assert` that starts its message with this marks a bad
+# record of the user's data; the driver turns the op error it raises into `InputRecordError`.
+BAD_RECORD_MARKER = "Bad input record:"
+
+
+def input_record_error(message: str):
+    """The `InputRecordError` for a TensorFlow op error's message, or None if the message is
+    not a bad-record assertion (see `BAD_RECORD_MARKER`)."""
+    start = message.find(BAD_RECORD_MARKER)
+    if start < 0:
+        return None
+    # Assert prints each data item in brackets: "[Bad input record:] [The mask of] [a.png]",
+    # on the line after TensorFlow's "Graph execution error:" header.
+    line = message[start + len(BAD_RECORD_MARKER):].split("\n", 1)[0]
+    text = line.replace("] [", " ").strip(" []")
+    return InputRecordError(f"{BAD_RECORD_MARKER} {' '.join(text.split())}")
+
+
 # What the driver reports as a failure of the environment (one line, exit code 1).
 ENVIRONMENT_FAILURES = (ModelDirWriteError, CheckpointWriteError, TrainingDivergedError,
                         NoReadableCheckpointError, ClusterTaskLostError)
 
 __all__ = ["ConfigError", "ModelDirLockedError", "ModelDirWriteError", "CheckpointWriteError",
            "TrainingDivergedError", "NoReadableCheckpointError", "ClusterTaskLostError",
-           "ENVIRONMENT_FAILURES"]
+           "ENVIRONMENT_FAILURES", "InputRecordError", "BAD_RECORD_MARKER",
+           "input_record_error"]

@@ -28,6 +28,7 @@ from absl import flags
 from absl import logging
 
 from lite_launcher import flags as lite_flags
+from lite_launcher import errors
 from lite_launcher import model_dir_lock
 from lite_launcher import train_utils
 from lite_launcher.errors import (  # noqa: F401  (ModelDirWriteError: its old import path)
@@ -161,6 +162,9 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
                 before_run(runner)
             return runner.run()
         except tf.errors.OpError as error:
+            bad_record = errors.input_record_error(error.message)
+            if bad_record is not None:
+                raise bad_record from None
             if _is_multi_worker_mirrored(params):
                 # A worker's collectives cannot be set up twice in one process, and the peer
                 # they lost stays lost: retrying here waits forever. Stop with one line.

@@ -532,7 +532,15 @@ def _preserve_tfm_checkpoints(directory: str) -> Optional[str]:
     latest = state.model_checkpoint_path
     if not os.path.isabs(latest) and "://" not in latest:
         latest = os.path.join(directory, latest)
-    if not tf.io.gfile.exists(latest + ".index") or not is_tfm_checkpoint(latest):
+    if not tf.io.gfile.exists(latest + ".index"):
+        return None
+    try:
+        written_by_tfm = is_tfm_checkpoint(latest)
+    except (ValueError, IndexError, tf.errors.OpError):
+        # Unreadable here (truncated, or a file system TensorFlow's C++ reader cannot open):
+        # the manager's own restore decides, with its recovery of broken checkpoints.
+        return None
+    if not written_by_tfm:
         return None
     timestamps = list(state.all_model_checkpoint_timestamps)
     newest = max(timestamps + [state.last_preserved_timestamp])

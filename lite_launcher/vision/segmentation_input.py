@@ -27,6 +27,7 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from lite_launcher.errors import BAD_RECORD_MARKER
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.vision.classification_input import MEAN_RGB, STDDEV_RGB
 
@@ -196,15 +197,15 @@ class Parser:
         encoded = data[MASK_KEY]
         has_mask = tf.debugging.Assert(
             tf.strings.length(encoded) > 0,
-            ["A record has no", MASK_KEY, "feature (image/filename:", name,
+            [BAD_RECORD_MARKER, "A record has no", MASK_KEY, "feature (image/filename:", name,
              "); write masks with make_tfrecords --mask_dir."])
         with tf.control_dependencies([has_mask]):
             mask = tf.io.decode_image(encoded, channels=1, expand_animations=False)
         same_size = tf.debugging.Assert(
             tf.reduce_all(tf.equal(tf.shape(mask)[:2], tf.cast(tf.stack([height, width]),
                                                              tf.int32))),
-            ["The mask of record", name, "is", tf.shape(mask)[:2], "but its image/height, "
-             "image/width are", height, width])
+            [BAD_RECORD_MARKER, "The mask of record", name, "is", tf.shape(mask)[:2],
+             "but its image/height, image/width are", height, width])
         with tf.control_dependencies([same_size]):
             mask = tf.reshape(mask, (1, height, width))
         return tf.cast(mask, tf.float32)
@@ -284,7 +285,8 @@ class Parser:
         size = tf.shape(label)[1:3]
         fits = tf.debugging.Assert(
             tf.reduce_all(size <= self._groundtruth_padded_size),
-            ["The ground truth of record", data.get("image/filename", ""), "is", size,
+            [BAD_RECORD_MARKER, "The ground truth of record", data.get("image/filename", ""),
+             "is", size,
              "larger than groundtruth_padded_size", self._groundtruth_padded_size,
              "; raise groundtruth_padded_size to the largest evaluation image."])
         with tf.control_dependencies([fits]):

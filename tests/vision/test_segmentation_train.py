@@ -6,14 +6,16 @@ numpy confusion matrix, and is the same under a 2-replica MirroredStrategy; init
 restores the modules it names."""
 
 import json
+import logging as std_logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
-import keras
 import tensorflow as tf
 import yaml
 
@@ -111,6 +113,55 @@ def test_lite_train_mnv2_deeplabv3_pascal_reports_mean_and_per_class_iou(mnv2_ru
     assert info["mean_iou"] == pytest.approx(validation["mean_iou"][best_step], abs=1e-6)
     assert info["best_ckpt_global_step"] == best_step
     assert tf.train.latest_checkpoint(str(model_dir / "best_ckpt"))
+
+
+def _bad_mask_record(path):
+    """One record whose 32x32 mask does not fit its 64x64 image, named bad.png."""
+    def feature(value):
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    image = tf.io.encode_png(tf.zeros([SIZE, SIZE, 3], tf.uint8)).numpy()
+    mask = tf.io.encode_png(tf.zeros([SIZE // 2, SIZE // 2, 1], tf.uint8)).numpy()
+    example = tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": feature(image), "image/height": feature(SIZE),
+        "image/width": feature(SIZE), "image/filename": feature(b"bad.png"),
+        "image/segmentation/class/encoded": feature(mask)}))
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(example.SerializeToString())
+
+
+def test_a_bad_record_stops_lite_train_with_one_line_and_keeps_the_checkpoints(
+        mnv2_run, tmp_path, monkeypatch, capsys):
+    from lite_launcher import main as main_lib
+
+    _, trained_dir, override_file = mnv2_run
+    model_dir = tmp_path / "model"
+    shutil.copytree(trained_dir, model_dir)
+    before = {name: (model_dir / name).read_bytes() for name in os.listdir(model_dir)
+              if name.startswith("ckpt-") or name == "checkpoint"}
+    bad = tmp_path / "bad.tfrecord"
+    _bad_mask_record(bad)
+    override = yaml.safe_load(override_file.read_text())
+    override["task"]["train_data"]["input_path"] = str(bad)
+    override["trainer"]["train_steps"] = MNV2_STEPS + 10
+    bad_override = tmp_path / "override.yaml"
+    bad_override.write_text(yaml.safe_dump(override))
+    monkeypatch.setattr(sys, "argv", [
+        "lite-train", "--experiment", "mnv2_deeplabv3_pascal", "--mode", "train",
+        "--model_dir", str(model_dir), "--params_override", str(bad_override)])
+    with pytest.raises(SystemExit) as exit_request:
+        main_lib.run()
+    std_logging.disable(std_logging.NOTSET)  # the driver silences logging for its exit
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_request.value.code == 2, lines[-20:]
+    assert lines[-1].startswith("lite-train: error: Bad input record: The mask of record "
+                                "bad.png is 32 32 but its image/height, image/width are 64 64")
+    assert not any("Traceback" in line for line in lines)
+    after = {name: (model_dir / name).read_bytes() for name in os.listdir(model_dir)
+             if name.startswith("ckpt-") or name == "checkpoint"}
+    assert after == before  # nothing written past the checkpoints of the good run
 
 
 FRESH_SERVER = textwrap.dedent("""
