@@ -25,6 +25,33 @@ except RuntimeError:  # devices already initialised by an earlier import
     pass
 
 
+# The files that take longest (worker-seconds in the 2-worker suite), collected first: with
+# `--dist loadfile` the workers take files in collection order, and the alphabetical order ran
+# the heaviest (tests/vision/...) last, leaving one worker alone for the final minutes.
+LONGEST_FILES_FIRST = (
+    "tests/vision/test_segmentation_train.py",
+    "tests/vision/test_vision_zoo_train.py",
+    "tests/vision/test_tfm_checkpoint.py",
+    "tests/vision/test_vision_layout.py",
+    "tests/reliability/test_multi_worker_faults.py",
+    "tests/test_distribution.py",
+    "tests/vision/test_vision_train.py",
+    "tests/test_modes.py",
+    "tests/test_export.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
+
+    def key(indexed):
+        index, item = indexed
+        path = os.path.relpath(str(item.path), ROOT).replace(os.sep, "/")
+        return (rank.get(path, len(rank)), index)  # stable within a file and for the rest
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+
+
 # Interpreter shutdown after a TF-heavy session can stall for minutes: garbage collection during
 # finalisation destroys the remaining tf.data iterators, whose thread pools wait on threads
 # that are already stopping. The results are reported by then, so the session leaves at once.
