@@ -477,28 +477,11 @@ def test_make_tfrecords_writes_all_shards_or_none(tmp_path, monkeypatch):
 
 
 def test_build_dataset_reads_make_tfrecords_shards(tmp_path):
-    # The data fields as TFM's segmentation DataConfig names them (the task's config
-    # dataclass lives with the task; this stand-in has the same names and defaults).
-    import dataclasses  # pylint: disable=import-outside-toplevel
+    # The task's own data config (TFM's segmentation DataConfig field names and defaults).
     import types  # pylint: disable=import-outside-toplevel
-    from typing import List  # pylint: disable=import-outside-toplevel
-    from lite_launcher import config  # pylint: disable=import-outside-toplevel
     from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
-
-    @dataclasses.dataclass
-    class SegData(config.DataConfig):
-        output_size: List[int] = dataclasses.field(default_factory=list)
-        crop_size: List[int] = dataclasses.field(default_factory=list)
-        dtype: str = "float32"
-        resize_eval_groundtruth: bool = True
-        groundtruth_padded_size: List[int] = dataclasses.field(default_factory=list)
-        aug_scale_min: float = 1.0
-        aug_scale_max: float = 1.0
-        aug_rand_hflip: bool = True
-        preserve_aspect_ratio: bool = True
-        centered_crop: bool = False
-        image_feature: si.DenseFeature = dataclasses.field(default_factory=si.DenseFeature)
-        additional_dense_features: list = dataclasses.field(default_factory=list)
+    from lite_launcher.vision.segmentation_configs import (  # noqa: E402
+        DataConfig as SegData)
 
     image_dir, mask_dir, _ = image_mask_folders(str(tmp_path))
     prefix = str(tmp_path / "seg")
