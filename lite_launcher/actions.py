@@ -175,6 +175,8 @@ def _loss_value(loss) -> float:
     """
     if isinstance(loss, (tf.Tensor, tf.Variable)):
         loss = loss.numpy()
+    if isinstance(loss, (float, np.floating)):  # The Controller's case: one check per loop.
+        return float(loss)
     values = np.asarray(loss, dtype=np.float64)
     if values.size == 0:
         raise ValueError("RecoveryCondition got an empty 'training_loss'; it needs at least one "

@@ -13,11 +13,11 @@ nested dicts (written as summary sub-directories).
 
 Between inner loops the Controller calls the actions, logs one line, writes the loop's
 output (and `steps_per_second`) to the training summaries and saves a checkpoint when the
-checkpoint manager's `checkpoint_interval` is due, as Orbit does: a manager without a (truthy)
-interval saves nothing. How a checkpoint is saved, restored or waited for is
-`lite_launcher.checkpoints`' business; the Controller only says when. Per-loop host work is
-small: one global-step read, summaries queued for one compiled write (see `summaries`),
-flushes at checkpoints, evaluations and the end of a call, nothing formatted unless logged.
+checkpoint manager's `checkpoint_interval` is due, as Orbit does (a manager without a truthy
+interval saves nothing); how is `lite_launcher.checkpoints`' business. Per-loop host work is
+small: a global-step read, summaries queued for one compiled write (see `summaries`), one
+writer entry per call, flushes at checkpoints, evaluations and a call's end, nothing formatted
+unless logged.
 """
 
 from __future__ import annotations
@@ -206,27 +206,28 @@ class Controller:
         return output
 
     def _train_to(self, steps: int, current: int):
-        """The loops of `train`: returns (last output or None, global step)."""
+        """The loops of `train`: (last output or None, global step)."""
         output = None
         timer = StepTimer(self.global_step, current)
         write_summaries = self.summary_manager.write_summaries
         # Our manager takes the step the loop already read (Orbit's interface has no `step`).
         pass_step = isinstance(self.summary_manager, SummaryManager)
-        while current < steps:
-            num_steps = min(self._loop_size(current), steps - current)
-            output, current = self._train_loop(num_steps, current)
-            steps_per_second = timer.steps_per_second(current)
-            eta = timer.eta(current, steps, steps_per_second)
-            logging.info("train | step: %6d | steps/sec: %8.1f | ETA: %s | %s",
-                         current, steps_per_second, Lazy(format_eta, eta),
-                         Lazy(format_values, dict(output)))  # Snapshot: formatted later.
-            output["steps_per_second"] = steps_per_second
-            if pass_step:
-                write_summaries(output, step=current)
-            else:
-                write_summaries(output)
-            if self._checkpoint_due(current):
-                self._save(current, check_interval=True)
+        with default_writer(self.summary_manager, self.global_step):
+            while current < steps:
+                num_steps = min(self._loop_size(current), steps - current)
+                output, current = self._train_loop(num_steps, current)
+                steps_per_second = timer.steps_per_second(current)
+                eta = timer.eta(current, steps, steps_per_second)
+                logging.info("train | step: %6d | steps/sec: %8.1f | ETA: %s | %s",
+                             current, steps_per_second, Lazy(format_eta, eta),
+                             Lazy(format_values, dict(output)))  # Snapshot: formatted later.
+                output["steps_per_second"] = steps_per_second
+                if pass_step:
+                    write_summaries(output, step=current)
+                else:
+                    write_summaries(output)
+                if self._checkpoint_due(current):
+                    self._save(current, check_interval=True)
         return output, current
 
     def evaluate(self, steps: int = -1) -> Output:
@@ -430,8 +431,8 @@ class Controller:
 
     def _train_loop(self, num_steps: int, current: int):
         """Runs one inner loop; returns (output as NumPy values, global step after it)."""
-        with default_writer(self.summary_manager, self.global_step), \
-                tf.summary.record_if(self._record_predicate):
+        # Only the loop records under the interval's predicate (actions record as outside).
+        with tf.summary.record_if(self._record_predicate):
             raw_output = self.trainer.train(self._steps_tensor(num_steps))
         step = self._read_step()
         if step <= current:

@@ -485,6 +485,44 @@ def test_queued_summaries_read_back_like_eager_ones(tmp_path):
     assert tensorboard_scalars(str(tmp_path / "compiled"))["count"][1][1] == -3.0
 
 
+def test_queued_rows_are_written_as_one_event_per_row(tmp_path):
+    # The batch writer encodes a row's scalars into one Summary (one write op per row, not one
+    # per value): TensorBoard reads them as above; on disk, one event per step.
+    manager = SummaryManager(str(tmp_path))
+    for step in (1, 2, 3):
+        manager.write_summaries({"loss": 0.5 * step, "accuracy": 0.25, "rate": 1e-3}, step=step)
+    manager.flush()
+    events = [event for path in glob.glob(os.path.join(str(tmp_path), "events.out.tfevents.*"))
+              for event in tf.compat.v1.train.summary_iterator(path) if event.summary.value]
+    assert [event.step for event in events] == [1, 2, 3]
+    assert [[value.tag for value in event.summary.value] for event in events] == [
+        ["loss", "accuracy", "rate"]] * 3
+    np.testing.assert_array_equal(
+        [float(tf.make_ndarray(event.summary.value[0].tensor)) for event in events],
+        [0.5, 1.0, 1.5])
+
+
+def test_the_training_writer_is_entered_once_per_train_call(tmp_path, monkeypatch):
+    # Leaving `as_default` flushes the writer (an eager op): once per train call, not per loop.
+    from lite_launcher import controller as controller_module
+
+    entered = []
+    original = controller_module.default_writer
+
+    def counting(manager, step):
+        entered.append(manager)
+        return original(manager, step)
+
+    monkeypatch.setattr(controller_module, "default_writer", counting)
+    global_step = make_step()
+    controller = Controller(global_step=global_step, trainer=FakeTrainer(global_step, inner_summary=True),
+                            steps_per_loop=1, summary_interval=1, summary_dir=str(tmp_path))
+    controller.train(5)
+    assert len(entered) == 1 and int(global_step.numpy()) == 5
+    # What the trainer wrote inside its steps is on disk when train returns.
+    assert [s for s, _ in read_scalars(str(tmp_path))["inner_step"]] == [1, 2, 3, 4, 5]
+
+
 def test_train_summaries_are_queued_and_written_at_checkpoints_and_at_the_end(
         tmp_path, monkeypatch):
     monkeypatch.setattr(summaries, "FLUSH_SECONDS", 1e9)  # no timed write in this test
