@@ -120,15 +120,17 @@ _ERROR_HEADER = re.compile(r"Graph execution error:$|Detected at node |<stack tr
 
 
 def _op_error_reason(message: str) -> str:
-    """The cause in a TensorFlow op error's message, without the graph node's traceback."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    last_frame = max((i for i, line in enumerate(lines) if line.startswith("File \"")),
-                     default=None)
-    if last_frame is not None and last_frame + 2 < len(lines):
-        lines = lines[last_frame + 2:]  # after the last frame and its source line
-    # TF's headers before the cause in a remote function's error (no Python frames there).
-    causes = [line for line in lines if not _ERROR_HEADER.match(line)]
-    reason = causes[0] if causes else (lines[0] if lines else message.strip())
+    """The cause in a TensorFlow op error's message: its first line that is neither one of
+    TF's headers nor the graph node's traceback (`  File ...` frames and their indented
+    source lines). A cause that ends in ':' goes on on the next line (a task list)."""
+    causes = [line.strip() for line in message.splitlines()
+              if line.strip() and not line.startswith(("  File \"", "    "))
+              and not _ERROR_HEADER.match(line.strip())]
+    if not causes:
+        return message.strip()[:200]
+    reason = causes[0]
+    if reason.endswith(":") and len(causes) > 1:
+        reason = f"{reason} {causes[1]}"
     reason = re.sub(r"^\(\d+\) [A-Z_]+:\s*", "", reason)  # "(0) UNAVAILABLE:  why" -> "why"
     return reason if len(reason) <= 200 else reason[:200] + "..."
 

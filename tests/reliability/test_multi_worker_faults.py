@@ -26,6 +26,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -217,6 +218,47 @@ def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resu
         assert restored_checkpoints(read_text(log))[-1] == (latest, step)
     assert checkpoint_numbers(str(model_dir))[-1] == step + 20
     assert checkpoint_global_step(str(model_dir / f"ckpt-{step + 20}")) == step + 20
+
+
+@pytest.mark.slow
+def test_hung_worker_stops_the_survivor_with_one_line_after_the_failure_timeout(tmp_path):
+    """Worker 1 hangs (SIGSTOP: alive, its connections open, no heartbeats): the chief, blocked
+    in a collective, stops once TF's coordination service misses worker 1's heartbeats for
+    runtime.cluster_failure_timeout_s (24 s here), with one line naming worker 1; its
+    checkpoint reads."""
+    model_dir = tmp_path / "model"
+    # Longer than TF's own heartbeat timeout (10 s), so that the wait shows this one applies.
+    timeout_s = 24
+    processes, logs = start_cluster(tmp_path, "hung", cluster_flags(
+        model_dir, 10 ** 7, **{"runtime.cluster_failure_timeout_s": timeout_s}))
+    try:
+        wait_for(lambda: saved_steps(logs[0]) or any(p.poll() is not None for p in processes),
+                 timeout=WAIT_S, interval=0.05, what="the chief's first checkpoint")
+        assert all(p.poll() is None for p in processes), read_text(logs[0])[-3000:]
+        processes[1].send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        try:
+            code = processes[0].wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the survivor still waits after {WAIT_S} s:\n"
+                                 f"{read_text(logs[0])[-3000:]}") from None
+        waited = time.monotonic() - stopped_at
+        assert processes[1].poll() is None  # still hung, not dead
+    finally:
+        for process in processes:
+            stop_if_running(process)  # SIGKILL ends a stopped process too
+    assert code == 1, read_text(logs[0])[-3000:]
+    line = last_line(logs[0])
+    assert line.startswith(ERROR_PREFIX + "Lost contact with cluster task worker 1 ("), line
+    assert "stopped sending heartbeats" in line, line
+    # Not at once: the hung worker looks alive until its heartbeats are missed for the timeout
+    # (they go every timeout / 2, so the last can be that old when it stops).
+    assert waited >= timeout_s / 2, waited
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    step = saved_steps(logs[0])[-1]
+    assert latest == str(model_dir / f"ckpt-{step}")
+    assert checkpoint_global_step(latest) == step
+    read_checkpoint(latest)
 
 
 def test_worker_whose_peer_never_starts_stops_with_one_line(tmp_path):
