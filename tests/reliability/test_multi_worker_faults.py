@@ -299,6 +299,34 @@ def test_lost_task_line_names_the_peer_from_tensorflows_error(monkeypatch):
         "checkpoint in /m.")
 
 
+def test_lost_task_line_names_the_parameter_server_a_worker_relays(monkeypatch):
+    from lite_launcher import main as driver
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["c:1"], "worker": ["a:1", "b:1"], "ps": ["p:1"]},
+         "task": {"type": "chief", "index": 0}}))
+    # The shape of TF 2.21's error on the coordinator after a SIGKILL of the ps (shortened):
+    # worker 0 relays it, so the message names worker 0 first.
+    relayed = ("Graph execution error:\n\nDetected at node while/body/_1/Add/ReadVariableOp/_34 "
+               "defined at (most recent call last):\n<stack traces unavailable>\n2 root error(s) "
+               "found.\n  (0) UNAVAILABLE:  failed to connect to all addresses\nAdditional GRPC "
+               "error information from remote target /job:worker/replica:0/task:0 while calling "
+               "/tensorflow.eager.EagerService/Enqueue:\n")
+    from_ps = ("Additional GRPC error information from remote target "
+               "/job:ps/replica:0/task:0/device:CPU:0 while calling RunComponentFunction:\n")
+    error = tf.errors.UnavailableError(None, None, relayed + from_ps)
+    params = registry.get_exp_config("mlp_tiny")
+    params.runtime.distribution_strategy = "parameter_server"
+    assert driver._lost_parameter_server(params, error)
+    assert str(driver._cluster_task_lost(error, "/m")) == (
+        "Lost contact with cluster task ps 0 (UnavailableError: failed to connect to all "
+        "addresses). Restart every task of the cluster: training resumes from the last "
+        "checkpoint in /m.")
+    # A worker's failure is TF's to recover (the coordinator reschedules): not a lost ps.
+    worker_lost = tf.errors.UnavailableError(None, None, relayed)
+    assert not driver._lost_parameter_server(params, worker_lost)
+
+
 # ------------------------------------------------------------------------------------------
 # A sidecar evaluator (TF_CONFIG task type 'evaluator', TFM's pattern) beside the 2 workers.
 
