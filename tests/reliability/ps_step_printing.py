@@ -11,7 +11,6 @@ import sys
 
 import tensorflow as tf
 
-from lite_launcher.config import ExperimentConfig  # noqa: F401  (type of the factory)
 from lite_launcher.experiments import workloads
 from lite_launcher.registry import register_config_factory, register_task_cls
 
@@ -36,6 +35,7 @@ class PrintedWorkloadTask(workloads.WorkloadTask):
 
 @register_config_factory("mlp_tiny_printed")
 def mlp_tiny_printed():
+    """`mlp_tiny` with `PrintedWorkloadTask`."""
     config = workloads.mlp_tiny()
     task = config.task
     config.task = PrintedWorkloadTaskConfig(
