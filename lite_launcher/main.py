@@ -105,27 +105,46 @@ def _is_multi_worker_mirrored(params) -> bool:
     return str(params.runtime.distribution_strategy).lower() == "multi_worker_mirrored"
 
 
+def _lost_parameter_server(params, error) -> bool:
+    """A parameter-server run's error from a lost ps task: TF names the task in the message
+    (TF's own ps-failure check reads it there) and cannot recover from it."""
+    return (str(params.runtime.distribution_strategy).lower() == "parameter_server"
+            and "/job:ps/" in error.message)
+
+
 _TASK_NAME = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
 
 
+_ERROR_HEADER = re.compile(r"Graph execution error:$|Detected at node |<stack traces "
+                           r"unavailable>$|\d+ root error\(s\) found\.$")
+
+
 def _op_error_reason(message: str) -> str:
-    """The cause in a TensorFlow op error's message, without the graph node's traceback."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    last_frame = max((i for i, line in enumerate(lines) if line.startswith("File \"")),
-                     default=None)
-    if last_frame is not None and last_frame + 2 < len(lines):
-        lines = lines[last_frame + 2:]  # after the last frame and its source line
-    reason = lines[0] if lines else message.strip()
+    """The cause in a TensorFlow op error's message: its first line that is neither one of
+    TF's headers nor the graph node's traceback (`  File ...` frames and their indented
+    source lines). A cause that ends in ':' goes on on the next line (a task list)."""
+    causes = [line.strip() for line in message.splitlines()
+              if line.strip() and not line.startswith(("  File \"", "    "))
+              and not _ERROR_HEADER.match(line.strip())]
+    if not causes:
+        return message.strip()[:200]
+    reason = causes[0]
+    if reason.endswith(":") and len(causes) > 1:
+        reason = f"{reason} {causes[1]}"
+    reason = re.sub(r"^\(\d+\) [A-Z_]+:\s*", "", reason)  # "(0) UNAVAILABLE:  why" -> "why"
     return reason if len(reason) <= 200 else reason[:200] + "..."
 
 
 def _cluster_task_lost(error, model_dir: str) -> ClusterTaskLostError:
-    """The one-line error of a MultiWorkerMirrored worker whose collectives failed: names the
-    first other task the TensorFlow error mentions."""
+    """The one-line error of a cluster task that lost a peer (a MultiWorkerMirrored worker
+    whose collectives failed, a parameter-server coordinator whose ps died): names the first
+    other task the TensorFlow error mentions, a ps first (workers relay a ps's failure, so
+    the message names them too)."""
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     me = tf_config.get("task") or {}
     others = [(job, int(index)) for job, index in _TASK_NAME.findall(error.message)
               if (job, int(index)) != (me.get("type"), int(me.get("index", 0)))]
+    others.sort(key=lambda task: task[0] != "ps")  # stable: otherwise in message order
     who = f"task {others[0][0]} {others[0][1]}" if others else "a task"
     reason = _op_error_reason(error.message)
     return ClusterTaskLostError(
@@ -165,9 +184,10 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
             bad_record = errors.input_record_error(error.message)
             if bad_record is not None:
                 raise bad_record from None
-            if _is_multi_worker_mirrored(params):
+            if _is_multi_worker_mirrored(params) or _lost_parameter_server(params, error):
                 # A worker's collectives cannot be set up twice in one process, and the peer
-                # they lost stays lost: retrying here waits forever. Stop with one line.
+                # they lost stays lost: retrying here waits forever (so does a coordinator
+                # reconnecting to a dead ps, and the ps's variables are gone). One line.
                 raise _cluster_task_lost(error, model_dir) from error
             if not _is_preemption_error(error) or attempt == MAX_PREEMPTION_RETRIES:
                 raise

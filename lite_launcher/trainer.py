@@ -352,6 +352,8 @@ class Trainer(_AsyncTrainer):
         self.init_async()
         self._global_step = create_global_step()
         optimization.create_optimizer_variables(optimizer, model)
+        if self._is_async:  # concurrent workers lose Keras 3's read-then-write step counts
+            optimization.make_step_counts_atomic(optimizer)
         self._xla_train_step = xla_train_step(
             task, self._strategy, enable_xla=bool(getattr(config.runtime, "enable_xla", False)),
             default_strategy=not tf.distribute.has_strategy(), model=model)

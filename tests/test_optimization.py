@@ -1294,3 +1294,29 @@ def test_rmsprop_fused_update_equals_keras_rmsprop_in_one_kernel(centered):
     assert kernel not in _apply_graph_ops(keras.optimizers.RMSprop(0.01, **arguments))
     without_momentum = opt_lib.RMSprop(0.01, rho=0.9, centered=centered)
     assert kernel not in _apply_graph_ops(without_momentum)
+
+
+def _iteration_increment_ops(optimizer):
+    graph = tf.function(lambda: optimizer.iterations.assign_add(1)).get_concrete_function().graph
+    return sorted(op.type for op in graph.get_operations()
+                  if op.type in ("AssignAddVariableOp", "AssignVariableOp"))
+
+
+def test_step_counts_become_one_atomic_increment_under_parameter_servers():
+    """Keras 3 increments `iterations` with a read then an assign: parameter-server workers
+    stepping concurrently lose increments (tests/reliability/test_multi_worker_faults.py shows
+    it across processes). `make_step_counts_atomic` turns it into one AssignAddVariableOp, for
+    the inner optimizers of a MultiOptimizer too."""
+    sgd = keras.optimizers.SGD(0.1)
+    assert _iteration_increment_ops(sgd) == ["AssignVariableOp"]  # Keras's own: not atomic
+    inner = [keras.optimizers.Adam(0.1), keras.optimizers.SGD(0.2)]
+    multi = keras.optimizers.MultiOptimizer(keras.optimizers.OptimizerMap(
+        default_optimizer=inner[0], optimizer_map={".*bias.*": inner[1]}))
+    opt_lib.make_step_counts_atomic([sgd, multi])
+    for optimizer in [sgd] + inner:
+        assert _iteration_increment_ops(optimizer) == ["AssignAddVariableOp"], optimizer
+    kernel = keras.Variable(np.ones((2, 1), "float32"))
+    sgd.apply([tf.ones((2, 1))], [kernel])
+    sgd.apply([tf.ones((2, 1))], [kernel])
+    assert int(sgd.iterations.numpy()) == 2
+    np.testing.assert_allclose(kernel.numpy(), 0.8)

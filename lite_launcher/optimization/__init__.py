@@ -63,7 +63,8 @@ _LAZY = {
     **dict.fromkeys(
         ("OptimizerFactory", "OptimizerEntry", "OPTIMIZERS_CLS", "LR_CLS", "WARMUP_CLS",
          "register_optimizer_cls", "register_learning_rate_cls", "register_warmup_cls",
-         "optimizers_by_name", "create_optimizer_variables", "track_inner_optimizers"),
+         "optimizers_by_name", "create_optimizer_variables", "track_inner_optimizers",
+         "make_step_counts_atomic"),
         "optimizer_factory"),
     **dict.fromkeys(
         ("Offset", "PiecewiseConstantDecayWithOffset", "ExponentialDecayWithOffset",

@@ -10,7 +10,7 @@ variables before the first traced step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import gin
 import keras
@@ -363,3 +363,47 @@ def create_optimizer_variables(optimizer, model) -> None:
             each.build(trainable)
         track_inner_optimizers(each)
         ema_optimizer.average_non_trainable_variables(each, model.non_trainable_variables)
+
+
+def _keras_optimizers(optimizer) -> List[object]:
+    """Every Keras optimizer in `optimizer`: itself, a dict's or list's entries, a
+    `MultiOptimizer`'s inner ones and a wrapper's `inner_optimizer` (loss scaling, EMA)."""
+    found, pending = [], [optimizer]
+    while pending:
+        each = pending.pop()
+        if isinstance(each, dict):
+            pending.extend(each.values())
+        elif isinstance(each, (list, tuple)):
+            pending.extend(each)
+        elif isinstance(each, keras.optimizers.Optimizer) and \
+                not any(each is seen for seen in found):
+            found.append(each)
+            pending.extend(getattr(each, "optimizers", None) or [])
+            if getattr(each, "inner_optimizer", None) is not None:
+                pending.append(each.inner_optimizer)
+    return found
+
+
+def make_step_counts_atomic(optimizer) -> None:
+    """Makes each Keras optimizer count its steps with one atomic variable op.
+
+    Keras 3's `BaseOptimizer.apply` counts with `iterations.assign_add(1)`, which a Keras
+    variable runs as `assign(self + 1)`: a read, then a write. Parameter-server workers apply
+    updates concurrently, each read and write a separate call to the parameter server, so
+    increments are lost (measured: `iterations` 1,883 after 3,000 steps of 2 workers) and
+    learning-rate schedules, which read `iterations`, fall behind `global_step`. Here the
+    increment goes to the `tf.Variable`'s own `assign_add` (one op on the parameter server),
+    as in TFM's tf_keras optimizers. The weight updates need nothing: Keras applies them with
+    the `tf.Variable` ops already.
+    """
+    for each in _keras_optimizers(optimizer):
+        counter = getattr(each, "_iterations", None)
+        if isinstance(counter, keras.Variable):
+            counter.assign_add = _atomic_assign_add(counter)
+
+
+def _atomic_assign_add(variable):
+    def assign_add(value):
+        return variable.value.assign_add(value)  # Keras passes a Python int
+
+    return assign_add
