@@ -13,9 +13,8 @@ from typing import Optional
 
 import keras
 import tensorflow as tf
-from absl import logging
 
-from lite_launcher import tfm_checkpoint
+from lite_launcher import checkpoints, tfm_checkpoint
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
@@ -23,6 +22,18 @@ from lite_launcher.vision import classification_input, configs, modeling, servin
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6
+
+
+def _read_weights(items, path: str, what: str, averages: bool = False) -> None:
+    """`checkpoints.read_weights`, with the fix for a ViT position embedding that does not fit
+    appended to its error."""
+    try:
+        checkpoints.read_weights(items, path, what=what, averages=averages)
+    except ConfigError as e:
+        hint = _vit_grid_hint(str(e))
+        if not hint:
+            raise
+        raise ConfigError(f"{e}{hint}") from e
 
 
 def _vit_grid_hint(detail: str) -> str:
@@ -55,24 +66,11 @@ class ImageClassificationTask(Task):
         if not path:
             return
         modules = self.task_config.init_checkpoint_modules
-        path = tfm_checkpoint.resolve(path)
         if modules not in ("all", "backbone"):
             raise ConfigError(f"task.init_checkpoint_modules {modules!r} must be 'all' or "
                               f"'backbone'.")
-        if self.read_tfm_checkpoint(model, path, modules, what="task.init_checkpoint"):
-            return
-        if modules == "all":
-            checkpoint = tf.train.Checkpoint(model=model)
-        else:
-            checkpoint = tf.train.Checkpoint(backbone=model.backbone)
-        try:
-            checkpoint.read(path).expect_partial().assert_existing_objects_matched()
-        except (AssertionError, ValueError) as e:
-            detail = " ".join(str(e).split())[:300]
-            detail += _vit_grid_hint(detail)
-            raise ConfigError(f"task.init_checkpoint {path!r} does not fit the model's "
-                              f"{modules!r} weights: {detail}") from e
-        logging.info("Restored %s weights from %s", modules, path)
+        items = {"model": model} if modules == "all" else {"backbone": model.backbone}
+        _read_weights(items, path, what="task.init_checkpoint")
 
     def read_tfm_checkpoint(self, model: keras.Model, prefix: str, modules: str = "all",
                             what: str = "--checkpoint_path", averages: bool = False) -> bool:
@@ -84,14 +82,8 @@ class ImageClassificationTask(Task):
         reads the weights themselves, as TFM's initialize does."""
         if not tfm_checkpoint.is_tfm_checkpoint(prefix):
             return False
-        module, root = (model, "model") if modules == "all" else (model.backbone, "backbone")
-        try:
-            count = tfm_checkpoint.load_weights(module, prefix, root, averages=averages)
-        except ConfigError as e:
-            raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the "
-                              f"model's {modules!r} weights: {e}{_vit_grid_hint(str(e))}") from e
-        logging.info("Restored %s weights (%d variables) from the TFM checkpoint %s", modules,
-                     count, prefix)
+        items = {"model": model} if modules == "all" else {"backbone": model.backbone}
+        _read_weights(items, prefix, what=what, averages=averages)
         return True
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
