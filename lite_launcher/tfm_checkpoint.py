@@ -39,7 +39,6 @@ from absl import logging
 
 from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
-from lite_launcher.checkpoints import resolve  # noqa: F401  (lite-convert's and tests' name)
 
 _GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _VALUE = "VARIABLE_VALUE"

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.base_config import ConfigError
-from lite_launcher import tfm_checkpoint
+from lite_launcher import checkpoints, tfm_checkpoint
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tfm_checkpoints")
 with open(os.path.join(DATA, "index.json")) as _f:
@@ -78,7 +78,7 @@ def test_backbone_restores_tfm_features_and_leaves_the_head(name):
 
 
 def test_format_is_recognised(tmp_path):
-    assert tfm_checkpoint.is_tfm_checkpoint(tfm_checkpoint.resolve(os.path.join(DATA, "resnet50")))
+    assert tfm_checkpoint.is_tfm_checkpoint(checkpoints.resolve(os.path.join(DATA, "resnet50")))
     model = ll.get_task(params_for("resnet50").task).build_model()
     lite_prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "lite"))
     assert not tfm_checkpoint.is_tfm_checkpoint(lite_prefix)
@@ -433,6 +433,61 @@ def test_lite_convert_writes_a_lite_checkpoint_and_a_keras_file(tmp_path):
                             text=True, timeout=300)
     assert result.returncode == 2
     assert "exists" in result.stderr.strip().splitlines()[-1]
+
+
+def test_lite_convert_help_and_bad_input_do_not_import_tensorflow(tmp_path):
+    """`lite-convert --help` and its bad input (one line, exit 2) are answered before
+    TensorFlow loads, as lite-train's: one process runs the command for each row and checks
+    `sys.modules` after each."""
+    import subprocess
+    import sys
+    import textwrap
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from test_modes import ROOT, subprocess_env  # pylint: disable=import-outside-toplevel
+
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    new, ckpt = str(tmp_path / "new"), os.path.join(DATA, "resnet50")
+    rows = [  # (argv, exit code, text of the one error line)
+        (["--help"], 0, None),
+        (["--experiment", "resnet_imagenet", "--checkpoint_path", ckpt], 2,
+         "--output_dir is required"),
+        (["--experiment", "resnet_imagenet", "--output_dir", new], 2,
+         "--checkpoint_path is required"),
+        (["--experiment", "resnet_imagenet", "--checkpoint_path", str(tmp_path / "nowhere"),
+          "--output_dir", new], 2, "nowhere' does not exist"),
+        (["--experiment", "resnet_imagenet", "--checkpoint_path", ckpt,
+          "--output_dir", str(existing)], 2, "exists; pass a new directory"),
+        (["--experiment", "no_such_thing", "--checkpoint_path", ckpt, "--output_dir", new], 2,
+         "Unknown experiment 'no_such_thing'"),
+    ]
+    code = textwrap.dedent("""
+        import json, sys
+        import lite_launcher.convert as convert
+        results = []
+        for argv in json.loads(sys.argv[1]):
+            sys.argv = ["lite-convert", *argv]
+            try:
+                convert.run()
+                code = 0
+            except SystemExit as exit_request:
+                code = exit_request.code or 0
+            results.append([code, "tensorflow" in sys.modules])
+        print(json.dumps(results))
+    """)
+    result = subprocess.run([sys.executable, "-c", code, json.dumps([r[0] for r in rows])],
+                            cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("lite-convert:")]
+    assert "usage: lite-convert" in result.stdout and "--output_dir" in result.stdout
+    assert outcomes == [[code, False] for _, code, _ in rows]
+    assert len(errors) == len(rows) - 1
+    for error, (_, _, text) in zip(errors, rows[1:]):
+        assert text in error, error
+    assert not os.path.exists(new) and os.listdir(existing) == []
 
 
 def test_lite_convert_refuses_a_lite_checkpoint(tmp_path):
