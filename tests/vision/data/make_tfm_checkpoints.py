@@ -20,11 +20,11 @@ builds (legacy tf_keras SGD with momentum / Adam, so slot variables exist) on fi
 (`train_images`, `train_labels`); `reference.npz` then also holds TFM's per-step `losses`, the
 loss at the saved weights (`next_loss`), the loss after one more step
 (`loss_after_next_step`, which depends on the slots), and the optimizer's `iterations`.
-For LARGER_INPUT models, TFM's logits on the same weights at a larger input size
-(`larger_images`, `larger_logits`: the position embedding interpolated), and a fine-tuning
-input: `<name>/finetune.tfrecord` (PNG images at the larger size, labels) with what TFM's own
-training parser makes of it (augmentation off: `finetune_images`, `finetune_labels`) and TFM's
-logits there (`finetune_logits`: a first fine-tuning step's, no dropout or stochastic depth).
+For LARGER_INPUT models, a fine-tuning input at a larger size: `<name>/finetune.tfrecord`
+(PNG images, labels), what TFM's own training parser makes of it (augmentation off:
+`finetune_images`, `finetune_labels`) and TFM's logits there on the checkpoint's weights
+(`finetune_logits`: the position embedding interpolated; no dropout or stochastic depth, so
+they are also a first fine-tuning step's).
 A model trained under TFM's ExponentialMovingAverage also has `average_logits` (its weights
 swapped for the averages).
 
@@ -79,22 +79,22 @@ MODELS = {
     "resnet50": ("resnet_imagenet", classifier(
         "resnet", {"model_id": 50, "depth_multiplier": 0.03125})),
     "resnet18_v1": ("resnet_imagenet", classifier(
-        "resnet", {"model_id": 18, "depth_multiplier": 0.0625, "stem_type": "v1"})),
+        "resnet", {"model_id": 18, "depth_multiplier": 0.03125, "stem_type": "v1"})),
     "resnetrs50": ("resnet_rs_imagenet", classifier(
         "resnet", dict(RS, model_id=50, depth_multiplier=0.03125), dropout_rate=0.25,
         norm_activation={"activation": "swish", "norm_momentum": 0.0, "use_sync_bn": False})),
     "mobilenetv1": ("mobilenet_imagenet", classifier(
-        "mobilenet", {"model_id": "MobileNetV1", "filter_size_scale": 0.0625})),
+        "mobilenet", {"model_id": "MobileNetV1", "filter_size_scale": 0.03125})),
     "mobilenetv2": ("mobilenet_imagenet", classifier(
-        "mobilenet", {"model_id": "MobileNetV2", "filter_size_scale": 0.0625})),
+        "mobilenet", {"model_id": "MobileNetV2", "filter_size_scale": 0.03125})),
     "mobilenetv3large": ("mobilenet_imagenet", classifier(
-        "mobilenet", {"model_id": "MobileNetV3Large", "filter_size_scale": 0.0625},
+        "mobilenet", {"model_id": "MobileNetV3Large", "filter_size_scale": 0.03125},
         norm_activation={"norm_epsilon": 0.001, "norm_momentum": 0.997})),
     "mobilenetv4convsmall": ("mobilenet_imagenet", classifier(
-        "mobilenet", {"model_id": "MobileNetV4ConvSmall", "filter_size_scale": 0.0625},
+        "mobilenet", {"model_id": "MobileNetV4ConvSmall", "filter_size_scale": 0.03125},
         norm_activation={"norm_epsilon": 1e-6, "norm_momentum": 0.95})),
     "mobilenetv4hybridmedium": ("mobilenet_imagenet", classifier(
-        "mobilenet", {"model_id": "MobileNetV4HybridMedium", "filter_size_scale": 0.0625})),
+        "mobilenet", {"model_id": "MobileNetV4HybridMedium", "filter_size_scale": 0.03125})),
     # With the token pooler, TFM's representation layer (pre_logits: dense + tanh).
     "vit_ti16": ("deit_imagenet_pretrain", classifier(
         "vit", {"model_name": "vit-ti16-small", "pooler": "token",
@@ -105,10 +105,15 @@ MODELS = {
                 "representation_size": 0, "init_stochastic_depth_rate": 0.1,
                 "original_init": False})),
 }
-# Full-size models (TFM's dilated ResNet has no width multiplier): `--big DIR` only.
+# Too large to commit with the others: `--big DIR` only. The full-size dilated ResNet-50 (94 MB;
+# TFM's dilated ResNet has no width multiplier), and the larger MobileNetV4s (0.3-0.9 MB each
+# even narrow: their 1280-wide last layers do not shrink).
 BIG = {
     "dilated_resnet50": ("resnet_imagenet", classifier(
         "dilated_resnet", {"model_id": 50, "output_stride": 16})),
+    **{name.lower(): ("mobilenet_imagenet", classifier(
+        "mobilenet", {"model_id": name, "filter_size_scale": 0.03125}))
+       for name in ("MobileNetV4ConvMedium", "MobileNetV4ConvLarge", "MobileNetV4HybridLarge")},
 }
 # The lite side builds the ViTs from these sizes (model_name null).
 _LITE_VIT = {"backbone": {"vit": {
@@ -117,12 +122,10 @@ _LITE_VIT = {"backbone": {"vit": {
 LITE_OVERRIDES = {"vit_ti16": _LITE_VIT, "vit_ti16_gap": _LITE_VIT}
 
 # name: (input size, backbone options): TFM's outputs on the checkpoint's weights at a larger
-# input (`larger_images`, `larger_logits`). (TFM interpolates the position embedding only
+# input (finetune_input). (TFM interpolates the position embedding only
 # without a class token: with the token pooler its layer fails on the longer sequence.)
-LARGER_INPUT = {"vit_ti16_gap": (48, {"pos_embed_shape": [SIZE // 16, SIZE // 16]})}
-
-# name: backbone options of the fine-tuning run at LARGER_INPUT's size (finetune_input).
-FINETUNE = {"vit_ti16_gap": {"init_stochastic_depth_rate": 0.0}}
+LARGER_INPUT = {"vit_ti16_gap": (48, {"pos_embed_shape": [SIZE // 16, SIZE // 16],
+                                        "init_stochastic_depth_rate": 0.0})}
 
 SEG_SIZE = 48
 # TFM's dilated ResNet widths with one narrow entry: (block, filters, repeats) per group; the
@@ -153,7 +156,7 @@ SEGMENTATION = {
     # DeepLab v3 on MobileNetV2 (TFM's mnv2_deeplabv3_pascal layout) with depthwise
     # convolutions in the ASPP's atrous branch and in the head.
     "seg_mobilenetv2": ("mnv2_deeplabv3_pascal", segmenter(
-        "mobilenet", {"model_id": "MobileNetV2", "filter_size_scale": 0.0625,
+        "mobilenet", {"model_id": "MobileNetV2", "filter_size_scale": 0.03125,
                       "output_stride": 16},
         {"level": 4, "dilation_rates": [2], "num_filters": 8, "pool_kernel_size": None,
          "use_depthwise_convolution": True},
@@ -263,6 +266,9 @@ def make(name, experiment, overrides, rng, target=TARGET):
         out["average_logits"] = model(images, training=False).numpy()
         for v, value in zip(model.trainable_variables, raw):
             v.assign(value)
+    directory = os.path.join(target, name)
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
     if name in LARGER_INPUT:
         # The same weights in TFM's model at a larger input: its position embedding keeps the
         # checkpoint's grid (pos_embed_shape) and is interpolated to the larger one.
@@ -270,19 +276,7 @@ def make(name, experiment, overrides, rng, target=TARGET):
         larger = build(experiment, dict(overrides, backbone={"type": "vit", "vit": dict(
             overrides["backbone"]["vit"], **vit_options)}), size)
         larger.set_weights(model.get_weights())
-        out["larger_images"] = rng.uniform(-1.0, 1.0, (2, size, size, 3)).astype(np.float32)
-        out["larger_logits"] = larger(out["larger_images"], training=False).numpy()
-    directory = os.path.join(target, name)
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-    if name in FINETUNE:
-        # The fine-tuning run's model: the larger one, without stochastic depth (so that its
-        # training-mode logits are its inference ones).
-        size, vit_options = LARGER_INPUT[name]
-        tuned = build(experiment, dict(overrides, backbone={"type": "vit", "vit": dict(
-            overrides["backbone"]["vit"], **vit_options, **FINETUNE[name])}), size)
-        tuned.set_weights(model.get_weights())
-        out.update(finetune_input(tuned, size, directory, rng))
+        out.update(finetune_input(larger, size, directory, rng))
     checkpoint = tf.train.Checkpoint(global_step=global_step, model=model,
                                      optimizer=optimizer, **model.checkpoint_items)
     manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
