@@ -113,8 +113,12 @@ def _object_graph(prefix: str):
 
 
 def is_tfm_checkpoint(prefix: str) -> bool:
-    """True for a checkpoint written by a tf_keras model (TFM's), False for a Keras 3 one."""
-    _, graph = _object_graph(prefix)
+    """True for a checkpoint written by a tf_keras model (TFM's), False for a Keras 3 one and
+    for one whose files cannot be read (the caller's own read then says why)."""
+    try:
+        _, graph = _object_graph(prefix)
+    except (IndexError, tf.errors.OpError):
+        return False
     if graph is None:
         return False
     return any(_TF_KERAS_LAYER.match(child.local_name)

@@ -14,7 +14,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher import checkpoints, tfm_checkpoint
+from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
@@ -22,18 +22,6 @@ from lite_launcher.vision import classification_input, configs, modeling, servin
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6
-
-
-def _read_weights(items, path: str, what: str, averages: bool = False) -> None:
-    """`checkpoints.read_weights`, with the fix for a ViT position embedding that does not fit
-    appended to its error."""
-    try:
-        checkpoints.read_weights(items, path, what=what, averages=averages)
-    except ConfigError as e:
-        hint = _vit_grid_hint(str(e))
-        if not hint:
-            raise
-        raise ConfigError(f"{e}{hint}") from e
 
 
 def _vit_grid_hint(detail: str) -> str:
@@ -70,21 +58,13 @@ class ImageClassificationTask(Task):
             raise ConfigError(f"task.init_checkpoint_modules {modules!r} must be 'all' or "
                               f"'backbone'.")
         items = {"model": model} if modules == "all" else {"backbone": model.backbone}
-        _read_weights(items, path, what="task.init_checkpoint")
-
-    def read_tfm_checkpoint(self, model: keras.Model, prefix: str, modules: str = "all",
-                            what: str = "--checkpoint_path", averages: bool = False) -> bool:
-        """Reads `prefix` into the model ('all') or its backbone when it is a TFM-written
-        checkpoint; returns False (nothing read) for any other checkpoint.
-
-        `averages`: read the moving averages a TFM EMA optimizer kept, where it kept them,
-        for the trainable weights (lite-export with optimizer_config.ema); init_checkpoint
-        reads the weights themselves, as TFM's initialize does."""
-        if not tfm_checkpoint.is_tfm_checkpoint(prefix):
-            return False
-        items = {"model": model} if modules == "all" else {"backbone": model.backbone}
-        _read_weights(items, prefix, what=what, averages=averages)
-        return True
+        try:
+            checkpoints.read_weights(items, path)
+        except ConfigError as e:
+            hint = _vit_grid_hint(str(e))
+            if not hint:
+                raise
+            raise ConfigError(f"{e}{hint}") from e
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         configs.check_buildable(self.task_config)

@@ -605,6 +605,22 @@ def test_segmentation_decoder_and_module_lists_from_a_tfm_checkpoint(monkeypatch
         np.testing.assert_array_equal(value, after)
 
 
+def test_lite_export_reads_a_tfm_segmentation_checkpoint(monkeypatch):
+    """lite-export's read of its --checkpoint_path (`export.restore_for_serving`) maps a
+    TFM-written segmentation checkpoint onto the whole model: TFM's logits."""
+    from lite_launcher import export
+
+    name = "seg_dilated_resnet"
+    params = segmentation_params(monkeypatch, name)
+    task = ll.get_task(params.task)
+    model = task.build_model()
+    prefix = checkpoints.resolve(os.path.join(DATA, name))
+    assert export.restore_for_serving(task, model, params, prefix) is False
+    ref = reference(name)
+    assert relative_error(model(ref["images"], training=False)["logits"].numpy(),
+                          ref["logits"]) <= 1e-4
+
+
 def test_segmentation_refuses_a_classification_tfm_checkpoint_in_one_line(monkeypatch):
     params = segmentation_params(monkeypatch, "seg_mobilenetv2",
                                  init_checkpoint_modules="decoder")
