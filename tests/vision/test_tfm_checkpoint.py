@@ -633,9 +633,10 @@ def test_segmentation_refuses_a_classification_tfm_checkpoint_in_one_line(monkey
 BIG = os.environ.get("LITE_TFM_BIG_CHECKPOINTS", "")
 
 
-@pytest.mark.skipif(not BIG, reason="full-size TFM checkpoints (dilated ResNet-50, 94 MB) are "
-                    "not committed: write them with data/make_tfm_checkpoints.py --big DIR and "
-                    "set LITE_TFM_BIG_CHECKPOINTS=DIR")
+@pytest.mark.skipif(not BIG, reason="TFM checkpoints too large to commit (full-size dilated "
+                    "ResNet-50, 94 MB; MobileNet V4 Conv M / L, Hybrid L, V3Small, MultiAVG) "
+                    "are written by data/make_tfm_checkpoints.py --big DIR: set "
+                    "LITE_TFM_BIG_CHECKPOINTS=DIR")
 def test_big_tfm_checkpoints_restore():
     with open(os.path.join(BIG, "index.json")) as f:
         index = json.load(f)

@@ -106,14 +106,16 @@ MODELS = {
                 "original_init": False})),
 }
 # Too large to commit with the others: `--big DIR` only. The full-size dilated ResNet-50 (94 MB;
-# TFM's dilated ResNet has no width multiplier), and the larger MobileNetV4s (0.3-0.9 MB each
-# even narrow: their 1280-wide last layers do not shrink).
+# TFM's dilated ResNet has no width multiplier), the larger MobileNetV4s (0.5-1.1 MB each even
+# narrow: their 1280-wide last layers do not shrink), and MobileNet V3Small and MultiAVG (their
+# blocks are V3Large's and V2's, which the committed set tests).
 BIG = {
     "dilated_resnet50": ("resnet_imagenet", classifier(
         "dilated_resnet", {"model_id": 50, "output_stride": 16})),
     **{name.lower(): ("mobilenet_imagenet", classifier(
         "mobilenet", {"model_id": name, "filter_size_scale": 0.03125}))
-       for name in ("MobileNetV4ConvMedium", "MobileNetV4ConvLarge", "MobileNetV4HybridLarge")},
+       for name in ("MobileNetV4ConvMedium", "MobileNetV4ConvLarge", "MobileNetV4HybridLarge",
+                    "MobileNetV3Small", "MobileNetMultiAVG")},
 }
 # The lite side builds the ViTs from these sizes (model_name null).
 _LITE_VIT = {"backbone": {"vit": {
