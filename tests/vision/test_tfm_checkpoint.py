@@ -321,6 +321,11 @@ def _lite_train_in_process(monkeypatch, args):
 
     sigterm = signal.getsignal(signal.SIGTERM)
     monkeypatch.setattr(sys, "argv", ["lite-train", *args])
+    # The variables the driver sets for TensorFlow return to their values after the test.
+    for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        if not os.environ[name]:
+            monkeypatch.delenv(name)
     try:
         main_lib.run()
         return 0
