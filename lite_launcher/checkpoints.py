@@ -15,7 +15,9 @@ the work and owns every policy about checkpoint files:
 - **Restoring.** `restore` is the one function through which the runtime reads a checkpoint
   into objects (the managers built here, the Controller, the evaluator's watch, loss
   recovery): a shape mismatch becomes a one-line `ConfigError`. A reader of other checkpoint
-  formats hooks in there. `restore_for_evaluation` adds the evaluator's skip-and-retry policy,
+  formats hooks in there. `read_weights` reads pretrained weights into parts of a model
+  (`task.init_checkpoint`: a lite checkpoint, or a TFM-written one through `tfm_checkpoint`).
+  `restore_for_evaluation` adds the evaluator's skip-and-retry policy,
   `unreadable_latest_tolerated` an evaluator's start beside a broken newest checkpoint.
 - **Watching.** `new_checkpoints` yields the checkpoints a continuous evaluator should
   evaluate next, as `tf.train.checkpoints_iterator` does, with the waiting, timeout and
@@ -321,6 +323,58 @@ def restore(checkpoint, path: str, *, strategy: Optional[tf.distribute.Strategy]
     with scope, shape_mismatch_as_config_error(path):
         status = checkpoint.restore(path)
     return status.expect_partial() if expect_partial else status
+
+
+def resolve(path: str, what: str = "task.init_checkpoint") -> str:
+    """A checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
+    if tf.io.gfile.isdir(path):
+        latest = tf.train.latest_checkpoint(path)
+        if not latest:
+            raise ConfigError(f"{what} directory {path!r} holds no checkpoint.")
+        return latest
+    if not tf.io.gfile.exists(path + ".index"):
+        raise ConfigError(f"{what} {path!r} does not exist: it is neither a checkpoint "
+                          f"directory nor a checkpoint prefix.")
+    return path
+
+
+def read_weights(items: Dict[str, object], path: str, *, what: str = "task.init_checkpoint",
+                 averages: bool = False) -> Tuple[str, bool]:
+    """Reads the checkpoint `path` (a prefix, or a directory: its latest) into `items`, the
+    parts of a model by the names the checkpoint keeps them under ({'model': model},
+    {'backbone': ..., 'decoder': ...}), as TFM's tasks' `initialize`: other objects of the
+    checkpoint (optimizer, global step) are ignored, and every variable of the parts must be
+    found. A TFM-written checkpoint is mapped onto them by `tfm_checkpoint` (`averages`: its
+    EMA averages for the trainable weights, where it holds them).
+
+    Returns (the prefix read, whether it was TFM-written).
+
+    Raises:
+      ConfigError: no such checkpoint, or it does not fit the parts (one line, naming them).
+    """
+    from lite_launcher import tfm_checkpoint  # pylint: disable=import-outside-toplevel
+
+    prefix = resolve(path, what)
+    parts = ", ".join(sorted(items))
+    if tfm_checkpoint.is_tfm_checkpoint(prefix):
+        try:
+            count = tfm_checkpoint.load_items(items, prefix, averages=averages)
+        except ConfigError as e:
+            raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the model's "
+                              f"{parts} weights: {e}") from e
+        logging.info("Restored %s weights (%d variables) from the TFM checkpoint %s", parts,
+                     count, prefix)
+        return prefix, True
+    try:
+        tf.train.Checkpoint(**items).read(prefix).expect_partial() \
+            .assert_existing_objects_matched()
+    except (AssertionError, ValueError) as e:
+        # Unmatched variables or a shape mismatch: the checkpoint is of another model.
+        detail = " ".join(str(e).split())[:300]
+        raise ConfigError(f"{what} {prefix!r} does not fit the model's {parts} weights: "
+                          f"{detail}") from e
+    logging.info("Restored %s weights from %s", parts, prefix)
+    return prefix, False
 
 
 def restore_or_initialize(manager: tf.train.CheckpointManager,

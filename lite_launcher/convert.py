@@ -22,9 +22,9 @@ from absl import flags
 from absl import logging
 
 from lite_launcher import atomic_write
-from lite_launcher import checkpoints
 from lite_launcher import export
 from lite_launcher import flags as lite_flags
+from lite_launcher import train_utils
 from lite_launcher.errors import ConfigError, ModelDirWriteError
 
 FLAGS = flags.FLAGS
@@ -55,6 +55,26 @@ def define_flags() -> None:
     flags.DEFINE_string("output_dir", None, "The directory to write (must not exist).")
 
 
+def check_arguments(checkpoint_path: str, output_dir: str) -> None:
+    """The paths on their own, before TensorFlow loads (local paths; a path with a scheme,
+    gs://..., is checked by TensorFlow later): both given, the checkpoint there, the output
+    directory new and creatable."""
+    if not output_dir:
+        raise ConfigError("--output_dir is required: the directory to write the converted "
+                          "checkpoint into.")
+    if not checkpoint_path:
+        raise ConfigError("--checkpoint_path is required: the TFM checkpoint (a prefix or a "
+                          "directory).")
+    if "://" not in output_dir:
+        if os.path.exists(output_dir):
+            raise ConfigError(f"--output_dir {output_dir!r} exists; pass a new directory.")
+        train_utils.check_output_dir(output_dir, "--output_dir")
+    if "://" not in checkpoint_path and not (os.path.isdir(checkpoint_path)
+                                             or os.path.exists(checkpoint_path + ".index")):
+        raise ConfigError(f"--checkpoint_path {checkpoint_path!r} does not exist: it is neither "
+                          f"a checkpoint directory nor a checkpoint prefix.")
+
+
 def convert_checkpoint(params, checkpoint_path: str, output_dir: str) -> Tuple[str, str]:
     """Writes the TFM checkpoint `checkpoint_path` as lite's into `output_dir` (see the module
     docstring). Returns (the lite checkpoint prefix, the .keras file).
@@ -63,19 +83,15 @@ def convert_checkpoint(params, checkpoint_path: str, output_dir: str) -> Tuple[s
       ConfigError: not a TFM checkpoint, it does not fit the model, or output_dir exists.
       ModelDirWriteError: the files could not be written (nothing is left behind).
     """
+    check_arguments(checkpoint_path, output_dir)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from lite_launcher import registry, tfm_checkpoint  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from lite_launcher import checkpoints, registry, tfm_checkpoint
 
-    if not output_dir:
-        raise ConfigError("--output_dir is required: the directory to write the converted "
-                          "checkpoint into.")
     if tf.io.gfile.exists(output_dir):
         raise ConfigError(f"--output_dir {output_dir!r} exists; pass a new directory.")
-    if not checkpoint_path:
-        raise ConfigError("--checkpoint_path is required: the TFM checkpoint (a prefix or a "
-                          "directory).")
-    prefix = tfm_checkpoint.resolve(checkpoint_path, what="--checkpoint_path")
+    prefix = checkpoints.resolve(checkpoint_path, what="--checkpoint_path")
     if not tfm_checkpoint.is_tfm_checkpoint(prefix):
         raise ConfigError(f"--checkpoint_path {prefix!r} is not a TFM-written checkpoint (a "
                           f"lite checkpoint needs no conversion).")
@@ -113,8 +129,10 @@ def convert_checkpoint(params, checkpoint_path: str, output_dir: str) -> Tuple[s
 
 
 def _main(flags_obj) -> str:
+    # Bad input is refused before TensorFlow loads (parse_params loads it last).
     if not flags_obj.experiment:
         raise ConfigError(f"--experiment is required: the experiment {_EXPERIMENT_IS}.")
+    check_arguments(flags_obj.checkpoint_path, flags_obj.output_dir)
     params = export.parse_params(flags_obj)
     return "\n".join(convert_checkpoint(params, flags_obj.checkpoint_path,
                                         flags_obj.output_dir))

@@ -206,12 +206,15 @@ def restore_for_serving(task, model, params, checkpoint_prefix: str) -> bool:
     """
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    from lite_launcher import exporter, optimization  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from lite_launcher import checkpoints, exporter, optimization, tfm_checkpoint
 
-    # A task that reads checkpoints of another format (vision: TFM-written) does so itself.
-    read_foreign = getattr(task, "read_tfm_checkpoint", None)
+    # A checkpoint TFM wrote (a tf_keras object graph) is mapped onto the model; with EMA its
+    # trainable weights are TFM's moving averages, where it kept them.
     averages = params.trainer.optimizer_config.ema is not None
-    if read_foreign is not None and read_foreign(model, checkpoint_prefix, averages=averages):
+    if tfm_checkpoint.is_tfm_checkpoint(checkpoint_prefix):
+        checkpoints.read_weights({"model": model}, checkpoint_prefix, what="--checkpoint_path",
+                                 averages=averages)
         return averages
     _read(tf.train.Checkpoint(model=model), checkpoint_prefix, "model")
     if params.trainer.optimizer_config.ema is None:

@@ -13,7 +13,7 @@ import tensorflow as tf
 import keras
 from absl import logging
 
-from lite_launcher import optimization
+from lite_launcher import checkpoints, optimization
 from lite_launcher.base_config import ConfigError
 
 
@@ -99,28 +99,8 @@ class Task(tf.Module):
         if not ckpt_dir_or_file:
             return
         logging.info("Loading pretrained checkpoint from %s", ckpt_dir_or_file)
-        if tf.io.gfile.isdir(ckpt_dir_or_file):
-            latest = tf.train.latest_checkpoint(ckpt_dir_or_file)
-            if not latest:
-                raise ConfigError(
-                    f"task.init_checkpoint directory {ckpt_dir_or_file!r} holds no checkpoint.")
-            ckpt_dir_or_file = latest
-        elif not tf.io.gfile.exists(ckpt_dir_or_file + ".index"):
-            raise ConfigError(
-                f"task.init_checkpoint {ckpt_dir_or_file!r} does not exist (no such directory "
-                f"or checkpoint prefix).")
         items = getattr(model, "checkpoint_items", None) or {"model": model}
-        checkpoint = tf.train.Checkpoint(**items)
-        try:
-            status = checkpoint.read(ckpt_dir_or_file)
-            status.expect_partial().assert_existing_objects_matched()
-        except (AssertionError, ValueError) as e:
-            # Unmatched variables or a shape mismatch: the checkpoint is of another model.
-            detail = " ".join(str(e).split())[:300]
-            raise ConfigError(
-                f"task.init_checkpoint {ckpt_dir_or_file!r} does not fit the model (expected "
-                f"its weights under {', '.join(sorted(items))!r}): {detail}") from e
-        logging.info("Finished loading pretrained checkpoint from %s", ckpt_dir_or_file)
+        checkpoints.read_weights(items, ckpt_dir_or_file)
 
     def build_model(self) -> keras.Model:
         """Creates the model. Override it."""

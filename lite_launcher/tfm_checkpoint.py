@@ -48,9 +48,10 @@ _TF_KERAS_LAYER = re.compile(r"^layer(_with_weights)?-\d+$")
 # tf_keras variable names Keras 3 renamed (DepthwiseConv2D's kernel).
 _KERAS3_NAMES = {"depthwise_kernel": "kernel"}
 
-# Within one block, lite's sub-layers (by the end of their variable path) in the order TFM's
-# block assigns its own: TFM's TransformerEncoderBlock builds attention, its norm, then the MLP;
-# lite's ViT block builds the norms first.
+# Within one block, lite's sub-layers (patterns matching the end of their variable path) in the
+# order TFM's block assigns its own; sub-layers matching one pattern keep lite's order. TFM's
+# TransformerEncoderBlock builds attention, its norm, then the MLP; lite's ViT block builds the
+# norms first.
 BLOCK_ORDERS: Dict[str, Tuple[str, ...]] = {
     "vit_encoder_block": ("self_attention/query", "self_attention/key", "self_attention/value",
                           "self_attention/attention_output", "self_attention_layer_norm",
@@ -61,6 +62,12 @@ BLOCK_ORDERS: Dict[str, Tuple[str, ...]] = {
     "mobilenet_v4_multi_query_attention": (
         "attention/query", "attention/key_dw", "attention/key_dw_norm", "attention/key",
         "attention/value_dw", "attention/value_dw_norm", "attention/value", "attention/output"),
+    # TFM's SegmentationHead keeps its convolutions in one list and their norms in another
+    # (`_convs`, `_norms`: depthwise and 1x1 alternating); lite builds each conv's norm after it.
+    "segmentation_head": (
+        "segmentation_head_deeplabv3p_fusion_conv", "segmentation_head_deeplabv3p_fusion_norm",
+        r"segmentation_head_(depthwise_)?conv_\d+", r"segmentation_head_(depthwise_)?norm_\d+",
+        "segmentation_output"),
 }
 # A lite layer holding these projection matrices itself stands for TFM's sub-layers, one each.
 _PROJECTIONS = frozenset(("query", "key", "value", "output"))
@@ -96,19 +103,6 @@ class LiteLayer:
 Hook = Callable[[np.ndarray, tf.Variable], Optional[np.ndarray]]
 
 
-def resolve(path: str, what: str = "task.init_checkpoint") -> str:
-    """A checkpoint prefix from a prefix or a directory (its latest checkpoint)."""
-    if tf.io.gfile.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
-        if not latest:
-            raise ConfigError(f"{what} directory {path!r} holds no checkpoint.")
-        return latest
-    if not tf.io.gfile.exists(path + ".index"):
-        raise ConfigError(f"{what} {path!r} is neither a checkpoint directory nor a checkpoint "
-                          f"prefix.")
-    return path
-
-
 def _object_graph(prefix: str):
     reader = tf.train.load_checkpoint(prefix)
     if not reader.has_tensor(_GRAPH_KEY):
@@ -119,8 +113,12 @@ def _object_graph(prefix: str):
 
 
 def is_tfm_checkpoint(prefix: str) -> bool:
-    """True for a checkpoint written by a tf_keras model (TFM's), False for a Keras 3 one."""
-    _, graph = _object_graph(prefix)
+    """True for a checkpoint written by a tf_keras model (TFM's), False for a Keras 3 one and
+    for one whose files cannot be read (the caller's own read then says why)."""
+    try:
+        _, graph = _object_graph(prefix)
+    except (IndexError, tf.errors.OpError):
+        return False
     if graph is None:
         return False
     return any(_TF_KERAS_LAYER.match(child.local_name)
@@ -181,11 +179,14 @@ def tfm_layers(graph, root: str) -> List[TfmLayer]:
 
 
 def _block_rank(path: str) -> Optional[Tuple[str, int]]:
-    """(the block's path, the sub-layer's rank in TFM's order) for the longest suffix of
-    `path` that BLOCK_ORDERS lists (a bare 'output' must not claim 'attention/output')."""
-    matches = [(len(suffix), path[: -len(suffix) - 1], rank)
-               for order in BLOCK_ORDERS.values() for rank, suffix in enumerate(order)
-               if path.endswith("/" + suffix)]
+    """(the block's path, the sub-layer's rank in TFM's order) for the longest end of `path`
+    a BLOCK_ORDERS pattern matches (a bare 'output' must not claim 'attention/output')."""
+    matches = []
+    for order in BLOCK_ORDERS.values():
+        for rank, pattern in enumerate(order):
+            match = re.search(f"/({pattern})$", path)
+            if match:
+                matches.append((len(match.group(1)), path[: match.start()], rank))
     if not matches:
         return None
     _, block, rank = max(matches)
@@ -230,6 +231,7 @@ def lite_layers(module) -> List[LiteLayer]:
                 break
             run.append((r[1], ordered[j]))
             j += 1
+        # (sorted is stable: sub-layers of one rank keep lite's order)
         result.extend(layer for _, layer in sorted(run, key=lambda pair: pair[0]))
         i = j
     return result
@@ -331,19 +333,29 @@ def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None):
 
 
 def load_weights(module, prefix: str, root: str, hook: Optional[Hook] = None,
-            averages: bool = False) -> int:
-    """Assigns the TFM checkpoint's `root` object (`model` or `backbone`) to `module`.
+                 averages: bool = False) -> int:
+    """Assigns the TFM checkpoint's `root` object (`model` or `backbone`) to `module`
+    (`load_items` with one item)."""
+    return load_items({root: module}, prefix, hook, averages)
+
+
+def load_items(items: Dict[str, object], prefix: str, hook: Optional[Hook] = None,
+               averages: bool = False) -> int:
+    """Assigns each top-level object of the TFM checkpoint (`model`, or a model's
+    checkpoint items: `backbone`, `decoder`, `head`) to the module `items` gives it.
 
     `averages`: where the checkpoint was saved under TFM's ExponentialMovingAverage, the
     trainable variables get its moving averages (what TFM evaluates and exports), the others
     their values; without averages in the checkpoint the weights are read as they are (logged).
-    All variables are read and checked before any is assigned. Returns how many were."""
+    All variables of every item are read and checked before any is assigned. Returns how
+    many were."""
     reader, graph = _object_graph(prefix)
     if graph is None:
         raise ConfigError(f"{prefix!r} holds no object graph (not a TF2 checkpoint).")
-    values = _read_model(reader, graph, module, root, hook)
+    values = [value for root, module in items.items()
+              for value in _read_model(reader, graph, module, root, hook)]
     slots = _tfm_slots(graph, reader) if averages else {}
-    trainable = {id(v) for v in module.trainable_variables}
+    trainable = {id(v) for module in items.values() for v in module.trainable_variables}
     averaged = 0
     for i, (variable, value, node) in enumerate(values):
         key = slots.get(node, {}).get(AVERAGE_SLOT)

@@ -324,10 +324,7 @@ def test_the_checkpoint_write_scan_lets_ordinary_writes_through():
 
 # Restores not yet through `checkpoints.restore` (each a partial `Checkpoint.read`); the reader
 # of TFM checkpoints routes these through the home.
-DIRECT_CHECKPOINT_READS = {"task.py": "init_checkpoint",
-                           "vision/image_classification.py": "init_checkpoint",
-                           "vision/semantic_segmentation.py": "init_checkpoint",
-                           "export.py": "the checkpoint to export"}
+DIRECT_CHECKPOINT_READS = {"export.py": "the checkpoint to export"}
 
 
 def checkpoint_reads(tree, relative_path):

@@ -13,9 +13,8 @@ from typing import Optional
 
 import keras
 import tensorflow as tf
-from absl import logging
 
-from lite_launcher import tfm_checkpoint
+from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
@@ -55,44 +54,17 @@ class ImageClassificationTask(Task):
         if not path:
             return
         modules = self.task_config.init_checkpoint_modules
-        path = tfm_checkpoint.resolve(path)
         if modules not in ("all", "backbone"):
             raise ConfigError(f"task.init_checkpoint_modules {modules!r} must be 'all' or "
                               f"'backbone'.")
-        if self.read_tfm_checkpoint(model, path, modules, what="task.init_checkpoint"):
-            return
-        if modules == "all":
-            checkpoint = tf.train.Checkpoint(model=model)
-        else:
-            checkpoint = tf.train.Checkpoint(backbone=model.backbone)
+        items = {"model": model} if modules == "all" else {"backbone": model.backbone}
         try:
-            checkpoint.read(path).expect_partial().assert_existing_objects_matched()
-        except (AssertionError, ValueError) as e:
-            detail = " ".join(str(e).split())[:300]
-            detail += _vit_grid_hint(detail)
-            raise ConfigError(f"task.init_checkpoint {path!r} does not fit the model's "
-                              f"{modules!r} weights: {detail}") from e
-        logging.info("Restored %s weights from %s", modules, path)
-
-    def read_tfm_checkpoint(self, model: keras.Model, prefix: str, modules: str = "all",
-                            what: str = "--checkpoint_path", averages: bool = False) -> bool:
-        """Reads `prefix` into the model ('all') or its backbone when it is a TFM-written
-        checkpoint; returns False (nothing read) for any other checkpoint.
-
-        `averages`: read the moving averages a TFM EMA optimizer kept, where it kept them,
-        for the trainable weights (lite-export with optimizer_config.ema); init_checkpoint
-        reads the weights themselves, as TFM's initialize does."""
-        if not tfm_checkpoint.is_tfm_checkpoint(prefix):
-            return False
-        module, root = (model, "model") if modules == "all" else (model.backbone, "backbone")
-        try:
-            count = tfm_checkpoint.load_weights(module, prefix, root, averages=averages)
+            checkpoints.read_weights(items, path)
         except ConfigError as e:
-            raise ConfigError(f"{what} {prefix!r} (a TFM checkpoint) does not fit the "
-                              f"model's {modules!r} weights: {e}{_vit_grid_hint(str(e))}") from e
-        logging.info("Restored %s weights (%d variables) from the TFM checkpoint %s", modules,
-                     count, prefix)
-        return True
+            hint = _vit_grid_hint(str(e))
+            if not hint:
+                raise
+            raise ConfigError(f"{e}{hint}") from e
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         configs.check_buildable(self.task_config)

@@ -22,8 +22,8 @@ from typing import List, Optional
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
+from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
@@ -55,19 +55,12 @@ class SemanticSegmentationTask(Task):
 
     def initialize(self, model: keras.Model) -> None:
         """Restores `init_checkpoint`: every checkpoint item ('all': backbone, decoder, head)
-        or those `init_checkpoint_modules` names ('backbone', 'decoder'), as TFM's."""
+        or those `init_checkpoint_modules` names ('backbone', 'decoder'), as TFM's. A
+        TFM-written checkpoint is mapped onto them by `tfm_checkpoint`."""
         path = self.task_config.init_checkpoint
         if not path:
             return
         modules = self.task_config.init_modules()
-        if tf.io.gfile.isdir(path):
-            latest = tf.train.latest_checkpoint(path)
-            if not latest:
-                raise ConfigError(f"task.init_checkpoint directory {path!r} holds no checkpoint.")
-            path = latest
-        elif not tf.io.gfile.exists(path + ".index"):
-            raise ConfigError(f"task.init_checkpoint {path!r} is neither a checkpoint directory "
-                              f"nor a checkpoint prefix.")
         if "all" in modules:
             items = dict(model.checkpoint_items)
         else:
@@ -79,14 +72,7 @@ class SemanticSegmentationTask(Task):
                                       f"model has none (decoder.type is "
                                       f"{self.task_config.model.decoder.type!r}).")
                 items[module] = item
-        try:
-            tf.train.Checkpoint(**items).read(path).expect_partial() \
-                .assert_existing_objects_matched()
-        except (AssertionError, ValueError) as e:
-            detail = " ".join(str(e).split())[:300]
-            raise ConfigError(f"task.init_checkpoint {path!r} does not fit the model's "
-                              f"{', '.join(sorted(items))} weights: {detail}") from e
-        logging.info("Restored %s weights from %s", ", ".join(sorted(items)), path)
+        checkpoints.read_weights(items, path, what="task.init_checkpoint")
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's segmentation records, parsed for training or evaluation by `params`."""

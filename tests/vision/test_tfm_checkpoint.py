@@ -6,6 +6,7 @@ The checkpoints and TFM's outputs on them come from TFM 2.20 itself
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -14,7 +15,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.base_config import ConfigError
-from lite_launcher import tfm_checkpoint
+from lite_launcher import checkpoints, tfm_checkpoint
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tfm_checkpoints")
 with open(os.path.join(DATA, "index.json")) as _f:
@@ -77,7 +78,7 @@ def test_backbone_restores_tfm_features_and_leaves_the_head(name):
 
 
 def test_format_is_recognised(tmp_path):
-    assert tfm_checkpoint.is_tfm_checkpoint(tfm_checkpoint.resolve(os.path.join(DATA, "resnet50")))
+    assert tfm_checkpoint.is_tfm_checkpoint(checkpoints.resolve(os.path.join(DATA, "resnet50")))
     model = ll.get_task(params_for("resnet50").task).build_model()
     lite_prefix = tf.train.Checkpoint(model=model).write(str(tmp_path / "lite"))
     assert not tfm_checkpoint.is_tfm_checkpoint(lite_prefix)
@@ -104,16 +105,22 @@ def test_wrong_architecture_is_refused_in_one_line_before_any_assignment():
         np.testing.assert_array_equal(variable.numpy(), value)
 
 
-def test_mis_shaped_variable_names_both_shapes():
-    params = params_for("resnet50", init_checkpoint=os.path.join(DATA, "resnet50"))
-    params.task.model.num_classes = 7
+def initialize_error(params) -> str:
+    """The one-line ConfigError the task's `initialize` raises on a fresh model."""
     task = ll.get_task(params.task)
     with pytest.raises(ConfigError) as error:
         task.initialize(task.build_model())
     message = str(error.value)
     assert "\n" not in message
-    assert "model/layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE (128, 5)" in message
-    assert "logits/kernel (128, 7)" in message
+    return message
+
+
+def test_mis_shaped_variable_names_both_shapes():
+    params = params_for("resnet50", init_checkpoint=os.path.join(DATA, "resnet50"))
+    params.task.model.num_classes = 7
+    message = initialize_error(params)
+    assert "model/layer_with_weights-1/kernel/.ATTRIBUTES/VARIABLE_VALUE (64, 5)" in message
+    assert "logits/kernel (64, 7)" in message
 
 
 def test_export_from_a_tfm_checkpoint_matches_the_keras_model(tmp_path):
@@ -283,10 +290,60 @@ def test_lite_train_continues_a_tfm_model_dir(tmp_path):
                                rtol=1e-5, atol=1e-6)
 
 
-def test_vit_fine_tunes_at_a_larger_input_from_a_tfm_checkpoint(tmp_path):
+@pytest.fixture
+def logits_of_each_step(monkeypatch):
+    """[(labels, logits)] of every training step the classification task runs, recorded from
+    inside its compiled step (the loss's inputs)."""
+    from lite_launcher.vision import image_classification
+
+    recorded = []
+    original = image_classification.ImageClassificationTask.build_losses
+
+    def recording(self, labels, model_outputs, aux_losses=None):
+        record = tf.py_function(
+            lambda l, o: recorded.append((l.numpy(), o.numpy())) or 0,
+            [labels, model_outputs], tf.int32)
+        with tf.control_dependencies([record]):
+            return original(self, labels, tf.identity(model_outputs), aux_losses)
+
+    monkeypatch.setattr(image_classification.ImageClassificationTask, "build_losses",
+                        recording)
+    return recorded
+
+
+def _lite_train_in_process(monkeypatch, args):
+    """`lite-train args` as `main.run()` in this process; its exit code."""
+    import signal
+    import sys
+    import logging
+
+    from lite_launcher import main as main_lib
+
+    sigterm = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(sys, "argv", ["lite-train", *args])
+    # The variables the driver sets for TensorFlow return to their values after the test.
+    for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        if not os.environ[name]:
+            monkeypatch.delenv(name)
+    try:
+        main_lib.run()
+        return 0
+    except SystemExit as exit_request:
+        return exit_request.code or 0
+    finally:
+        logging.disable(logging.NOTSET)  # the driver silences logging for its exit
+        signal.signal(signal.SIGTERM, sigterm)  # and ignores SIGTERM once it exits
+
+
+def test_vit_fine_tunes_at_a_larger_input_from_a_tfm_checkpoint(tmp_path, monkeypatch,
+                                                                  logits_of_each_step):
     """TFM's ViT weights (a 2x2 patch grid) in a 48x48 model: the position embedding is
-    interpolated as TFM's model does (logits equal TFM's there), and lite-train's run starts
-    from them (init_checkpoint, a fresh model_dir) and fine-tunes 2 steps."""
+    interpolated as TFM's model does (logits equal TFM's there), and `lite-train` fine-tunes 2
+    steps from them: its first step's logits, on what its input pipeline makes of the
+    records, equal TFM's on what TFM's parser makes of them."""
+    import yaml
+
     name = "vit_ti16_gap"
     ref = reference(name)
     larger = {"input_size": [48, 48, 3], "backbone": {"vit": {"pos_embed_shape": [2, 2]}}}
@@ -295,25 +352,51 @@ def test_vit_fine_tunes_at_a_larger_input_from_a_tfm_checkpoint(tmp_path):
     task = ll.get_task(params.task)
     model = task.build_model()
     task.initialize(model)
-    assert relative_error(model(ref["larger_images"], training=False).numpy(),
-                          ref["larger_logits"]) <= 1e-4
+    assert relative_error(model(ref["finetune_images"], training=False).numpy(),
+                          ref["finetune_logits"]) <= 1e-4
     # Without pos_embed_shape the grid does not fit: one line, both shapes, the fix.
     wrong = params_for(name, init_checkpoint=os.path.join(DATA, name))
     wrong.task.model.override({"input_size": [48, 48, 3]}, is_strict=True)
-    wrong_task = ll.get_task(wrong.task)
-    with pytest.raises(ConfigError, match=r"\(1, 4, 64\).*\(1, 9, 64\).*pos_embed_shape"):
-        wrong_task.initialize(wrong_task.build_model())
-    # Two fine-tuning steps through run_experiment; a zero learning rate keeps the weights, so
-    # its checkpoint shows where it started.
-    records = str(tmp_path / "train.tfrecord")
-    _write_records(records, size=48)
+    assert re.search(r"\(1, 4, 32\).*\(1, 9, 32\).*pos_embed_shape", initialize_error(wrong))
+
+    # lite-train: the experiment, the model TFM's checkpoint holds at 48x48 (no stochastic
+    # depth, as TFM's reference step), the records with augmentation off, 2 SGD steps.
+    entry = INDEX["models"][name]
+    model_config = params_for(name).task.model.as_dict()
+    model_config["input_size"] = [48, 48, 3]
+    model_config["backbone"]["vit"].update(pos_embed_shape=[2, 2], init_stochastic_depth_rate=0.0)
+    override = {
+        "runtime": {"distribution_strategy": "off"},
+        "task": {"init_checkpoint": os.path.join(DATA, name), "model": model_config,
+                 "losses": {"label_smoothing": 0.0, "soft_labels": False},
+                 "train_data": {"input_path": os.path.join(DATA, name, "finetune.tfrecord"),
+                                "global_batch_size": 2, "aug_type": None,
+                                "mixup_and_cutmix": None, "aug_rand_hflip": False,
+                                "aug_crop": False, "decode_jpeg_only": False}},
+        "trainer": {"train_steps": 2, "steps_per_loop": 1, "summary_interval": 1,
+                    "checkpoint_interval": 2, "validation_interval": 10**6,
+                    "optimizer_config": {
+                        "optimizer": {"type": "sgd", "sgd": {"momentum": 0.0}},
+                        "learning_rate": {"type": "constant",
+                                          "constant": {"learning_rate": 0.5}},
+                        "warmup": {"type": None}}}}
+    override_file = tmp_path / "finetune.yaml"
+    override_file.write_text(yaml.safe_dump(override))
     model_dir = str(tmp_path / "model")
-    losses = _train_with_zero_learning_rate(params, records, model_dir, steps=2, momentum=0.0)
-    assert len(losses) == 2 and all(np.isfinite(losses))
-    tuned = ll.get_task(params.task).build_model()
-    tf.train.Checkpoint(model=tuned).read(tf.train.latest_checkpoint(model_dir)).expect_partial()
-    assert relative_error(tuned(ref["larger_images"], training=False).numpy(),
-                          ref["larger_logits"]) <= 1e-4
+    code = _lite_train_in_process(monkeypatch, [
+        "--experiment", entry["experiment"], "--mode", "train", "--model_dir", model_dir,
+        "--config_file", str(override_file)])
+    assert code == 0
+    assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-2")
+    assert len(logits_of_each_step) == 2
+    # Each record has its own label: TFM's row for each example of lite's (shuffled, and
+    # repeated: a batch may hold one record twice) batches.
+    (labels, first), (second_labels, second) = logits_of_each_step
+    tfm_row = {int(label): row for row, label in enumerate(ref["finetune_labels"])}
+    assert relative_error(first, ref["finetune_logits"][[tfm_row[l] for l in labels]]) <= 1e-4
+    # The second step ran on the updated weights.
+    assert relative_error(
+        second, ref["finetune_logits"][[tfm_row[l] for l in second_labels]]) > 1e-3
 
 
 def test_lite_convert_writes_a_lite_checkpoint_and_a_keras_file(tmp_path):
@@ -359,6 +442,61 @@ def test_lite_convert_writes_a_lite_checkpoint_and_a_keras_file(tmp_path):
     assert "exists" in result.stderr.strip().splitlines()[-1]
 
 
+def test_lite_convert_help_and_bad_input_do_not_import_tensorflow(tmp_path):
+    """`lite-convert --help` and its bad input (one line, exit 2) are answered before
+    TensorFlow loads, as lite-train's: one process runs the command for each row and checks
+    `sys.modules` after each."""
+    import subprocess
+    import sys
+    import textwrap
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from test_modes import ROOT, subprocess_env  # pylint: disable=import-outside-toplevel
+
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    new, ckpt = str(tmp_path / "new"), os.path.join(DATA, "resnet50")
+    rows = [  # (argv, exit code, text of the one error line)
+        (["--help"], 0, None),
+        (["--experiment", "resnet_imagenet", "--checkpoint_path", ckpt], 2,
+         "--output_dir is required"),
+        (["--experiment", "resnet_imagenet", "--output_dir", new], 2,
+         "--checkpoint_path is required"),
+        (["--experiment", "resnet_imagenet", "--checkpoint_path", str(tmp_path / "nowhere"),
+          "--output_dir", new], 2, "nowhere' does not exist"),
+        (["--experiment", "resnet_imagenet", "--checkpoint_path", ckpt,
+          "--output_dir", str(existing)], 2, "exists; pass a new directory"),
+        (["--experiment", "no_such_thing", "--checkpoint_path", ckpt, "--output_dir", new], 2,
+         "Unknown experiment 'no_such_thing'"),
+    ]
+    code = textwrap.dedent("""
+        import json, sys
+        import lite_launcher.convert as convert
+        results = []
+        for argv in json.loads(sys.argv[1]):
+            sys.argv = ["lite-convert", *argv]
+            try:
+                convert.run()
+                code = 0
+            except SystemExit as exit_request:
+                code = exit_request.code or 0
+            results.append([code, "tensorflow" in sys.modules])
+        print(json.dumps(results))
+    """)
+    result = subprocess.run([sys.executable, "-c", code, json.dumps([r[0] for r in rows])],
+                            cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcomes = json.loads(result.stdout.strip().splitlines()[-1])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("lite-convert:")]
+    assert "usage: lite-convert" in result.stdout and "--output_dir" in result.stdout
+    assert outcomes == [[code, False] for _, code, _ in rows]
+    assert len(errors) == len(rows) - 1
+    for error, (_, _, text) in zip(errors, rows[1:]):
+        assert text in error, error
+    assert not os.path.exists(new) and os.listdir(existing) == []
+
+
 def test_lite_convert_refuses_a_lite_checkpoint(tmp_path):
     from lite_launcher import convert
 
@@ -401,12 +539,109 @@ def test_tfm_moving_averages_export_and_resume(tmp_path, caplog):
     np.testing.assert_allclose(_train_loss(model, ref), ref["next_loss"], rtol=1e-5)
 
 
+SEGMENTATION = INDEX["segmentation"]["models"]
+
+
+def segmentation_params(monkeypatch, name, **task):
+    """The experiment's config with the model TFM's checkpoint holds; a narrow dilated ResNet
+    gets TFM's block widths (index.json) in lite's spec table too."""
+    from lite_launcher.vision import configs, resnet_deeplab
+
+    entry = SEGMENTATION[name]
+    for model_id, specs in entry.get("dilated_resnet_specs", {}).items():
+        monkeypatch.setitem(resnet_deeplab.DILATED_RESNET_SPECS, int(model_id),
+                            [tuple(spec) for spec in specs])
+        monkeypatch.setattr(configs, "DILATED_RESNET_MODEL_IDS",
+                            configs.DILATED_RESNET_MODEL_IDS + (int(model_id),))
+    params = ll.get_exp_config(entry["experiment"])
+    params.task.model.override(entry["model"], is_strict=True)
+    params.task.override(dict(task, init_checkpoint=os.path.join(DATA, name)), is_strict=True)
+    return params
+
+
+def _part_values(module):
+    return [v.numpy() for v in module.weights]
+
+
+def _decoded(model, features):
+    level = str(model.decoder.get_config()["level"])
+    return model.decoder(features, training=False)[level].numpy()
+
+
+@pytest.mark.parametrize("name", sorted(SEGMENTATION))
+def test_segmentation_all_restores_tfm_logits(monkeypatch, name):
+    """DeepLab v3 / v3+ (ASPP decoder, TFM's SegmentationHead) on a dilated ResNet and on
+    MobileNetV2: 'all' reads TFM's backbone, decoder and head items; logits equal TFM's."""
+    task = ll.get_task(segmentation_params(monkeypatch, name,
+                                           init_checkpoint_modules="all").task)
+    model = task.build_model()
+    ref = reference(name)
+    assert relative_error(model(ref["images"], training=False)["logits"].numpy(),
+                          ref["logits"]) > 1e-2
+    task.initialize(model)
+    assert relative_error(model(ref["images"], training=False)["logits"].numpy(),
+                          ref["logits"]) <= 1e-4
+    assert relative_error(_decoded(model, ref["features"]), ref["decoder"]) <= 1e-4
+
+
+def test_segmentation_decoder_and_module_lists_from_a_tfm_checkpoint(monkeypatch):
+    """'decoder' alone reads TFM's decoder (its output on TFM's backbone features equals
+    TFM's) and leaves the rest; ['backbone', 'decoder'] reads both and leaves the head."""
+    name = "seg_dilated_resnet"
+    ref = reference(name)
+    task = ll.get_task(segmentation_params(monkeypatch, name,
+                                           init_checkpoint_modules="decoder").task)
+    model = task.build_model()
+    untouched = _part_values(model.backbone) + _part_values(model.head)
+    assert relative_error(_decoded(model, ref["features"]), ref["decoder"]) > 1e-2
+    task.initialize(model)
+    assert relative_error(_decoded(model, ref["features"]), ref["decoder"]) <= 1e-4
+    for value, after in zip(untouched, _part_values(model.backbone) + _part_values(model.head)):
+        np.testing.assert_array_equal(value, after)
+
+    task = ll.get_task(segmentation_params(
+        monkeypatch, name, init_checkpoint_modules=["backbone", "decoder"]).task)
+    model = task.build_model()
+    head = _part_values(model.head)
+    task.initialize(model)
+    backbone = model.backbone(ref["images"], training=False)
+    assert relative_error(_decoded(model, backbone), ref["decoder"]) <= 1e-4
+    for value, after in zip(head, _part_values(model.head)):
+        np.testing.assert_array_equal(value, after)
+
+
+def test_lite_export_reads_a_tfm_segmentation_checkpoint(monkeypatch):
+    """lite-export's read of its --checkpoint_path (`export.restore_for_serving`) maps a
+    TFM-written segmentation checkpoint onto the whole model: TFM's logits."""
+    from lite_launcher import export
+
+    name = "seg_dilated_resnet"
+    params = segmentation_params(monkeypatch, name)
+    task = ll.get_task(params.task)
+    model = task.build_model()
+    prefix = checkpoints.resolve(os.path.join(DATA, name))
+    assert export.restore_for_serving(task, model, params, prefix) is False
+    ref = reference(name)
+    assert relative_error(model(ref["images"], training=False)["logits"].numpy(),
+                          ref["logits"]) <= 1e-4
+
+
+def test_segmentation_refuses_a_classification_tfm_checkpoint_in_one_line(monkeypatch):
+    params = segmentation_params(monkeypatch, "seg_mobilenetv2",
+                                 init_checkpoint_modules="decoder")
+    params.task.init_checkpoint = os.path.join(DATA, "mobilenetv2")
+    message = initialize_error(params)
+    assert "(a TFM checkpoint) does not fit the model's decoder weights" in message
+    assert "has no 'decoder' object" in message
+
+
 BIG = os.environ.get("LITE_TFM_BIG_CHECKPOINTS", "")
 
 
-@pytest.mark.skipif(not BIG, reason="full-size TFM checkpoints (dilated ResNet-50, 94 MB) are "
-                    "not committed: write them with data/make_tfm_checkpoints.py --big DIR and "
-                    "set LITE_TFM_BIG_CHECKPOINTS=DIR")
+@pytest.mark.skipif(not BIG, reason="TFM checkpoints too large to commit (full-size dilated "
+                    "ResNet-50, 94 MB; MobileNet V4 Conv M / L, Hybrid L, V3Small, MultiAVG) "
+                    "are written by data/make_tfm_checkpoints.py --big DIR: set "
+                    "LITE_TFM_BIG_CHECKPOINTS=DIR")
 def test_big_tfm_checkpoints_restore():
     with open(os.path.join(BIG, "index.json")) as f:
         index = json.load(f)
