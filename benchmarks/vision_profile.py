@@ -161,10 +161,13 @@ def input_only(side, model, input_glob, batches, warmup=20):
         images, _ = next(iterator)
     elapsed = time.perf_counter() - start
     del tf
-    return {"side": side, "workload": vision_rows.workload_name(model), "row": "input_only",
-            "batches": batches, "batches_per_sec": batches / elapsed,
-            "images_per_sec": batches * int(images.shape[0]) / elapsed,
-            "versions": vision_rows._versions(side)}
+    result = {"side": side, "workload": vision_rows.workload_name(model), "row": "input_only",
+              "batches": batches, "batches_per_sec": batches / elapsed,
+              "images_per_sec": batches * int(images.shape[0]) / elapsed,
+              "versions": vision_rows._versions(side)}
+    # No model, so nothing is XLA-compiled; the CPU and oneDNN state as for every record.
+    result.update(vision_rows.machine_state(), enable_xla=False, xla_compiled=False)
+    return result
 
 
 def input_ab(model, input_glob, batches, rounds, warmup=20):
@@ -192,8 +195,7 @@ def input_ab(model, input_glob, batches, rounds, warmup=20):
     return {"workload": vision_rows.workload_name(model), "row": "input_ab", "batches": batches,
             "rounds": per_round, "lite_over_tfm": {"median": statistics.median(ratios),
                                                    "min": min(ratios), "max": max(ratios)},
-            "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-            "cpu_model": vision_rows.cpu_model(), "versions": vision_rows._versions("tfm")}
+            "versions": vision_rows._versions("tfm"), **vision_rows.machine_state()}
 
 
 def main(argv=None):
