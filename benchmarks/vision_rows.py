@@ -41,6 +41,18 @@ EXPERIMENTS = {"resnet50": "resnet_imagenet", "resnet18": "resnet_imagenet",
                "vit_ti16": "deit_imagenet_pretrain"}
 SIDES = ("lite", "raw", "tfm")
 DTYPES = ("float32", "bfloat16")
+# Candidate as-shipped defaults for lite's CPU input pipeline / thread pools (shipped_ab.py),
+# applied to the lite side only: name -> (tf.data options, DataConfig overrides, inter-op
+# threads). None of them changes what is computed, only where and when.
+VARIANTS = {
+    "base": ({}, {}, None),
+    "tf_data_1_thread": ({"private_threadpool_size": 1}, {}, None),
+    "tf_data_2_threads": ({"private_threadpool_size": 2}, {}, None),
+    "no_map_parallelization": ({"map_parallelization": False}, {}, None),
+    "prefetch_2": ({}, {"prefetch_buffer_size": 2}, None),
+    "ram_budget_1gib": ({}, {"ram_budget": 1}, None),
+    "inter_op_1": ({}, {}, 1),
+}
 # TFM's venv: $TFM_PYTHON, else the one setup_tfm_env.sh makes at the repository root.
 DEFAULT_TFM_PYTHON = os.environ.get(
     "TFM_PYTHON", os.path.join(os.path.dirname(_HERE), ".tfm_venv", "bin", "python"))
@@ -241,8 +253,32 @@ def _result(side, model, steps_per_loop, loops, times, first_loop_s, eval_times=
             "batch": BATCH, "image_size": IMAGE_SIZE, "versions": _versions(side)}
 
 
+def _apply_variant(variant, params, task):
+    """Applies a VARIANTS entry to lite's config, task and thread pools (before any op runs)."""
+    import tensorflow as tf
+
+    options, data, inter_op = VARIANTS[variant]
+    if inter_op is not None:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+    if data:
+        params.task.train_data.override(data)
+    if options:
+        build_inputs = task.build_inputs
+
+        def with_options(data_config, *args, **kwargs):
+            opts = tf.data.Options()
+            if "private_threadpool_size" in options:
+                opts.threading.private_threadpool_size = options["private_threadpool_size"]
+            if "map_parallelization" in options:
+                opts.experimental_optimization.map_parallelization = options[
+                    "map_parallelization"]
+            return build_inputs(data_config, *args, **kwargs).with_options(opts)
+
+        task.build_inputs = with_options
+
+
 def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype=None,
-                 num_gpus=None, eval_steps=0):
+                 num_gpus=None, eval_steps=0, variant="base"):
     """lite_launcher's public path: get_exp_config -> get_task -> run_experiment."""
     import keras
     import tensorflow as tf
@@ -255,6 +291,7 @@ def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype
     # As lite-train does, before the model is built.
     strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     task = ll.get_task(params.task, logging_dir=model_dir)
+    _apply_variant(variant, params, task)
     clock = measure.LoopClock()
     ll.run_experiment(distribution_strategy=ll.get_distribution_strategy("off"), task=task,
                       mode="train_and_eval" if eval_steps else "train", params=params,
@@ -265,6 +302,7 @@ def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype
     result.update(compute_state(params.runtime.enable_xla, params.runtime.mixed_precision_dtype,
                                 keras.mixed_precision.global_policy().name))
     result["gpu_devices"] = [d.name for d in tf.config.list_logical_devices("GPU")]
+    result["variant"] = variant
     # The Trainer compiles a convnet's step with XLA only with a GPU or TPU (trainer.py).
     result["xla_compiled"] = bool(params.runtime.enable_xla and (
         tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("TPU")))
@@ -375,6 +413,9 @@ def main(argv=None):
                         help="> 0: mode train_and_eval, then eval steps/s of a timed "
                         "evaluation of this many steps after the train loops (lite, tfm)")
     parser.add_argument("--num_gpus", type=int, default=None, help="lite side: runtime.num_gpus")
+    parser.add_argument("--variant", default="base", choices=sorted(VARIANTS),
+                        help="lite side: a candidate input-pipeline / thread setting "
+                        "(shipped_ab.py)")
     parser.add_argument("--as_shipped", action="store_true",
                         help="each launcher's defaults: runtime.enable_xla as the experiment "
                         "says (--xla ignored) and, on the lite side, lite-train's oneDNN "
@@ -438,7 +479,8 @@ def main(argv=None):
         elif args.side == "lite":
             model_dir = tempfile.mkdtemp(prefix="lite_vision_bench_")
             result = measure_lite(model, input_glob, args.steps_per_loop, args.loops, xla,
-                                  model_dir, args.dtype, args.num_gpus, args.eval_steps)
+                                  model_dir, args.dtype, args.num_gpus, args.eval_steps,
+                                  args.variant)
         else:
             result = measure_raw(model, input_glob, args.steps_per_loop, args.loops, xla,
                                  args.dtype)

@@ -675,3 +675,44 @@ def test_report_uses_an_as_shipped_process_like_for_like_only_in_that_state():
     _, targets = report.vision_suite_markdown(data)
     assert {(m, d, n): st for m, d, n, _, st in targets}[
         ("resnet18", "float32", "like: lite/tfm train >= 1")] == "not measured"
+
+
+def test_shipped_ab_rotates_the_variants_and_rates_each_against_base_per_round():
+    import shipped_ab
+
+    variants = ["base", "tf_data_1_thread", "inter_op_1"]
+    assert [shipped_ab.round_order(variants, r)[0] for r in range(4)] == [
+        "base", "tf_data_1_thread", "inter_op_1", "base"]
+    argv, env = shipped_ab.command("py", "resnet18", "float32", "inter_op_1", "/d", (6, 3, 16))
+    assert "--eval_steps" not in argv and argv[-2:] == ["--variant", "inter_op_1"]
+    assert "--as_shipped" in argv and "TF_ENABLE_ONEDNN_OPTS" not in env
+    records = [{"round": 0, "variant": "base", "steps_per_sec": 4.0},
+               {"round": 0, "variant": "inter_op_1", "steps_per_sec": 5.0},
+               {"round": 1, "variant": "inter_op_1", "steps_per_sec": 3.0},
+               {"round": 1, "variant": "base", "steps_per_sec": 4.0},
+               {"round": 2, "variant": "base", "error": "exit 1"},
+               {"round": 2, "variant": "inter_op_1", "steps_per_sec": 9.0}]
+    ratio = shipped_ab.summarise(records, ["base", "inter_op_1"])["inter_op_1"]["ratio_to_base"]
+    assert ratio == {"median": pytest.approx(1.0), "min": 0.75, "max": 1.25, "n": 2}
+
+
+def test_vision_rows_variants_reach_lites_dataset_and_config():
+    import tensorflow as tf
+    import vision_rows
+
+    class Task:
+        def build_inputs(self, data_config):
+            return tf.data.Dataset.range(4)
+
+    params = types.SimpleNamespace(task=types.SimpleNamespace(train_data=None))
+    task = Task()
+    vision_rows._apply_variant("tf_data_1_thread", params, task)
+    assert task.build_inputs(None).options().threading.private_threadpool_size == 1
+    task = Task()
+    vision_rows._apply_variant("no_map_parallelization", params, task)
+    assert task.build_inputs(None).options().experimental_optimization.map_parallelization \
+        is False
+    seen = []
+    params.task.train_data = types.SimpleNamespace(override=seen.append)
+    vision_rows._apply_variant("prefetch_2", params, Task())
+    assert seen == [{"prefetch_buffer_size": 2}]
