@@ -428,8 +428,8 @@ def test_vision_suite_list_prints_probes_rounds_and_the_estimated_time(capsys):
     assert sum(line.startswith("round 1 ") for line in lines) == 4
     assert sum(line.startswith("round 2 ") for line in lines) == 2
     est = vision_suite.EST_PROCESS_S
-    minutes = (2 * (2 * est["resnet18"]) + 2 * est["resnet50"]
-               + 4 * vision_suite.EST_PROBE_S) / 60
+    probes = 2 * (est["resnet18"] + est["resnet50"] - 2 * vision_suite.EST_TIMED_S)
+    minutes = (3 * 2 * est["resnet18"] + 2 * est["resnet50"] + probes) / 60
     assert lines[-1].startswith("8 measured processes in 3 round(s) + 4 probes")
     assert f"estimated {minutes:.0f} min" in lines[-1]
     with pytest.raises(SystemExit):
