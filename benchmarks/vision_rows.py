@@ -1,21 +1,25 @@
-"""The vision benchmark row: `resnet_imagenet` (ResNet-50 / ResNet-18) on synthetic JPEG
-TFRecords in TFM's format, lite_launcher vs a raw Keras 3 loop on the same model and input, and
-TFM itself (its own `resnet_imagenet`, tf_keras) in TFM's venv.
+"""The vision benchmark rows: ResNet-18 / ResNet-50 (`resnet_imagenet`), MobileNetV2 /
+MobileNetV3Large (`mobilenet_imagenet`) and ViT-Ti/16 (`deit_imagenet_pretrain`) on synthetic
+JPEG TFRecords in TFM's format, lite_launcher vs a raw Keras 3 loop on the same model and
+input, and TFM itself (its own experiment, tf_keras) in TFM's venv.
 
-Both sides train the model `lite_launcher.vision` builds from the experiment's config, on the
-dataset its input pipeline builds (decode_and_crop of JPEG, flip, resize, normalise, batch),
-with the loss (cross-entropy + L2) and optimizer of the config. lite_launcher runs it through
-`ll.run_experiment` (mode train); the raw side runs `for _ in tf.range(n): step(next(it))` in
-one `tf.function` with the same metric updates. The TFM side (`--side tfm`, run with
-`--tfm_python`, default /work/tfm_venv/bin/python or $TFM_PYTHON) applies the same overrides
-(TFM's field names) to TFM's `resnet_imagenet` and runs `train_lib.run_experiment`. Steps/sec (input pipeline included) over outer
-loops of `steps_per_loop` steps after the warm-up loops; images/sec = steps/sec x batch.
+Both sides train the model their experiment's config builds, on the dataset its input pipeline
+builds, with the config's loss and optimizer; `--dtype` sets `runtime.mixed_precision_dtype`
+on every side (TFM's policy set as official/vision/train.py sets it). lite_launcher runs
+`ll.run_experiment`; the raw side runs `for _ in tf.range(n): step(next(it))` in one
+`tf.function` with the same metric updates; the TFM side (`--side tfm`, run with
+`--tfm_python`, default $TFM_PYTHON or the repository's .tfm_venv) applies the same overrides
+(TFM's field names) and runs TFM's `train_lib.run_experiment`. Train steps/sec (input pipeline
+included) over outer loops of `steps_per_loop` steps after the warm-up loops; images/sec =
+steps/sec x batch. With `--eval_steps N` (lite, tfm) the run is train_and_eval and also gives
+eval steps/sec of a timed evaluation of N steps (`eval_layout`).
 
     .venv/bin/python benchmarks/vision_rows.py --model resnet18 --side lite
     .venv/bin/python benchmarks/vision_rows.py --smoke            # lite and raw, tiny and quick
     .venv/bin/python benchmarks/vision_rows.py --side all --with_tfm   # lite, raw and TFM
 
-prints one `BENCH_RESULT {json}` line per (model, side) (see measure.py). With `--side all`
+prints one `BENCH_RESULT {json}` line per (model, side) (see measure.py), with the machine
+state (`machine_state`: CPU, cores, CPU flags, oneDNN) and dtype / policy. With `--side all`
 each side runs in its own process, one after the other.
 """
 
