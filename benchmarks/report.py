@@ -241,10 +241,7 @@ def markdown(data, source=None):
     lines.append(
         f"From {what}: {meta['date']} UTC, commit `{meta.get('commit', '?')[:10]}`"
         f"{' (uncommitted changes)' if meta.get('dirty') else ''}, {meta['machine']}, "
-        f"CPU {meta.get('cpu_model', 'not recorded')}, TF_ENABLE_ONEDNN_OPTS "
-        f"{meta.get('tf_enable_onednn_opts') or ('unset' if 'cpu_model' in meta else 'not recorded')}"
-        f" (so oneDNN {'on' if meta.get('tf_enable_onednn_opts') == '1' else 'as TensorFlow chose'}"
-        f"), XLA off unless a row says otherwise, "
+        f"{_run_machine_text(meta, records)}, "
         f"{meta['rounds']} round(s) in {meta.get('elapsed_s', 0) / 60:.0f} min, "
         f"load average (1, 5, 15 min) {meta.get('loadavg_start', '?')} at the start and "
         f"{meta.get('loadavg_end', '?')} at the end. Median [min–max] over "
@@ -312,6 +309,28 @@ def markdown(data, source=None):
     return "\n".join(lines) + "\n", dict(summary, **vision_summary), checks
 
 
+def _run_machine_text(meta, records):
+    """The CPU and oneDNN state of a run.py file, from what it recorded: 'not recorded' where
+    it recorded nothing (files before the CPU was recorded), never an assumed 'on'."""
+    cpu = meta.get("cpu_model")
+    text = f"CPU {cpu}" if cpu else "CPU not recorded"
+    states = [r["onednn"] for r in records
+              if r.get("onednn") is not None and "error" not in r]
+    if states:
+        text += f", oneDNN on in {sum(states)} of {len(states)} processes that recorded it"
+    elif "tf_enable_onednn_opts" in meta:
+        value = meta["tf_enable_onednn_opts"]
+        text += (f", TF_ENABLE_ONEDNN_OPTS {value if value is not None else 'unset'} "
+                 "(oneDNN state of the processes not recorded)")
+    else:
+        text += ", oneDNN not recorded"
+    text += ", XLA off unless a row says otherwise"
+    others = sorted({r["cpu_model"] for r in records if r.get("cpu_model")} - {cpu})
+    if others:
+        text += f"; **rows measured on another machine**: {', '.join(others)}"
+    return text
+
+
 def _vision_table(vision, vision_summary, labels):
     """The vision rows' table: steps/s and images/s per model and side, lite's ratios."""
     if not vision_summary:
@@ -328,7 +347,8 @@ def _vision_table(vision, vision_summary, labels):
     which = "; ".join(
         f"{m}: {'every round' if rounds.get(m) is None else f'first {rounds[m]} round(s)'}, "
         f"{vision.get('loops', {}).get(m, '?')} timed loops" for m in vision.get("models", []))
-    lines = ["", f"Vision (issue 11): `resnet_imagenet` on synthetic "
+    lines = ["", f"Vision (issue 11; {vision.get('cpu_model') or 'CPU not recorded'}): "
+             f"`resnet_imagenet` on synthetic "
              f"{vision.get('image_size', '?')}×{vision.get('image_size', '?')} JPEG TFRecords "
              f"in TFM's format, batch {vision.get('batch', '?')}, steps_per_loop "
              f"{vision.get('steps_per_loop', '?')} after {vision.get('warmup_loops', '?')} warm-up loops, input pipeline "
@@ -346,133 +366,280 @@ def _vision_table(vision, vision_summary, labels):
     return lines
 
 
-# Issue 21's targets on the vision suite: (setting, numerator, denominator, models, bound).
+# The vision suite's targets (issues 21 and 31): (setting, figure, numerator, denominator,
+# models (None: every model of the file), dtypes (None: every dtype), bound). Figures: "train"
+# and "eval" steps/s, "input" images/s.
 VISION_SUITE_TARGETS = (
-    ("like", "lite", "tfm", ("resnet18", "resnet50", "mobilenetv2"), 1.0),
-    ("like", "lite", "raw", ("resnet18", "resnet50", "mobilenetv2"), 0.97),
-    ("shipped", "lite", "tfm", ("resnet18", "resnet50"), 2.0),
-    ("input", "lite", "tfm", ("resnet18",), 1.0),
+    ("like", "train", "lite", "tfm", None, None, 1.0),
+    ("like", "eval", "lite", "tfm", None, None, 1.0),
+    ("like", "train", "lite", "raw", None, None, 0.97),
+    ("shipped", "train", "lite", "tfm", ("resnet18", "mobilenetv2"), ("float32",), 1.15),
+    ("input", "input", "lite", "tfm", None, ("float32",), 1.0),
 )
-_SETTING_TEXT = {"like": "like for like (oneDNN on, XLA off on every side)",
+_SETTING_TEXT = {"like": "like for like (the state column says which)",
                  "shipped": "as shipped (each launcher's defaults)",
-                 "input": "input pipeline alone (images/s)"}
+                 "input": "input pipeline alone (images/s)", "raw": "raw loop"}
+_FIGURE_KEYS = {"train": "steps_per_sec", "eval": "eval_steps_per_sec",
+                "input": "images_per_sec"}
 
 
-def _vision_key(setting):
-    return "images_per_sec" if setting == "input" else "steps_per_sec"
+def _dtype(record):
+    """A record's dtype; files before issue 31 measured float32 only."""
+    return record.get("dtype") or "float32"
+
+
+def _setting(record):
+    """Raw processes ran under 'like' before issue 31 (`side` raw)."""
+    return "like" if record["setting"] == "raw" else record["setting"]
+
+
+def _serves_like_for_like(data, record):
+    """An as-shipped process also stands for like for like when the file says the suite relied
+    on it (`shipped_serves_like`; `lite_once` for lite in older files) AND its own record shows
+    that state: oneDNN on and nothing XLA-compiled."""
+    meta = data["meta"]
+    relied = meta.get("shipped_serves_like") or (meta.get("lite_once")
+                                                 and record["side"] == "lite")
+    return bool(relied and record["setting"] == "shipped" and record.get("onednn")
+                and not record.get("xla_compiled"))
+
+
+def _measured(data):
+    """The successful measurement records (probes and failures left out)."""
+    return [r for r in data["records"]
+            if "error" not in r and r.get("setting") not in (None, "probe")]
 
 
 def summarize_vision_suite(data):
-    """{(model, setting, side): stats of the figure} and {(model, setting, a, b): stats of the
-    per-round ratio a/b}, from a vision_suite.py file; failed processes are left out."""
+    """{(model, dtype, setting, side, figure): stats} and {(model, dtype, setting, figure, a, b):
+    stats of the per-round ratio a/b}, plus {(model, side, figure): stats of the per-round
+    bfloat16/float32 ratio (as-shipped processes)}; failed processes are left out."""
     values, by_round = {}, {}
 
-    def add(setting, r, figure):
-        values.setdefault((r["model"], setting, r["side"]), []).append(figure)
-        by_round.setdefault((r["model"], setting), {}).setdefault(r["round"], {})[
-            r["side"]] = figure
+    def add(setting, r):
+        for figure, key in _FIGURE_KEYS.items():
+            if (figure == "input") != (setting == "input") or r.get(key) is None:
+                continue
+            values.setdefault((r["model"], _dtype(r), setting, r["side"], figure),
+                              []).append(r[key])
+            by_round.setdefault((r["model"], _dtype(r), setting, figure), {}).setdefault(
+                r["round"], {})[r["side"]] = r[key]
 
-    for r in data["records"]:
-        if "error" in r:
-            continue
-        figure = r[_vision_key(r["setting"])]
-        add(r["setting"], r, figure)
+    for r in _measured(data):
+        add(_setting(r), r)
         if _serves_like_for_like(data, r):
-            add("like", r, figure)
+            add("like", r)
     figures = {k: stats(v) for k, v in values.items()}
     ratios = {}
-    for (model, setting), rounds in by_round.items():
+    for (model, dtype, setting, figure), rounds in by_round.items():
         for a, b in (("lite", "tfm"), ("lite", "raw")):
             per_round = [sides[a] / sides[b] for sides in rounds.values()
                          if a in sides and b in sides]
             if per_round:
-                ratios[(model, setting, a, b)] = stats(per_round)
-    return figures, ratios
+                ratios[(model, dtype, setting, figure, a, b)] = stats(per_round)
+    speedups = {}
+    for (model, dtype, setting, figure), rounds in by_round.items():
+        if dtype != "bfloat16" or setting != "shipped":
+            continue
+        fp32 = by_round.get((model, "float32", setting, figure), {})
+        for side in ("lite", "tfm"):
+            per_round = [rounds[i][side] / fp32[i][side] for i in rounds
+                         if side in rounds[i] and side in fp32.get(i, {})]
+            if per_round:
+                speedups[(model, side, figure)] = stats(per_round)
+    return figures, ratios, speedups
 
 
-def _serves_like_for_like(data, record):
-    """With `lite_once` the as-shipped lite process also stands for lite like for like, when
-    its recorded state is that one: oneDNN on and nothing XLA-compiled."""
-    return (data["meta"].get("lite_once") and record["side"] == "lite"
-            and record["setting"] == "shipped" and record.get("onednn")
-            and not record.get("xla_compiled"))
+def verdict(s):
+    """What a lite/TFM ratio's rounds show: a lead or a lag only when every round agrees,
+    else 'indistinguishable within ±X %' (X: the farthest round from 1)."""
+    if s is None:
+        return "not measured"
+    if s["n"] > 1 and s["min"] > 1.0:
+        return f"lite faster in every round (+{100 * (s['min'] - 1):.0f} to +{100 * (s['max'] - 1):.0f} %)"
+    if s["n"] > 1 and s["max"] < 1.0:
+        return f"lite slower in every round ({100 * (s['max'] - 1):.0f} to {100 * (s['min'] - 1):.0f} %)"
+    spread = 100 * max(abs(s["min"] - 1.0), abs(s["max"] - 1.0))
+    return (f"indistinguishable within ±{spread:.0f} %" if s["n"] > 1
+            else "one round: no spread, no verdict")
 
 
-def _state(data, model, setting, side):
-    """'oneDNN on/off, XLA compiled / not' of a row, from its first successful record."""
-    for r in data["records"]:
+def _machine_text(meta, records):
+    """CPU model, cores, the bf16-relevant flags and oneDNN / XLA as the records show them;
+    'not recorded' for whatever the file lacks, and the machines of records measured elsewhere."""
+    cpu = meta.get("cpu_model")
+    text = (f"{cpu} ({meta.get('cpus', '?')} CPUs, {meta.get('machine', '?')})" if cpu
+            else "CPU not recorded")
+    flags = meta.get("cpu_flags")
+    if flags:
+        text += (f", AMX {'yes' if flags.get('amx_tile') else 'no'}, AVX-512 BF16 "
+                 f"{'yes' if flags.get('avx512_bf16') else 'no'}")
+    else:
+        text += ", CPU flags (AMX, AVX-512 BF16) not recorded"
+    others = sorted({r["cpu_model"] for r in records if r.get("cpu_model")} - {cpu})
+    if others:
+        text += f"; **rows measured on another machine**: {', '.join(others)}"
+    unrecorded = sum(1 for r in records if not r.get("cpu_model"))
+    if unrecorded and cpu:
+        text += f"; {unrecorded} record(s) without their CPU"
+    states = [r.get("onednn") for r in records]
+    if all(s is None for s in states):
+        text += "; oneDNN not recorded"
+    else:
+        on = sum(1 for s in states if s)
+        text += (f"; oneDNN on in {on} of {len(states)} processes"
+                 + (f" ({sum(s is None for s in states)} not recorded)"
+                    if None in states else ""))
+    compiled = sum(1 for r in records if r.get("xla_compiled"))
+    text += (f"; XLA-compiled in {compiled} of {len(records)}" if any(
+        "xla_compiled" in r for r in records) else "; XLA not recorded")
+    return text
+
+
+def _state(data, model, dtype, setting, side):
+    """'oneDNN on/off, XLA ..., policy ...' of a row, from its first successful record; each
+    part 'not recorded' where the record lacks it."""
+    for r in _measured(data):
         shared = setting == "like" and _serves_like_for_like(data, r)
-        if ("error" not in r and (r["model"], r["side"]) == (model, side)
-                and (r["setting"] == setting or shared)):
-            if shared:
-                return (f"oneDNN on, enable_xla {'true' if r['enable_xla'] else 'false'} "
-                        f"(not compiled): the as-shipped process, in the like-for-like state")
-            if setting == "input":
-                return "oneDNN on"
-            return (f"oneDNN {'on' if r['onednn'] else 'off'}, enable_xla "
-                    f"{'true' if r['enable_xla'] else 'false'} "
-                    f"({'compiled' if r['xla_compiled'] else 'not compiled'})")
+        if ((r["model"], _dtype(r), r["side"]) != (model, dtype, side)
+                or not (_setting(r) == setting or shared)):
+            continue
+        onednn = ("not recorded" if r.get("onednn") is None
+                  else "on" if r["onednn"] else "off")
+        parts = [f"oneDNN {onednn}"]
+        if setting != "input":
+            parts.append("enable_xla " + ("not recorded" if "enable_xla" not in r else
+                                          "true" if r["enable_xla"] else "false")
+                         + (" (compiled)" if r.get("xla_compiled") else " (not compiled)"))
+            if r.get("policy"):
+                parts.append(f"policy {r['policy']}")
+        text = ", ".join(parts)
+        return text + (": the as-shipped process, in the like-for-like state" if shared
+                       and r["setting"] != setting else "")
     return "—"
 
 
+def _kernels_text(data, model, dtype, side):
+    for r in data["records"]:
+        if (r.get("setting") == "probe" and "error" not in r
+                and (r["model"], _dtype(r), r["side"]) == (model, dtype, side)):
+            k = r["onednn_kernels"]
+            if not k["primitives"]:
+                return "0 oneDNN primitives (verbose output missing)"
+            top = [name for name in k["by_kind"] if name.split()[0] in
+                   ("convolution", "inner_product", "matmul")][:2]
+            return (f"{k['bf16_primitives']} of {k['primitives']} oneDNN primitives bf16"
+                    + (f"; e.g. {', '.join(top)}" if top else ""))
+    return "not probed"
+
+
+def _round_text(record):
+    return "probe" if record.get("round") is None else f"round {record['round'] + 1}"
+
+
 def vision_suite_markdown(data, source=None):
-    """The vision suite's tables (figures, ratios, targets); returns (text, target rows)."""
+    """The vision suite's tables (figures, ratios, bf16 speed-ups, targets); returns (text,
+    target rows (model, name, stats, status))."""
     meta = data["meta"]
-    figures, ratios = summarize_vision_suite(data)
-    loads = [r["loadavg_before"][0] for r in data["records"] if "loadavg_before" in r]
+    figures, ratios, speedups = summarize_vision_suite(data)
+    measured = _measured(data)
+    loads = [r["loadavg_before"][0] for r in measured if "loadavg_before" in r]
+    dtypes = meta.get("dtypes") or ["float32"]
+    if meta.get("sizes"):
+        window = "; ".join(f"{m}: {s[1]} timed loops of {s[0]} steps, eval {s[2]} steps"
+                           for m, s in meta["sizes"].items())
+    else:
+        window = f"{meta['loops']} timed loops of {meta['steps_per_loop']} steps"
     lines = [f"From `{source or '?'}`: {meta['date']} UTC, commit `{meta['commit'][:10]}`"
-             f"{' (dirty)' if meta.get('dirty') else ''}, {meta['cpu_model']} "
-             f"({meta['cpus']} CPUs, {meta['machine']}), {meta['rounds']} round(s) in "
-             f"{meta['elapsed_s'] / 60:.0f} min; 1-min load average before each process "
-             f"{min(loads):.1f}–{max(loads):.1f} (median {statistics.median(loads):.1f}). "
-             f"Every side on TFM's TensorFlow; batch {meta['batch']}, "
+             f"{' (dirty)' if meta.get('dirty') else ''}, {_machine_text(meta, measured)}; "
+             f"{meta['rounds']} round(s) in {meta['elapsed_s'] / 60:.0f} min"
+             + (f"; 1-min load average before each process {min(loads):.1f}–{max(loads):.1f} "
+                f"(median {statistics.median(loads):.1f})" if loads else "")
+             + f". Every side on TFM's TensorFlow; batch {meta['batch']}, "
              f"{meta['image_size']}×{meta['image_size']} synthetic JPEGs, input pipeline "
-             f"included, {meta['loops']} timed loops of {meta['steps_per_loop']} steps after "
-             f"{meta['warmup_loops']} warm-up loops per process. Per round and model the sides "
-             f"run back to back, order reversed every other round; median [min–max] over "
-             f"rounds, every ratio computed within a round.", ""]
+             f"included, {meta['warmup_loops']} warm-up loops then {window} per process. "
+             f"Per round, model and dtype the sides run back to back, order reversed every other "
+             f"round; median [min–max] over rounds, every ratio computed within a round.", ""]
+    if meta.get("smoke"):
+        lines += ["**Smoke run**: fewest steps, the figures are not meaningful.", ""]
     failed = [r for r in data["records"] if "error" in r]
     if failed:
         lines += [f"{len(failed)} process(es) failed: " + "; ".join(
-            f"round {r['round'] + 1} {r['model']} {r['setting']} {r['side']}: "
-            f"{r['error'][:120]}" for r in failed), ""]
-    lines += ["| model | setting | side | oneDNN / XLA | steps/s (images/s for input) |",
+            f"{_round_text(r)} {r['model']} "
+            f"{_dtype(r)} {r['setting']} {r['side']}: {r['error'][:120]}" for r in failed), ""]
+    lines += ["| model | dtype | setting | side | oneDNN / XLA / policy | train steps/s "
+              "(images/s for input) | eval steps/s |", "|---|---|---|---|---|---|---|"]
+    for model in meta["models"]:
+        for dtype in dtypes:
+            for setting in ("like", "shipped", "input"):
+                for side in ("lite", "tfm", "raw"):
+                    s = figures.get((model, dtype, setting, side,
+                                     "input" if setting == "input" else "train"))
+                    if s is None:
+                        continue
+                    e = figures.get((model, dtype, setting, side, "eval"))
+                    lines.append(
+                        f"| {model} | {dtype} | {_SETTING_TEXT[setting]} | {side} | "
+                        f"{_state(data, model, dtype, setting, side)} | "
+                        f"{_fmt(s, 2 if setting != 'input' else 0)} | "
+                        f"{_fmt(e, 2) if e else '—'} |")
+    lines += ["", "| model | dtype | setting | lite/TFM train | lite/TFM eval | lite/raw train | "
+              "what the rounds show (lite/TFM train) |", "|---|---|---|---|---|---|---|"]
+    for model in meta["models"]:
+        for dtype in dtypes:
+            for setting in ("like", "shipped", "input"):
+                figure = "input" if setting == "input" else "train"
+                train = ratios.get((model, dtype, setting, figure, "lite", "tfm"))
+                ev = ratios.get((model, dtype, setting, "eval", "lite", "tfm"))
+                raw = ratios.get((model, dtype, setting, figure, "lite", "raw"))
+                if train or ev or raw:
+                    lines.append(
+                        f"| {model} | {dtype} | {_SETTING_TEXT[setting]} | "
+                        + " | ".join(_fmt(x, 3) if x else "—" for x in (train, ev, raw))
+                        + f" | {verdict(train)} |")
+    if speedups or any(r.get("setting") == "probe" for r in data["records"]):
+        lines += ["", "bfloat16 / float32 (as-shipped processes, per round, same side):", "",
+                  "| model | side | train bf16/fp32 | eval bf16/fp32 | bf16 kernels (probe, "
+                  "ONEDNN_VERBOSE) |", "|---|---|---|---|---|"]
+        for model in meta["models"]:
+            for side in ("lite", "tfm"):
+                t, e = speedups.get((model, side, "train")), speedups.get((model, side, "eval"))
+                kernels = _kernels_text(data, model, "bfloat16", side)
+                if t or e or kernels != "not probed":
+                    lines.append(f"| {model} | {side} | {_fmt(t, 2) if t else '—'} | "
+                                 f"{_fmt(e, 2) if e else '—'} | {kernels} |")
+    lines += ["", "Targets (issues 21 and 31), judged on the median of the per-round ratios:",
+              "", "| model | dtype | target | median [min–max] | status |",
               "|---|---|---|---|---|"]
-    for model in meta["models"]:
-        for setting in ("like", "shipped", "input"):
-            for side in ("lite", "tfm", "raw"):
-                s = figures.get((model, setting, side))
-                if s is None:
-                    continue
-                lines.append(f"| {model} | {_SETTING_TEXT[setting]} | {side} | "
-                             f"{_state(data, model, setting, side)} | "
-                             f"{_fmt(s, 2 if setting != 'input' else 0)} |")
-    lines += ["", "| model | setting | lite/TFM | lite/raw |", "|---|---|---|---|"]
-    for model in meta["models"]:
-        for setting in ("like", "shipped", "input"):
-            a = ratios.get((model, setting, "lite", "tfm"))
-            b = ratios.get((model, setting, "lite", "raw"))
-            if a or b:
-                lines.append(f"| {model} | {_SETTING_TEXT[setting]} | "
-                             f"{_fmt(a, 3) if a else '—'} | {_fmt(b, 3) if b else '—'} |")
-    lines += ["", "Targets (issue 21), judged on the median of the per-round ratios:", "",
-              "| model | target | median [min–max] | status |", "|---|---|---|---|"]
     results = []
-    for setting, a, b, models, bound in VISION_SUITE_TARGETS:
-        for model in models:
-            if model not in meta["models"]:
+    raw_measured = any(r["side"] == "raw" for r in measured)
+    input_measured = any(_setting(r) == "input" for r in measured)
+    for setting, figure, a, b, models, target_dtypes, bound in VISION_SUITE_TARGETS:
+        if (b == "raw" and not raw_measured) or (setting == "input" and not input_measured):
+            continue
+        for model in meta["models"]:
+            if models is not None and model not in models:
                 continue
-            s = ratios.get((model, setting, a, b))
-            name = f"{setting}: {a}/{b} >= {bound:g}"
-            if s is None:
-                status, shown = "not measured", "—"
-            else:
-                status = "pass" if s["median"] >= bound else "MISS"
-                shown = _fmt(s, 3)
-            results.append((model, name, s, status))
-            lines.append(f"| {model} | {name} | {shown} | {status} |")
-    passed = sum(r[3] == "pass" for r in results)
-    lines += ["", f"{passed} of {len(results)} targets pass."]
+            if setting == "input" and model not in meta.get("input_models", meta["models"]):
+                continue
+            if b == "raw" and model not in meta.get("raw_models", meta["models"]):
+                continue
+            for dtype in dtypes:
+                if target_dtypes is not None and dtype not in target_dtypes:
+                    continue
+                s = ratios.get((model, dtype, setting, figure, a, b))
+                name = f"{setting}: {a}/{b} {figure} >= {bound:g}"
+                if s is None:
+                    status, shown = "not measured", "—"
+                else:
+                    status = "pass" if s["median"] >= bound else "MISS"
+                    shown = _fmt(s, 3)
+                results.append((model, dtype, name, s, status))
+                lines.append(f"| {model} | {dtype} | {name} | {shown} | {status} |")
+    passed = sum(r[4] == "pass" for r in results)
+    missed = [f"{m} {d} {n}" for m, d, n, _, st in results if st == "MISS"]
+    lines += ["", f"{passed} of {len(results)} targets pass"
+              + (f"; MISS: {'; '.join(missed)}." if missed else ".")]
     return "\n".join(lines) + "\n", results
 
 

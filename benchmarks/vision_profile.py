@@ -89,13 +89,15 @@ class ProfileWindow:
             tf.profiler.experimental.stop()
 
 
-def _run_side(side, model, input_glob, steps_per_loop, window, xla):
+def _run_side(side, model, input_glob, steps_per_loop, window, xla, dtype=None):
     model_dir = tempfile.mkdtemp(prefix=f"{side}_vision_profile_")
     loops = window.loops  # timed loops after the warm-up ones
     if side == "lite":
         import lite_launcher as ll
+        from lite_launcher import strategy as strategy_lib
 
-        params = vision_rows.make_config(model, input_glob, steps_per_loop, loops, xla)
+        params = vision_rows.make_config(model, input_glob, steps_per_loop, loops, xla, dtype)
+        strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
         task = ll.get_task(params.task, logging_dir=model_dir)
         ll.run_experiment(distribution_strategy=ll.get_distribution_strategy("off"), task=task,
                           mode="train", params=params, model_dir=model_dir,
@@ -103,13 +105,16 @@ def _run_side(side, model, input_glob, steps_per_loop, window, xla):
     else:
         from official.common import distribute_utils
         from official.core import exp_factory, task_factory, train_lib
+        from official.modeling import performance
         import official.vision.registry_imports  # noqa: F401
 
         params = exp_factory.get_exp_config(vision_rows.EXPERIMENTS[model])
-        params.override(vision_rows.overrides(model, input_glob, steps_per_loop, loops, xla),
-                        is_strict=True)
+        params.override(vision_rows.overrides(model, input_glob, steps_per_loop, loops, xla,
+                                              dtype), is_strict=True)
         params.validate()
         params.lock()
+        if params.runtime.mixed_precision_dtype:
+            performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
         task = task_factory.get_task(params.task, logging_dir=model_dir)
         train_lib.run_experiment(
             distribution_strategy=distribute_utils.get_distribution_strategy("off"),
@@ -117,10 +122,10 @@ def _run_side(side, model, input_glob, steps_per_loop, window, xla):
             train_actions=[window])
 
 
-def profile_loop(side, model, input_glob, steps_per_loop, loops, xla):
+def profile_loop(side, model, input_glob, steps_per_loop, loops, xla, dtype=None):
     logdir = tempfile.mkdtemp(prefix=f"{side}_trace_")
     window = ProfileWindow(vision_rows.WARMUP_LOOPS, loops, logdir)
-    _run_side(side, model, input_glob, steps_per_loop, window, xla)
+    _run_side(side, model, input_glob, steps_per_loop, window, xla, dtype)
     steps = steps_per_loop * loops  # loops warmup+1 .. warmup+loops
     wall_ms = 1000.0 * (window.end - window.start)
     totals, counts = _xspace_ops(logdir)
@@ -129,7 +134,8 @@ def profile_loop(side, model, input_glob, steps_per_loop, loops, xla):
             "steps": steps, "wall_ms_per_step": wall_ms / steps,
             "op_ms_per_step": per_step,
             "op_count_per_step": {k: counts[k] / steps for k in per_step},
-            "versions": vision_rows._versions(side)}
+            "dtype": dtype or "float32", "versions": vision_rows._versions(side),
+            **vision_rows.machine_state()}
 
 
 def _side_dataset(side, model, input_glob):
@@ -161,10 +167,13 @@ def input_only(side, model, input_glob, batches, warmup=20):
         images, _ = next(iterator)
     elapsed = time.perf_counter() - start
     del tf
-    return {"side": side, "workload": vision_rows.workload_name(model), "row": "input_only",
-            "batches": batches, "batches_per_sec": batches / elapsed,
-            "images_per_sec": batches * int(images.shape[0]) / elapsed,
-            "versions": vision_rows._versions(side)}
+    result = {"side": side, "workload": vision_rows.workload_name(model), "row": "input_only",
+              "batches": batches, "batches_per_sec": batches / elapsed,
+              "images_per_sec": batches * int(images.shape[0]) / elapsed,
+              "versions": vision_rows._versions(side)}
+    # No model, so nothing is XLA-compiled; the CPU and oneDNN state as for every record.
+    result.update(vision_rows.machine_state(), enable_xla=False, xla_compiled=False)
+    return result
 
 
 def input_ab(model, input_glob, batches, rounds, warmup=20):
@@ -192,8 +201,7 @@ def input_ab(model, input_glob, batches, rounds, warmup=20):
     return {"workload": vision_rows.workload_name(model), "row": "input_ab", "batches": batches,
             "rounds": per_round, "lite_over_tfm": {"median": statistics.median(ratios),
                                                    "min": min(ratios), "max": max(ratios)},
-            "tf_enable_onednn_opts": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-            "cpu_model": vision_rows.cpu_model(), "versions": vision_rows._versions("tfm")}
+            "versions": vision_rows._versions("tfm"), **vision_rows.machine_state()}
 
 
 def main(argv=None):
@@ -204,6 +212,8 @@ def main(argv=None):
     parser.add_argument("--profile_loops", type=int, default=3,
                         help="outer loops profiled, after the warm-up ones")
     parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--dtype", default=None, choices=vision_rows.DTYPES,
+                        help="runtime.mixed_precision_dtype (both sides)")
     parser.add_argument("--inter_op_threads", type=int, default=None,
                         help="tf.config.threading.set_inter_op_parallelism_threads (1: one op "
                         "at a time)")
@@ -227,7 +237,7 @@ def main(argv=None):
         result = input_only(args.side, args.model, input_glob, args.batches)
     else:
         result = profile_loop(args.side, args.model, input_glob, args.steps_per_loop,
-                              args.profile_loops, args.xla)
+                              args.profile_loops, args.xla, args.dtype)
     measure.emit(result)
 
 

@@ -1,26 +1,36 @@
-"""The vision rows of issue 21: ResNet-18, ResNet-50, MobileNetV2, as shipped and like for like.
+"""Every vision row of issues 21 and 31 in one run: ResNet-18, ResNet-50, MobileNetV2,
+MobileNetV3Large and ViT-Ti/16 (DeiT's recipe), train and eval steps/s, float32 and bfloat16,
+lite_launcher vs TFM, like for like and as shipped.
 
-Every process runs one side of one model (vision_rows.py) in TFM's venv, so every side uses
-TFM's TensorFlow. Per round and model, the sides run back to back (the load of that minute
-falls on all of them), in this order, reversed every other round (and the models too):
+Every process runs one side of one model in one dtype (vision_rows.py), in TFM's venv, so
+every side uses TFM's TensorFlow; it trains (2 warm-up + N timed loops), then evaluates twice
+(`validation_steps`; the second evaluation is timed): train and eval steps/s from one process.
+`runtime.mixed_precision_dtype` is set on both sides (TFM's policy as official/vision/train.py
+sets it). Per round, model and dtype the sides run back to back; every other round the whole
+order is reversed. Settings:
 
-| setting      | side | environment                                   | runtime.enable_xla      |
-|--------------|------|-----------------------------------------------|-------------------------|
-| like for like| lite | TF_ENABLE_ONEDNN_OPTS=1                       | false                   |
-| like for like| tfm  | TF_ENABLE_ONEDNN_OPTS=1                       | false                   |
-| like for like| raw  | TF_ENABLE_ONEDNN_OPTS=1 (`--raw_models`)      | false                   |
-| as shipped   | lite | unset: lite-train's choice (lite_launcher.onednn) | the experiment's (true) |
-| as shipped   | tfm  | unset: TensorFlow's own choice                | the experiment's (true) |
-| input        | lite, tfm | TF_ENABLE_ONEDNN_OPTS=1 (`--input_models`): the side's own  | —  |
-|              |      | training dataset alone (vision_profile.py --input_only), images/s |    |
+| setting       | side      | environment                                  | runtime.enable_xla      |
+|---------------|-----------|----------------------------------------------|-------------------------|
+| as shipped    | lite, tfm | TF_ENABLE_ONEDNN_OPTS unset: lite-train's choice (lite_launcher.onednn) / TensorFlow's own | the experiment's |
+| like for like | lite, tfm | TF_ENABLE_ONEDNN_OPTS=1                      | false                   |
+| raw           | raw       | TF_ENABLE_ONEDNN_OPTS=1 (`--raw_models`)      | false                   |
+| input         | lite, tfm | TF_ENABLE_ONEDNN_OPTS=1 (`--input_models`): the training dataset alone, images/s | — |
+| probe         | lite, tfm | as shipped + ONEDNN_VERBOSE=1, 3 steps, once before the rounds: which oneDNN kernels ran | — |
 
-Each result holds the process's oneDNN state (as TensorFlow loaded it), `enable_xla`, whether
-the step was XLA-compiled, the CPU model and the load average; the round's load average at its
-start and end is recorded too. Writes benchmarks/results/<date>-<commit>-vision.json
-(`kind: vision_suite`); `report.py FILE --update benchmarks/README.md` renders it.
+Where TensorFlow turns oneDNN on by itself (a CPU with AVX-512 VNNI / BF16 or AMX) and nothing
+is XLA-compiled on a CPU, "as shipped" IS "like for like" on both sides: the suite then runs
+the as-shipped processes only, and the report uses a process for both settings only where its
+record shows that state (oneDNN on, nothing compiled). `--separate_like` runs both anyway.
 
-    python benchmarks/vision_suite.py --rounds 3            # ~25 min on 2 loaded cores
-    python benchmarks/vision_suite.py --list                # the processes of round 1, no run
+Every record holds the CPU model, core count, CPU flags (AMX, AVX-512 BF16, ...), the
+process's oneDNN state, `enable_xla` and whether the step was compiled, the dtype and the Keras
+policy the model was built under, and the load average. Writes
+benchmarks/results/<date>-<commit>-vision.json (`kind: vision_suite`);
+`report.py FILE --update benchmarks/README.md` renders it.
+
+    python benchmarks/vision_suite.py --list          # the processes and the estimated time
+    python benchmarks/vision_suite.py --rounds 5      # every row, ~33 min on 2 quiet cores
+    python benchmarks/vision_suite.py --smoke         # 1 round, fewest steps: checks each row
 """
 
 import argparse
@@ -28,6 +38,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,59 +51,101 @@ import measure  # noqa: E402
 import run  # noqa: E402  (git helpers, results path)
 import vision_rows  # noqa: E402
 
-MODELS = ("resnet18", "resnet50", "mobilenetv2")
-# (setting, side): what each process of a model measures, in round-1 order.
-SIDES = (("input", "lite"), ("input", "tfm"), ("like", "lite"), ("like", "tfm"),
-         ("like", "raw"), ("shipped", "lite"), ("shipped", "tfm"))
+MODELS = ("resnet18", "resnet50", "mobilenetv2", "mobilenetv3large", "vit_ti16")
+DTYPES = vision_rows.DTYPES
+SETTINGS = ("shipped", "like", "raw", "input")
 INPUT_BATCHES = 100
 ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
+# Per model: (steps_per_loop, timed loops, eval steps), sized so that a timed train loop and
+# the timed evaluation each take ~1-2 s on 2 cores (ResNet-50 ~1.6 steps/s, the others 4-9;
+# eval ~3x train), and est. seconds per process (imports, build, two traces, warm-up
+# and timed loops), measured on 2 AMD EPYC cores.
+SIZES = {"resnet18": (6, 3, 16), "resnet50": (2, 3, 8), "mobilenetv2": (8, 3, 24),
+         "mobilenetv3large": (8, 3, 24), "vit_ti16": (6, 3, 24)}
+EST_PROCESS_S = {"resnet18": 30, "resnet50": 45, "mobilenetv2": 36, "mobilenetv3large": 40,
+                 "vit_ti16": 45}
+# The input pipeline alone; a probe: a process without its timed part (~8 s).
+EST_INPUT_S, EST_TIMED_S = 14, 8
+SMOKE_SIZE = (1, 1, 2)
 
 
-def round_plan(models, raw_models, round_index, input_models=("resnet18",), model_rounds=None,
-               lite_once=False, shipped_tfm_models=None, input_rounds=None):
-    """[(model, setting, side)] of one round: sides of a model back to back; every other
-    round the whole list reversed. `model_rounds`: {model: the first N rounds only}.
+def shipped_is_like(cpu_flags):
+    """Whether TensorFlow turns oneDNN on by itself on this CPU (AVX-512 VNNI / BF16 or AMX),
+    so that as shipped both sides already run the like-for-like state on a CPU."""
+    return any(cpu_flags.get(f) for f in ("avx512_vnni", "avx512_bf16", "amx_tile"))
 
-    `lite_once`: lite runs once per model and round, as shipped; where its recorded state is
-    the like-for-like one (oneDNN on, nothing XLA-compiled) the report uses it for both
-    settings. `shipped_tfm_models`: the models whose TFM side also runs as shipped (default
-    all); `input_rounds`: the input pipeline alone in the first N rounds only.
-    """
-    models = [m for m in models if round_index < (model_rounds or {}).get(m, 10**9)]
-    inputs = input_rounds is None or round_index < input_rounds
 
-    def wanted(m, setting, side):
-        if side == "raw":
-            return m in raw_models
-        if setting == "input":
-            return m in input_models and inputs
-        if lite_once and side == "lite" and setting == "like":
-            return False
-        if setting == "shipped" and side == "tfm" and shipped_tfm_models is not None:
-            return m in shipped_tfm_models
-        return True
-
-    plan = [(m, setting, side) for m in models for setting, side in SIDES
-            if wanted(m, setting, side)]
+def round_plan(models, dtypes, round_index, separate_like=False, raw_models=(),
+               input_models=(), input_rounds=None, model_rounds=None):
+    """[(model, dtype, setting, side)] of one round: a model's dtypes and sides back to back;
+    every other round the whole list reversed. `model_rounds`: {model: first N rounds only};
+    `input_rounds`: the input pipeline alone in the first N rounds only."""
+    plan = []
+    for m in models:
+        if round_index >= (model_rounds or {}).get(m, 10**9):
+            continue
+        if m in input_models and (input_rounds is None or round_index < input_rounds):
+            plan += [(m, "float32", "input", side) for side in ("lite", "tfm")]
+        for dtype in dtypes:
+            plan += [(m, dtype, "shipped", side) for side in ("lite", "tfm")]
+            if separate_like:
+                plan += [(m, dtype, "like", side) for side in ("lite", "tfm")]
+            if m in raw_models:
+                plan.append((m, dtype, "raw", "raw"))
     return plan[::-1] if round_index % 2 else plan
 
 
-def process_argv(python, model, setting, side, data_dir, steps_per_loop, loops):
-    """(argv, env) of one measurement."""
-    argv = [python, os.path.join(_HERE, "vision_rows.py"), "--model", model, "--side", side,
-            "--steps_per_loop", str(steps_per_loop), "--loops", str(loops),
-            "--data_dir", data_dir]
+def process_argv(python, model, dtype, setting, side, data_dir, size):
+    """(argv, env) of one measurement; `size` = (steps_per_loop, timed loops, eval steps)."""
+    steps_per_loop, loops, eval_steps = size
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if setting == "input":
         argv = [python, os.path.join(_HERE, "vision_profile.py"), "--input_only", "--model",
                 model, "--side", side, "--batches", str(INPUT_BATCHES), "--data_dir", data_dir]
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if setting in ("like", "input"):
         env[ONEDNN_VAR] = "1"
+        return argv, env
+    argv = [python, os.path.join(_HERE, "vision_rows.py"), "--model", model, "--side", side,
+            "--dtype", dtype, "--data_dir", data_dir]
+    if setting == "probe":
+        # 3 one-step loops of training, no evaluation: the kernels, not the speed.
+        argv += ["--steps_per_loop", "1", "--loops", "1"]
+        env["ONEDNN_VERBOSE"] = "1"
     else:
+        argv += ["--steps_per_loop", str(steps_per_loop), "--loops", str(loops)]
+        if side != "raw":
+            argv += ["--eval_steps", str(eval_steps)]
+    if setting in ("shipped", "probe"):
         argv.append("--as_shipped")
         env.pop(ONEDNN_VAR, None)
+    else:
+        env[ONEDNN_VAR] = "1"
     return argv, env
+
+
+_VERBOSE_EXEC = re.compile(r"^onednn_verbose,(?:.*?,)?exec,cpu,([^,]+),([^,]*),")
+_VERBOSE_TYPE = re.compile(r"(?:^|[ ,])[a-z_]+:([a-z0-9]+):")
+
+
+def onednn_kernels(stdout):
+    """Summary of oneDNN's verbose lines (ONEDNN_VERBOSE=1): executed primitives in total, how
+    many had bf16 data, and the count per (primitive kind, implementation, data type)."""
+    total, bf16, by_kind = 0, 0, {}
+    for line in stdout.splitlines():
+        match = _VERBOSE_EXEC.match(line)
+        if not match:
+            continue
+        kind, impl = match.groups()
+        # The data types of the memory descriptors ("src:bf16::blocked:..."): "bf16",
+        # "f32", or "bf16/f32" for a cast (reorder) or a primitive with f32 parts.
+        types = sorted(set(_VERBOSE_TYPE.findall(line)) - {"undef"})
+        dtype = "/".join(types) or "other"
+        total += 1
+        bf16 += "bf16" in types
+        key = f"{kind} {impl} {dtype}"
+        by_kind[key] = by_kind.get(key, 0) + 1
+    return {"primitives": total, "bf16_primitives": bf16,
+            "by_kind": dict(sorted(by_kind.items(), key=lambda kv: -kv[1]))}
 
 
 def measure_one(argv, env, timeout_s):
@@ -106,58 +159,106 @@ def measure_one(argv, env, timeout_s):
     if result is None:
         tail = " | ".join((proc.stderr or "").strip().splitlines()[-3:])
         return {"error": f"exit {proc.returncode}: {tail}"}
+    if env.get("ONEDNN_VERBOSE"):
+        result["onednn_kernels"] = onednn_kernels(proc.stdout)
     result["wall_s"] = time.perf_counter() - started
     return result
+
+
+def estimate_s(plans, probes):
+    """Estimated seconds of the run: EST_PROCESS_S per measured process, EST_INPUT_S per
+    input-alone process, a process less its timed part per probe."""
+    total = sum(EST_INPUT_S if setting == "input" else EST_PROCESS_S[m]
+                for plan in plans for m, _, setting, _ in plan)
+    return total + sum(EST_PROCESS_S[m] - EST_TIMED_S for m, _, _, _ in probes)
+
+
+def _describe(result, setting):
+    if "error" in result:
+        return f"FAILED {result['error']}"
+    if setting == "input":
+        return f"{result['images_per_sec']:6.1f} images/s (input alone)"
+    if setting == "probe":
+        k = result["onednn_kernels"]
+        return f"oneDNN primitives {k['primitives']}, bf16 {k['bf16_primitives']}"
+    text = f"train {result['steps_per_sec']:6.2f}"
+    if result.get("eval_steps_per_sec"):
+        text += f"  eval {result['eval_steps_per_sec']:6.2f}"
+    return (f"{text} steps/s  oneDNN {'on' if result['onednn'] else 'off'}  XLA "
+            f"{'compiled' if result.get('xla_compiled') else 'not compiled'}  policy "
+            f"{result.get('policy')}")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--raw_models", nargs="*", default=["resnet18"], choices=MODELS,
-                        help="models that also get the raw loop (default: resnet18)")
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--separate_like", action="store_true",
+                        help="also run like-for-like processes where as shipped already is "
+                        "that state (see the module doc)")
+    parser.add_argument("--raw_models", nargs="*", default=[], choices=MODELS,
+                        help="models that also get the raw loop (train only)")
     parser.add_argument("--input_models", nargs="*", default=["resnet18"], choices=MODELS,
                         help="models whose input pipeline is also measured alone")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--lite_once", action="store_true",
-                        help="lite once per model and round, as shipped (see round_plan)")
-    parser.add_argument("--shipped_tfm_models", nargs="*", default=None, choices=MODELS,
-                        help="models whose TFM side also runs as shipped (default: all)")
     parser.add_argument("--input_rounds", type=int, default=None,
                         help="the input pipeline alone in the first N rounds only")
-    parser.add_argument("--mobilenetv2_rounds", type=int, default=None,
-                        help="measure MobileNetV2 in the first N rounds only")
-    parser.add_argument("--resnet50_rounds", type=int, default=None,
-                        help="measure ResNet-50 in the first N rounds only (default: all; "
-                        "~2 s a step on 2 loaded cores)")
-    parser.add_argument("--steps_per_loop", type=int, default=4)
-    parser.add_argument("--loops", type=int, default=2, help="timed loops per process")
+    parser.add_argument("--probe_dtypes", nargs="*", default=["bfloat16"], choices=DTYPES,
+                        help="dtypes whose oneDNN kernels are probed once per model and side "
+                        "(ONEDNN_VERBOSE=1) before the rounds")
+    parser.add_argument("--model_rounds", nargs="*", default=[], metavar="MODEL=N",
+                        help="measure MODEL in the first N rounds only")
+    parser.add_argument("--smoke", action="store_true",
+                        help="1 round, 1-step loops, 2 eval steps, 64 images: every row runs")
     parser.add_argument("--tfm_python", default=vision_rows.DEFAULT_TFM_PYTHON)
-    parser.add_argument("--data_dir", default=os.path.join(tempfile.gettempdir(),
-                                                           "lite_vision_bench"))
+    parser.add_argument("--data_dir", default=None)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per process")
     parser.add_argument("--results", default=None, help="results file (default: "
                         "benchmarks/results/<date>-<commit>-vision.json)")
     parser.add_argument("--label", default="")
     parser.add_argument("--list", action="store_true",
-                        help="print the processes of the first two rounds and exit")
+                        help="print the processes of the first two rounds, the estimated "
+                        "duration, and exit")
     args = parser.parse_args(argv)
-    model_rounds = {m: n for m, n in (("resnet50", args.resnet50_rounds),
-                                      ("mobilenetv2", args.mobilenetv2_rounds)) if n is not None}
+    try:
+        model_rounds = {k: int(v) for k, v in (item.split("=") for item in args.model_rounds)}
+    except ValueError:
+        parser.error(f"--model_rounds {' '.join(args.model_rounds)}: write MODEL=N, e.g. "
+                     "resnet50=3")
+    if args.smoke:
+        args.rounds = 1
+    sizes = {m: SMOKE_SIZE if args.smoke else SIZES[m] for m in args.models}
+    data_dir = args.data_dir or os.path.join(
+        tempfile.gettempdir(), "lite_vision_bench_smoke" if args.smoke else "lite_vision_bench")
+    cpu_flags = vision_rows.cpu_features()
+    separate_like = args.separate_like or not shipped_is_like(cpu_flags)
+    plans = [round_plan(args.models, args.dtypes, r, separate_like, args.raw_models,
+                        args.input_models, args.input_rounds, model_rounds)
+             for r in range(args.rounds)]
+    probes = [(m, d, "probe", side) for m in args.models for d in args.probe_dtypes
+              for side in ("lite", "tfm")]
+
     if args.list:
-        for r in range(min(2, args.rounds)):
-            for model, setting, side in round_plan(args.models, args.raw_models, r,
-                                                   args.input_models, model_rounds,
-                                                   args.lite_once, args.shipped_tfm_models,
-                                                   args.input_rounds):
-                command, env = process_argv(args.tfm_python, model, setting, side,
-                                            args.data_dir, args.steps_per_loop, args.loops)
-                print(f"round {r + 1} {model} {setting} {side}: "
+        for model, dtype, setting, side in probes:
+            command, env = process_argv(args.tfm_python, model, dtype, setting, side, data_dir,
+                                        sizes[model])
+            print(f"probe {model} {dtype} {side}: ONEDNN_VERBOSE=1 {' '.join(command)}")
+        for r, plan in enumerate(plans[:2]):
+            for model, dtype, setting, side in plan:
+                command, env = process_argv(args.tfm_python, model, dtype, setting, side,
+                                            data_dir, sizes[model])
+                print(f"round {r + 1} {model} {dtype} {setting} {side}: "
                       f"{ONEDNN_VAR}={env.get(ONEDNN_VAR, '<unset>')} {' '.join(command)}")
+        print(f"{sum(map(len, plans))} measured processes in {args.rounds} round(s) + "
+              f"{len(probes)} probes; like for like "
+              f"{'in separate processes' if separate_like else 'served by as shipped'}; "
+              f"estimated {estimate_s(plans, probes) / 60:.0f} min on 2 quiet cores "
+              "(EST_PROCESS_S)")
         return 0
 
     subprocess.run([args.tfm_python, os.path.join(_HERE, "vision_rows.py"),
-                    "--write_data_only", "--data_dir", args.data_dir], check=True,
-                   capture_output=True)
+                    "--write_data_only", "--data_dir", data_dir]
+                   + (["--smoke"] if args.smoke else []), check=True, capture_output=True)
     commit = run._git("rev-parse", "HEAD")
     dirty = bool(run._git("status", "--porcelain", "--untracked-files=no"))
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -165,53 +266,59 @@ def main(argv=None):
     started = time.perf_counter()
     path = args.results or os.path.join(
         run.RESULTS_DIR, f"{now.strftime('%Y-%m-%d')}-{commit[:7]}{'-dirty' if dirty else ''}"
-        "-vision.json")
+        f"-vision{'-smoke' if args.smoke else ''}.json")
 
-    def save(records, rounds, final=False):
+    def save(final=False):
         meta = {"date": now.strftime("%Y-%m-%d %H:%M"), "commit": commit, "dirty": dirty,
                 "machine": platform.machine(), "cpu_model": vision_rows.cpu_model(),
-                "cpus": os.cpu_count(), "command": " ".join(sys.argv), "label": args.label,
+                "cpus": os.cpu_count(), "cpu_flags": cpu_flags,
+                "command": " ".join(sys.argv), "label": args.label, "smoke": args.smoke,
                 "rounds": len(rounds), "rounds_requested": args.rounds, "complete": final,
-                "steps_per_loop": args.steps_per_loop, "loops": args.loops,
-                "warmup_loops": vision_rows.WARMUP_LOOPS, "batch": vision_rows.BATCH,
-                "image_size": vision_rows.IMAGE_SIZE, "models": args.models,
-                "raw_models": args.raw_models, "model_rounds": model_rounds,
-                "lite_once": args.lite_once, "shipped_tfm_models": args.shipped_tfm_models,
-                "input_rounds": args.input_rounds, "input_models": args.input_models,
-                "input_batches": INPUT_BATCHES, "elapsed_s": time.perf_counter() - started}
+                "sizes": sizes, "warmup_loops": vision_rows.WARMUP_LOOPS,
+                "batch": vision_rows.BATCH, "image_size": vision_rows.IMAGE_SIZE,
+                "models": args.models, "dtypes": args.dtypes,
+                "shipped_serves_like": not separate_like, "raw_models": args.raw_models,
+                "model_rounds": model_rounds, "input_rounds": args.input_rounds,
+                "input_models": args.input_models, "input_batches": INPUT_BATCHES,
+                "estimated_s": estimate_s(plans, probes),
+                "elapsed_s": time.perf_counter() - started}
         with open(path, "w") as f:
             json.dump({"kind": "vision_suite", "meta": meta, "rounds": rounds,
                        "records": records}, f, indent=1)
-    for r in range(args.rounds):
+
+    def one(r, model, dtype, setting, side):
+        command, env = process_argv(args.tfm_python, model, dtype, setting, side, data_dir,
+                                    sizes[model])
+        load = list(os.getloadavg())
+        result = measure_one(command, env, args.timeout)
+        result.update(round=r, model=model, dtype=dtype, setting=setting, side=side,
+                      loadavg_before=load)
+        if setting == "probe" and "error" not in result:
+            kernels[(model, dtype, side)] = result["onednn_kernels"]
+        elif (model, dtype, side) in kernels:
+            # Which kernels a process of this model, dtype and side runs: the probe's count.
+            result["onednn_kernels_probe"] = kernels[(model, dtype, side)]
+        records.append(result)
+        where = "probe" if r is None else f"round {r + 1}/{args.rounds}"
+        print(f"{where} {model:16s} "
+              f"{dtype:8s} {setting:7s} {side:4s} {_describe(result, setting)}  load "
+              f"{load[0]:.1f}", flush=True)
+        save()  # a process at a time: nothing is lost
+
+    kernels = {}
+    for model, dtype, setting, side in probes:
+        one(None, model, dtype, setting, side)
+    for r, plan in enumerate(plans):
         round_info = {"round": r, "loadavg_start": list(os.getloadavg()),
-                      "order": []}
-        for model, setting, side in round_plan(args.models, args.raw_models, r,
-                                               args.input_models, model_rounds, args.lite_once,
-                                               args.shipped_tfm_models, args.input_rounds):
-            command, env = process_argv(args.tfm_python, model, setting, side, args.data_dir,
-                                        args.steps_per_loop, args.loops)
-            load = list(os.getloadavg())
-            result = measure_one(command, env, args.timeout)
-            result.update(round=r, model=model, setting=setting, side=side,
-                          loadavg_before=load)
-            records.append(result)
-            round_info["order"].append(f"{model}/{setting}/{side}")
-            print(f"round {r + 1}/{args.rounds} {model:11s} {setting:7s} {side:4s} "
-                  + (f"FAILED {result['error']}" if "error" in result else
-                     f"{result['images_per_sec']:6.1f} images/s (input alone)"
-                     if setting == "input" else
-                     f"{result['steps_per_sec']:6.2f} steps/s  oneDNN "
-                     f"{'on' if result['onednn'] else 'off'}  XLA "
-                     f"{'compiled' if result.get('xla_compiled') else 'not compiled'}  load "
-                     f"{load[0]:.1f}"), flush=True)
-            save(records, rounds + [round_info])  # a process at a time: nothing is lost
+                      "order": [f"{m}/{d}/{s}/{side}" for m, d, s, side in plan]}
+        for model, dtype, setting, side in plan:
+            one(r, model, dtype, setting, side)
         round_info["loadavg_end"] = list(os.getloadavg())
         round_info["elapsed_s"] = time.perf_counter() - started
         rounds.append(round_info)
-    save(records, rounds, final=True)
+    save(final=True)
     print(f"wrote {path}")
-    failed = sum("error" in r for r in records)
-    return 1 if failed else 0
+    return 1 if any("error" in r for r in records) else 0
 
 
 if __name__ == "__main__":

@@ -365,29 +365,132 @@ def test_ab_checkouts_reports_per_round_ratios_and_puts_each_checkout_first(monk
 
 # ----- issue 21: the vision suite, its report, the GPU vision rows --------------------------
 
-def test_vision_suite_interleaves_sides_per_model_and_sets_onednn_per_setting():
+def test_vision_suite_plans_every_row_interleaved_and_sets_each_sides_environment():
     import vision_suite
 
-    first = vision_suite.round_plan(["resnet18", "resnet50"], ["resnet18"], 0,
-                                    model_rounds={"resnet50": 1})
-    second = vision_suite.round_plan(["resnet18", "resnet50"], ["resnet18"], 1,
-                                     model_rounds={"resnet50": 1})
-    # A model's sides run back to back; raw only for raw_models; input only for resnet18.
-    assert [m for m, _, _ in first] == ["resnet18"] * 7 + ["resnet50"] * 4
-    assert ("resnet50", "like", "raw") not in first
-    assert ("resnet18", "input", "lite") in first and ("resnet50", "input", "lite") not in first
-    # Reversed every other round, ResNet-50 in its first round only.
-    assert second == first[:7][::-1]
-    for setting, side in vision_suite.SIDES:
-        argv, env = vision_suite.process_argv("py", "resnet18", setting, side, "/d", 4, 2)
-        if setting == "shipped":
+    models = ["resnet18", "vit_ti16"]
+    first = vision_suite.round_plan(models, ["float32", "bfloat16"], 0, raw_models=["resnet18"],
+                                    input_models=["resnet18"], input_rounds=1,
+                                    model_rounds={"vit_ti16": 1})
+    second = vision_suite.round_plan(models, ["float32", "bfloat16"], 1,
+                                     raw_models=["resnet18"], input_models=["resnet18"],
+                                     input_rounds=1, model_rounds={"vit_ti16": 1})
+    # Per model and dtype the two sides back to back; raw only for raw_models; as shipped
+    # only where it serves like for like; input in its first round only.
+    assert first[:7] == [("resnet18", "float32", "input", "lite"),
+                         ("resnet18", "float32", "input", "tfm"),
+                         ("resnet18", "float32", "shipped", "lite"),
+                         ("resnet18", "float32", "shipped", "tfm"),
+                         ("resnet18", "float32", "raw", "raw"),
+                         ("resnet18", "bfloat16", "shipped", "lite"),
+                         ("resnet18", "bfloat16", "shipped", "tfm")]
+    assert [e for e in first if e[0] == "vit_ti16"] == [
+        ("vit_ti16", d, "shipped", side) for d in ("float32", "bfloat16")
+        for side in ("lite", "tfm")]
+    # Reversed every other round; ViT-Ti in its first round only, input too.
+    assert second == [e for e in first if e[0] == "resnet18" and e[2] != "input"][::-1]
+    separate = vision_suite.round_plan(["resnet18"], ["float32"], 0, separate_like=True)
+    assert [s for _, _, s, _ in separate] == ["shipped", "shipped", "like", "like"]
+    assert vision_suite.shipped_is_like({"avx512_bf16": True})
+    assert not vision_suite.shipped_is_like({"avx2": True, "avx512f": True})
+    size = (6, 3, 16)
+    for setting, side in (("shipped", "tfm"), ("like", "lite"), ("raw", "raw"),
+                          ("input", "lite"), ("probe", "tfm")):
+        argv, env = vision_suite.process_argv("py", "resnet18", "bfloat16", setting, side,
+                                              "/d", size)
+        if setting in ("shipped", "probe"):
             # Each launcher's own choice: the variable unset, the experiment's enable_xla.
             assert vision_suite.ONEDNN_VAR not in env and "--as_shipped" in argv
-            assert "--xla" not in argv
         else:
             assert env[vision_suite.ONEDNN_VAR] == "1" and "--as_shipped" not in argv
+        assert ("ONEDNN_VERBOSE" in env) == (setting == "probe")
         script = "vision_profile.py" if setting == "input" else "vision_rows.py"
         assert argv[1].endswith(script) and argv[argv.index("--side") + 1] == side
+        if setting != "input":
+            assert argv[argv.index("--dtype") + 1] == "bfloat16"
+        if setting in ("shipped", "like"):
+            assert argv[argv.index("--steps_per_loop") + 1] == "6"
+            assert argv[argv.index("--eval_steps") + 1] == "16"
+        else:
+            assert "--eval_steps" not in argv
+
+
+def test_vision_suite_list_prints_probes_rounds_and_the_estimated_time(capsys):
+    import vision_suite
+
+    assert vision_suite.main(["--list", "--rounds", "3", "--models", "resnet18", "resnet50",
+                              "--dtypes", "float32", "--input_models", "--probe_dtypes",
+                              "bfloat16", "--model_rounds", "resnet50=1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    probes = [line for line in lines if line.startswith("probe ")]
+    assert len(probes) == 4 and all("ONEDNN_VERBOSE=1" in line for line in probes)
+    # Round 1: 2 models x 2 sides; round 2: resnet18 only (first two rounds listed).
+    assert sum(line.startswith("round 1 ") for line in lines) == 4
+    assert sum(line.startswith("round 2 ") for line in lines) == 2
+    est = vision_suite.EST_PROCESS_S
+    probes = 2 * (est["resnet18"] + est["resnet50"] - 2 * vision_suite.EST_TIMED_S)
+    minutes = (3 * 2 * est["resnet18"] + 2 * est["resnet50"] + probes) / 60
+    assert lines[-1].startswith("8 measured processes in 3 round(s) + 4 probes")
+    assert f"estimated {minutes:.0f} min" in lines[-1]
+    with pytest.raises(SystemExit):
+        vision_suite.main(["--list", "--model_rounds", "resnet50"])
+
+
+def test_onednn_verbose_lines_are_counted_by_kind_and_data_type():
+    import vision_suite
+
+    out = "\n".join([
+        "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with bfloat16 support",
+        "onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:f32::blocked:cdba::f0 "
+        "dst:bf16::blocked:AcdB16a2b::f0,,,16x8x3x3,1.6",
+        "onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx512_core_bf16,"
+        "forward_training,src:bf16::blocked:acdb::f0 wei:bf16:a:blocked:AcdB16a2b::f0 "
+        "bia:undef::undef::: dst:bf16::blocked:acdb::f0,attr-scratchpad:user,alg:x,mb1,0.1",
+        "onednn_verbose,v1,primitive,exec,cpu,convolution,brg_conv_fwd:avx512_core_bf16,"
+        "forward_training,src:bf16::blocked:acdb::f0 dst:bf16::blocked:acdb::f0,,alg:x,mb1,0.1",
+        "onednn_verbose,v1,primitive,exec,cpu,inner_product,brgemm:avx512_core,"
+        "forward_training,src:f32::blocked:ab::f0 dst:f32::blocked:ab::f0,,,mb16ic8oc4,0.1",
+        "BENCH_RESULT {}"])
+    kernels = vision_suite.onednn_kernels(out)
+    assert kernels == {"primitives": 4, "bf16_primitives": 3, "by_kind": {
+        "convolution brg_conv_fwd:avx512_core_bf16 bf16": 2, "reorder jit:uni bf16/f32": 1,
+        "inner_product brgemm:avx512_core f32": 1}}
+    assert vision_suite.onednn_kernels("no verbose output")["primitives"] == 0
+
+
+def test_vision_rows_time_train_loops_before_the_first_evaluation_and_the_second_one():
+    import vision_rows
+
+    w = vision_rows.WARMUP_LOOPS
+    like = vision_rows.overrides("vit_ti16", "/d/*", 4, 3, False, dtype="bfloat16",
+                                 eval_steps=8)
+    trained = 4 * (w + 3)
+    assert like["trainer"]["train_steps"] == trained + 1
+    assert like["trainer"]["validation_interval"] == trained
+    assert like["trainer"]["validation_steps"] == 8
+    assert like["task"]["validation_data"]["input_path"] == "/d/*"
+    assert like["task"]["model"]["backbone"] == {"vit": {"model_name": "vit-ti16"}}
+    assert vision_rows.EXPERIMENTS["vit_ti16"] == "deit_imagenet_pretrain"
+    assert vision_rows.overrides("mobilenetv3large", "/d/*", 4, 3, None)["task"]["model"][
+        "backbone"] == {"mobilenet": {"model_id": "MobileNetV3Large"}}
+    # Loops end at 1, 2, 3, 4, 5 s (warm-up: the first w), evaluation 0 (tracing) ends at
+    # 9 s, the 1-step loop at 10 s, the timed evaluation (8 steps) at 12 s.
+    train_times = [float(t) for t in range(1, w + 4)] + [10.0]
+    train, ev = vision_rows.eval_layout(train_times, [9.0, 12.0], 4, 3, 8)
+    assert train == pytest.approx(3 * 4 / (train_times[w + 2] - train_times[w - 1]))
+    assert ev == pytest.approx(8 / 2.0)
+    with pytest.raises(ValueError, match="2 evaluations"):
+        vision_rows.eval_layout(train_times, [9.0], 4, 3, 8)
+
+
+def test_cpu_features_read_the_flags_the_bf16_kernels_depend_on():
+    import vision_rows
+
+    info = "processor\t: 0\nmodel name\t: X\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n"
+    assert vision_rows.cpu_features(info) == {
+        "avx2": True, "avx512f": True, "avx512_vnni": False, "avx512_bf16": True,
+        "amx_tile": True, "amx_bf16": False}
+    assert vision_rows.cpu_features("no flags here") == {}
 
 
 def test_vision_rows_overrides_as_shipped_keep_the_experiments_xla_and_cover_mobilenet():
@@ -397,56 +500,86 @@ def test_vision_rows_overrides_as_shipped_keep_the_experiments_xla_and_cover_mob
     assert "enable_xla" not in shipped["runtime"]
     assert shipped["task"]["model"]["backbone"] == {"mobilenet": {"model_id": "MobileNetV2"}}
     assert vision_rows.EXPERIMENTS["mobilenetv2"] == "mobilenet_imagenet"
+    assert "validation_data" not in shipped["task"]  # eval_steps 0: train only
     like = vision_rows.overrides("resnet18", "/d/*", 4, 2, False, dtype="bfloat16", num_gpus=1)
     assert like["runtime"] == {"distribution_strategy": "off", "enable_xla": False,
                                "mixed_precision_dtype": "bfloat16", "num_gpus": 1}
 
 
-def _suite_record(r, model, setting, side, figure, **state):
+_STATE = {"onednn": True, "xla_compiled": False, "cpu_model": "AMD EPYC", "cpus": 2}
+
+
+def _suite_record(r, model, setting, side, figure, dtype="float32", eval_figure=None, **state):
     key = "images_per_sec" if setting == "input" else "steps_per_sec"
     record = {"round": r, "model": model, "setting": setting, "side": side, key: figure,
-              "loadavg_before": [4.0 + r, 0, 0]}
-    if setting != "input":
-        record.update({"onednn": True, "enable_xla": setting == "shipped",
-                       "xla_compiled": False}, **state)
+              "dtype": dtype, "loadavg_before": [4.0 + r, 0, 0]}
+    record.update(_STATE, enable_xla=setting == "shipped")
+    if eval_figure is not None:
+        record["eval_steps_per_sec"] = eval_figure
+    record.update(state)
     return record
 
 
 def _suite_results():
-    records = []
-    # lite/tfm like for like per round: 1.2, 0.8, 1.1 -> median 1.1 (pass);
-    # shipped lite/tfm: 3.0, 1.5, 2.5 -> 2.5 (pass); lite/raw: 0.9 each round (MISS).
-    for r, (lite, tfm, shipped_tfm) in enumerate(((1.2, 1.0, 0.4), (0.8, 1.0, 0.8),
-                                                  (1.1, 1.0, 0.48))):
-        records += [_suite_record(r, "resnet18", "like", "lite", lite),
-                    _suite_record(r, "resnet18", "like", "tfm", tfm),
-                    _suite_record(r, "resnet18", "like", "raw", lite / 0.9),
-                    _suite_record(r, "resnet18", "shipped", "lite", 1.2),
-                    _suite_record(r, "resnet18", "shipped", "tfm", shipped_tfm,
-                                  onednn=False),
+    records = [{"round": None, "model": "resnet18", "dtype": "bfloat16", "setting": "probe",
+                "side": side, "onednn_kernels": {
+                    "primitives": 100, "bf16_primitives": 60, "by_kind": {
+                        "convolution brg_conv_fwd:avx512_core_bf16 bf16": 40}}}
+               for side in ("lite", "tfm")]
+    # lite/tfm train per round: 1.2, 0.8, 1.1 -> median 1.1 (pass), spread ±20 %;
+    # eval: 0.9 every round (MISS, slower in every round); lite/raw: 0.9 (MISS);
+    # bf16: lite 1.5x its fp32 every round.
+    for r, (lite, tfm) in enumerate(((1.2, 1.0), (0.8, 1.0), (1.1, 1.0))):
+        records += [_suite_record(r, "resnet18", "shipped", "lite", lite, eval_figure=9.0),
+                    _suite_record(r, "resnet18", "shipped", "tfm", tfm, eval_figure=10.0),
+                    _suite_record(r, "resnet18", "shipped", "lite", 1.5 * lite, "bfloat16",
+                                  eval_figure=9.0),
+                    _suite_record(r, "resnet18", "shipped", "tfm", tfm, "bfloat16",
+                                  eval_figure=10.0),
+                    _suite_record(r, "resnet18", "raw", "raw", lite / 0.9),
                     _suite_record(r, "resnet18", "input", "lite", 900.0),
                     _suite_record(r, "resnet18", "input", "tfm", 1000.0)]
-    records.append({"round": 0, "model": "resnet50", "setting": "like", "side": "tfm",
-                    "error": "exit 1: boom", "loadavg_before": [5.0, 0, 0]})
+    # A TFM process with oneDNN off: it cannot stand for like for like.
+    records.append(_suite_record(0, "resnet50", "shipped", "tfm", 0.5, onednn=False))
+    records.append(_suite_record(0, "resnet50", "shipped", "lite", 1.0))
+    records.append({"round": 1, "model": "resnet50", "dtype": "float32", "setting": "shipped",
+                    "side": "tfm", "error": "exit 1: boom", "loadavg_before": [5.0, 0, 0]})
     meta = {"date": "2026-12-01 11:00", "commit": "abc1234def", "dirty": False,
             "cpu_model": "AMD EPYC", "cpus": 2, "machine": "x86_64", "rounds": 3,
-            "elapsed_s": 600, "batch": 16, "image_size": 64, "loops": 2, "steps_per_loop": 4,
-            "warmup_loops": 2, "models": ["resnet18", "resnet50"]}
+            "cpu_flags": {"avx512_bf16": True, "amx_tile": False},
+            "elapsed_s": 600, "batch": 16, "image_size": 64, "warmup_loops": 2,
+            "sizes": {"resnet18": [6, 3, 16], "resnet50": [2, 3, 8]},
+            "models": ["resnet18", "resnet50"], "dtypes": ["float32", "bfloat16"],
+            "shipped_serves_like": True, "raw_models": ["resnet18"],
+            "input_models": ["resnet18"]}
     return {"kind": "vision_suite", "meta": meta, "rounds": [], "records": records}
 
 
-def test_report_renders_the_vision_suite_with_per_round_ratios_and_misses(tmp_path):
+def test_report_renders_every_vision_row_with_per_round_ratios_and_misses(tmp_path):
     text, targets = report.vision_suite_markdown(_suite_results(), source="r.json")
-    status = {(m, name): (s, st) for m, name, s, st in targets}
-    assert status[("resnet18", "like: lite/tfm >= 1")][0]["median"] == pytest.approx(1.1)
-    assert status[("resnet18", "like: lite/tfm >= 1")][1] == "pass"
-    assert status[("resnet18", "like: lite/raw >= 0.97")][1] == "MISS"
-    assert status[("resnet18", "shipped: lite/tfm >= 2")][0]["median"] == pytest.approx(2.5)
-    assert status[("resnet18", "input: lite/tfm >= 1")][1] == "MISS"
-    assert status[("resnet50", "like: lite/tfm >= 1")][1] == "not measured"
-    assert "AMD EPYC" in text and "1 process(es) failed" in text
-    assert "| resnet18 | as shipped (each launcher's defaults) | tfm | oneDNN off, enable_xla " \
-           "true (not compiled) |" in text
+    status = {(m, d, name): (s, st) for m, d, name, s, st in targets}
+    train = status[("resnet18", "float32", "like: lite/tfm train >= 1")]
+    assert train[0]["median"] == pytest.approx(1.1) and train[1] == "pass"
+    assert status[("resnet18", "float32", "like: lite/tfm eval >= 1")][1] == "MISS"
+    assert status[("resnet18", "bfloat16", "like: lite/tfm train >= 1")][1] == "pass"
+    assert status[("resnet18", "float32", "like: lite/raw train >= 0.97")][1] == "MISS"
+    assert status[("resnet18", "float32", "shipped: lite/tfm train >= 1.15")][1] == "MISS"
+    assert status[("resnet18", "float32", "input: lite/tfm input >= 1")][1] == "MISS"
+    # ResNet-50's TFM process ran with oneDNN off: not like for like, so not measured there.
+    assert status[("resnet50", "float32", "like: lite/tfm train >= 1")][1] == "not measured"
+    # The as-shipped target names ResNet-18 and MobileNetV2 only; ResNet-50's ratio is shown.
+    assert ("resnet50", "float32", "shipped: lite/tfm train >= 1.15") not in status
+    assert "| resnet50 | float32 | as shipped (each launcher's defaults) | 2.000 |" in text
+    assert "AMD EPYC (2 CPUs, x86_64), AMX no, AVX-512 BF16 yes" in text
+    assert "oneDNN on in 22 of 23 processes" in text and "1 process(es) failed" in text
+    # What the rounds show, not "at least as fast": the train ratio spans 0.8-1.2.
+    assert "| 1.100 [0.800–1.200] | 0.900 [0.900–0.900] | 0.900 [0.900–0.900] | " \
+           "indistinguishable within ±20 % |" in text
+    assert "| resnet18 | lite | 1.50 [1.50–1.50] | 1.00 [1.00–1.00] | 60 of 100 oneDNN " \
+           "primitives bf16" in text
+    assert "| resnet18 | float32 | as shipped (each launcher's defaults) | tfm | oneDNN on, " \
+           "enable_xla true (not compiled) |" in text
+    assert "targets pass; MISS: resnet18 float32 like: lite/tfm eval >= 1;" in text
     # --update writes the vision block only.
     results = tmp_path / "v.json"
     results.write_text(json.dumps(_suite_results()))
@@ -456,6 +589,48 @@ def test_report_renders_the_vision_suite_with_per_round_ratios_and_misses(tmp_pa
     assert report.main([str(results), "--update", str(readme)]) == 0
     content = readme.read_text()
     assert "keep" in content and "old" not in content and "targets pass" in content
+
+
+def test_report_says_not_recorded_where_a_file_lacks_the_machine_state():
+    data = _suite_results()
+    for key in ("cpu_model", "cpus", "cpu_flags"):
+        del data["meta"][key]
+    for r in data["records"]:
+        for key in ("onednn", "cpu_model"):
+            r.pop(key, None)
+    text, targets = report.vision_suite_markdown(data)
+    assert "CPU not recorded, CPU flags (AMX, AVX-512 BF16) not recorded" in text
+    assert "oneDNN not recorded" in text and "oneDNN on" not in text
+    # Without a recorded oneDNN state no process stands for like for like.
+    like = [st for m, d, name, s, st in targets if name.startswith("like: lite/tfm")]
+    assert set(like) == {"not measured"}
+    # Rows from another machine are named.
+    data = _suite_results()
+    data["records"][-2]["cpu_model"] = "Intel Xeon"
+    assert "**rows measured on another machine**: Intel Xeon" in \
+        report.vision_suite_markdown(data)[0]
+
+
+def test_report_of_a_run_file_derives_cpu_and_onednn_from_the_records():
+    text = report.markdown(_results(1))[0]
+    assert "CPU not recorded, oneDNN not recorded" in text and "oneDNN on" not in text
+    data = _results(1)
+    data["meta"]["cpu_model"] = "AMD EPYC"
+    for r in data["records"]:
+        r["onednn"] = r["side"] != "tfm"
+    text = report.markdown(data)[0]
+    assert "CPU AMD EPYC, oneDNN on in 4 of 7 processes that recorded it" in text
+
+
+def test_verdict_claims_a_lead_only_when_every_round_shows_it():
+    assert report.verdict({"median": 1.1, "min": 1.05, "max": 1.2, "n": 5}) == \
+        "lite faster in every round (+5 to +20 %)"
+    assert report.verdict({"median": 1.0, "min": 0.89, "max": 1.19, "n": 5}) == \
+        "indistinguishable within ±19 %"
+    assert report.verdict({"median": 0.9, "min": 0.8, "max": 0.95, "n": 3}).startswith(
+        "lite slower in every round")
+    assert report.verdict({"median": 1.3, "min": 1.3, "max": 1.3, "n": 1}) == \
+        "one round: no spread, no verdict"
 
 
 def test_gpu_vision_rows_list_every_model_dtype_and_xla_and_skip_for_time(tmp_path, capsys):
@@ -483,17 +658,61 @@ def test_gpu_check_lists_the_vision_rows():
     assert len(lines) == 18 and all("vision_rows.py --side lite" in line for line in lines)
 
 
-def test_report_uses_the_as_shipped_lite_process_like_for_like_only_in_that_state():
+def test_report_uses_an_as_shipped_process_like_for_like_only_in_that_state():
     data = _suite_results()
-    data["meta"]["lite_once"] = True
-    data["records"] = [r for r in data["records"]
-                       if not (r["side"] == "lite" and r["setting"] == "like")]
     _, targets = report.vision_suite_markdown(data)
-    like = {(m, name): s for m, name, s, _ in targets}[("resnet18", "like: lite/tfm >= 1")]
-    assert like["median"] == pytest.approx(1.2) and like["n"] == 3  # shipped lite 1.2 / 1.0
+    like = {(m, d, n): s for m, d, n, s, _ in targets}[
+        ("resnet18", "float32", "like: lite/tfm train >= 1")]
+    assert like["n"] == 3
     for r in data["records"]:  # compiled with XLA: not the like-for-like state
-        if r["side"] == "lite" and r["setting"] == "shipped":
+        if r["side"] == "lite" and r.get("setting") == "shipped":
             r["xla_compiled"] = True
     _, targets = report.vision_suite_markdown(data)
-    assert {(m, n): st for m, n, _, st in targets}[("resnet18", "like: lite/tfm >= 1")] == \
-        "not measured"
+    assert {(m, d, n): st for m, d, n, _, st in targets}[
+        ("resnet18", "float32", "like: lite/tfm train >= 1")] == "not measured"
+    data = _suite_results()
+    data["meta"]["shipped_serves_like"] = False  # the suite ran like for like separately
+    _, targets = report.vision_suite_markdown(data)
+    assert {(m, d, n): st for m, d, n, _, st in targets}[
+        ("resnet18", "float32", "like: lite/tfm train >= 1")] == "not measured"
+
+
+def test_shipped_ab_rotates_the_variants_and_rates_each_against_base_per_round():
+    import shipped_ab
+
+    variants = ["base", "tf_data_1_thread", "inter_op_1"]
+    assert [shipped_ab.round_order(variants, r)[0] for r in range(4)] == [
+        "base", "tf_data_1_thread", "inter_op_1", "base"]
+    argv, env = shipped_ab.command("py", "resnet18", "float32", "inter_op_1", "/d", (6, 3, 16))
+    assert "--eval_steps" not in argv and argv[-2:] == ["--variant", "inter_op_1"]
+    assert "--as_shipped" in argv and "TF_ENABLE_ONEDNN_OPTS" not in env
+    records = [{"round": 0, "variant": "base", "steps_per_sec": 4.0},
+               {"round": 0, "variant": "inter_op_1", "steps_per_sec": 5.0},
+               {"round": 1, "variant": "inter_op_1", "steps_per_sec": 3.0},
+               {"round": 1, "variant": "base", "steps_per_sec": 4.0},
+               {"round": 2, "variant": "base", "error": "exit 1"},
+               {"round": 2, "variant": "inter_op_1", "steps_per_sec": 9.0}]
+    ratio = shipped_ab.summarise(records, ["base", "inter_op_1"])["inter_op_1"]["ratio_to_base"]
+    assert ratio == {"median": pytest.approx(1.0), "min": 0.75, "max": 1.25, "n": 2}
+
+
+def test_vision_rows_variants_reach_lites_dataset_and_config():
+    import tensorflow as tf
+    import vision_rows
+
+    class Task:
+        def build_inputs(self, data_config):
+            return tf.data.Dataset.range(4)
+
+    params = types.SimpleNamespace(task=types.SimpleNamespace(train_data=None))
+    task = Task()
+    vision_rows._apply_variant("tf_data_1_thread", params, task)
+    assert task.build_inputs(None).options().threading.private_threadpool_size == 1
+    task = Task()
+    vision_rows._apply_variant("no_map_parallelization", params, task)
+    assert task.build_inputs(None).options().experimental_optimization.map_parallelization \
+        is False
+    seen = []
+    params.task.train_data = types.SimpleNamespace(override=seen.append)
+    vision_rows._apply_variant("prefetch_2", params, Task())
+    assert seen == [{"prefetch_buffer_size": 2}]
