@@ -127,7 +127,7 @@ def _children_cpu_s():
     return usage.ru_utime + usage.ru_stime
 
 
-def run_process(command, env, timeout):
+def run_process(command, env, timeout, cwd=None):
     """Runs `command`, timestamping each output line (stdout and stderr merged) against the
     moment just before the process was started. Returns (rc, [(t, line)], wall_s, cpu_s):
     cpu_s is the process's user + system CPU time (less sensitive than wall time to other
@@ -135,7 +135,7 @@ def run_process(command, env, timeout):
     cpu_before = _children_cpu_s()
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, text=True, bufsize=1)
+                            env=env, text=True, bufsize=1, cwd=cwd)
     lines = []
     deadline = start + timeout
     try:
@@ -151,16 +151,24 @@ def run_process(command, env, timeout):
     return rc, lines, time.perf_counter() - start, _children_cpu_s() - cpu_before
 
 
-_PROBE = ("import json, os, tensorflow as tf\n"
-          "from tensorflow.python.util import _pywrap_util_port as p\n"
-          "print('PROBE ' + json.dumps({'tensorflow': tf.__version__, "
-          "'onednn': bool(p.IsMklEnabled()), 'cores': os.cpu_count()}))\n")
+_PROBE = """
+import json, os
+import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port as port
+try:
+    import lite_launcher
+    lite_file = lite_launcher.__file__
+except ImportError:
+    lite_file = None
+print("PROBE " + json.dumps({"tensorflow": tf.__version__, "onednn": bool(port.IsMklEnabled()),
+                             "cores": os.cpu_count(), "lite_launcher_file": lite_file}))
+"""
 
 
-def probe(python, env):
+def probe(python, env, cwd=None):
     """TensorFlow's version and oneDNN state in `python` with `env` (one short process)."""
     out = subprocess.run([python, "-c", _PROBE], env=env, capture_output=True, text=True,
-                         check=False)
+                         check=False, cwd=cwd)
     for line in out.stdout.splitlines():
         if line.startswith("PROBE "):
             return json.loads(line[len("PROBE "):])
@@ -354,10 +362,17 @@ def main(argv=None):
     started = datetime.datetime.now(datetime.timezone.utc)
     out = args.out or os.path.join(
         RESULTS_DIR, f"{started:%Y-%m-%d}-{commit or 'nocommit'}-first-step.json")
+    # Every child runs in the work dir: `python -c` and `-m` put the working directory first on
+    # sys.path, which in a checkout would shadow the PYTHONPATH of the side.
+    os.makedirs(args.work_dir, exist_ok=True)
     states = {}
     for side in sides:
         python = args.tfm_python if side == "tfm" else args.python
-        states[side] = probe(python, side_env(side, lite_dirs))
+        states[side] = probe(python, side_env(side, lite_dirs), cwd=args.work_dir)
+        if side in lite_dirs and not str(states[side].get("lite_launcher_file", "")).startswith(
+                lite_dirs[side] + os.sep):
+            raise SystemExit(f"side {side}: lite_launcher comes from "
+                             f"{states[side].get('lite_launcher_file')}, not {lite_dirs[side]}")
     machine = {"cpu_model": cpu_model(), "cores": os.cpu_count()}
     results = {"file": os.path.relpath(out, _ROOT), "started": f"{started:%Y-%m-%d %H:%M} UTC",
                "commit": commit, "argv": sys.argv[1:] if argv is None else argv,
@@ -370,7 +385,8 @@ def main(argv=None):
         subprocess.run(["rm", "-rf", model_dir], check=False)
         load = os.getloadavg()[0]
         rc, lines, wall, cpu = run_process(side_command(side, python, model, input_glob, model_dir),
-                                      side_env(side, lite_dirs), args.timeout)
+                                           side_env(side, lite_dirs), args.timeout,
+                                           cwd=args.work_dir)
         record = {"round": r, "model": model, "side": side, "position": position, "rc": rc,
                   "exit_s": wall, "cpu_s": cpu, "loadavg_1m_before": load, **parse_log(lines),
                   **machine, **states[side], "enable_xla": False, "dtype": "float32",
