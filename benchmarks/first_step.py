@@ -336,7 +336,7 @@ def main(argv=None):
     if args.report:
         with open(args.report) as f:
             results = json.load(f)
-        print(render(results, results.get("baseline", "tfm")))
+        print(render(results, args.baseline or results.get("baseline", "tfm")))
         return 0
     if args.python is None:
         args.python = (args.tfm_python if not args.no_tfm and os.path.exists(args.tfm_python)
