@@ -7,7 +7,7 @@ are imported by `lite_launcher.registry_imports`. `tests/test_registry.py` check
 table names exactly the experiments those modules register.
 """
 
-from typing import Dict
+from typing import Dict, List, Optional
 
 # Experiment name -> the module that registers it.
 BUILTIN_EXPERIMENTS: Dict[str, str] = {
@@ -32,3 +32,18 @@ BUILTIN_EXPERIMENTS: Dict[str, str] = {
     "mnv2_deeplabv3_cityscapes": "lite_launcher.vision.segmentation_configs",
     "mnv2_deeplabv3plus_cityscapes": "lite_launcher.vision.segmentation_configs",
 }
+
+# The module registering the task of a module's experiments, where it is another module.
+TASK_MODULES: Dict[str, str] = {
+    "lite_launcher.vision.configs": "lite_launcher.vision.image_classification",
+    "lite_launcher.vision.segmentation_configs": "lite_launcher.vision.semantic_segmentation",
+}
+
+
+def modules_for(name: str) -> Optional[List[str]]:
+    """The modules that register built-in experiment `name` and its task, in import order;
+    None when `name` is not a built-in."""
+    module = BUILTIN_EXPERIMENTS.get(name)
+    if module is None:
+        return None
+    return [module] + ([TASK_MODULES[module]] if module in TASK_MODULES else [])

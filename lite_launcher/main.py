@@ -273,7 +273,7 @@ def _main():
         print("\n".join(train_utils.known_experiments()))
         return
     train_utils.check_experiment_inputs(FLAGS)
-    train_utils.load_builtin_registrations()
+    train_utils.load_builtin_registrations(FLAGS.experiment)
     # Printed once every check of the input has passed (in before_run below): a bad input
     # gets its one line, not the whole config before it.
     params = train_utils.parse_configuration(FLAGS, print_return=False)

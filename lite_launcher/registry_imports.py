@@ -9,6 +9,10 @@ built-ins. The built-ins: `digits_mlp`, `digits_cnn`, `mlp_tiny`, `cnn_small`, `
 (`semantic_segmentation`, `seg_deeplabv3_pascal`, ...) (`lite_launcher.vision`).
 """
 
-import lite_launcher.experiments  # noqa: F401  (registers the built-ins)
+import lite_launcher.experiments  # noqa: F401  (registers digits and the workloads)
+# Registers the seven image classification experiments and their task.
+from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501
+# Registers TFM's eight semantic segmentation experiments and their task.
+from lite_launcher.vision import segmentation_configs, semantic_segmentation  # noqa: F401
 from lite_launcher.registry import (  # noqa: F401  (the lookups, built-ins loaded)
     get_exp_config, get_task, get_task_cls, registered_experiments)

@@ -17,12 +17,16 @@ from lite_launcher import checkpoints, optimization
 from lite_launcher.base_config import ConfigError
 
 
+# do_not_convert: graph-safe as written (no Python control flow on tensors, no user code
+# called), so AutoGraph's conversion would only add time to the first trace (issue 31).
+@tf.autograph.experimental.do_not_convert
 def _split_inputs(inputs):
     if isinstance(inputs, (tuple, list)) and len(inputs) == 2:
         return inputs[0], inputs[1]
     return inputs, inputs
 
 
+@tf.autograph.experimental.do_not_convert
 def is_loss_scale_optimizer(optimizer) -> bool:
     return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
@@ -126,6 +130,9 @@ class Task(tf.Module):
         del training
         return []
 
+    # Unconverted as Keras 3's own train step calls metrics (Keras metrics are graph-safe
+    # without AutoGraph); a subclass's override is still converted (issue 31).
+    @tf.autograph.experimental.do_not_convert
     def process_metrics(self, metrics, labels, model_outputs, **kwargs):
         """Updates every metric with (labels, model_outputs)."""
         del kwargs

@@ -12,11 +12,12 @@ import it.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging as std_logging
 import os
 import sys
 import tokenize
-from typing import List
+from typing import List, Optional
 
 from absl import logging
 
@@ -193,13 +194,32 @@ def check_experiment_inputs(flags_obj) -> None:
     base_config.parse_params_override(getattr(flags_obj, "params_override", None) or "")
 
 
-def load_builtin_registrations() -> None:
+def load_builtin_registrations(experiment: Optional[str] = None) -> None:
     """Imports the built-in experiments and tasks (`lite_launcher.registry_imports`), and the
     modules of TFM's gin configurables (`Trainer`, `create_trainer`, the actions,
     `run_experiment`, `build_optimizer`: `train_lib`), so that gin files parsed next can bind
-    them (gin refuses a configurable registered after it parsed). Imports TensorFlow."""
+    them (gin refuses a configurable registered after it parsed). Imports TensorFlow.
+
+    With `experiment` a built-in name, only the modules registering it and its task are
+    imported (a classification run does not load segmentation, issue 31); any other name
+    (a user's experiment may use a built-in task) loads every built-in.
+    """
     from lite_launcher import train_lib  # noqa: F401  pylint: disable=unused-import
-    import lite_launcher.registry_imports  # noqa: F401  (registers the built-ins)
+
+    load_builtin_experiment(experiment)
+
+
+def load_builtin_experiment(experiment: Optional[str] = None) -> None:
+    """Imports the modules registering built-in `experiment` and its task; every built-in
+    (`lite_launcher.registry_imports`) when `experiment` is None or not a built-in."""
+    from lite_launcher import builtin_experiments
+
+    modules = builtin_experiments.modules_for(experiment) if experiment else None
+    if modules is None:
+        import lite_launcher.registry_imports  # noqa: F401  (registers the built-ins)
+        return
+    for module in modules:
+        importlib.import_module(module)
 
 
 def load_registrations(registry_imports) -> None:
@@ -253,10 +273,11 @@ class ExperimentParser:
 
     def base_experiment(self):
         """A fresh config of `--experiment`."""
-        from lite_launcher import registry_imports as registry  # the built-ins registered
+        from lite_launcher import registry
 
         if not self._flag("experiment"):
             raise ConfigError("--experiment is required; see --list_experiments.")
+        load_builtin_experiment(self._flag("experiment"))
         return registry.get_exp_config(self._flag("experiment"))
 
     def parse_config_file(self, params):

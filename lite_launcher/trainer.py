@@ -492,6 +492,8 @@ class Trainer(_AsyncTrainer):
         inputs = self.next_train_inputs(iterator)
         self._strategy.run(after_inputs(step_fn), args=(inputs,), options=self._runtime_options)
 
+    # Metric results and the learning rate: graph-safe without AutoGraph (issue 31).
+    @_not_converted
     def _loop_end_logs(self):
         logs = {}
         for metric in self._train_metrics + [self._train_loss]:

@@ -84,10 +84,14 @@ def _factories_registered_by(module_name):
 
 def test_the_experiments_docstring_names_every_built_in_experiment():
     import lite_launcher.experiments as built_ins
-    with open(built_ins.__file__) as f:
-        tree = ast.parse(f.read())
-    modules = {f"{node.module}.{alias.name}" for node in tree.body
-               if isinstance(node, ast.ImportFrom) for alias in node.names}
+    import lite_launcher.registry_imports as registering  # imports every built-in family
+    modules = set()
+    for module in (built_ins, registering):
+        with open(module.__file__) as f:
+            tree = ast.parse(f.read())
+        modules |= {f"{node.module}.{alias.name}" for node in tree.body
+                    if isinstance(node, ast.ImportFrom) and node.module != "lite_launcher.registry"
+                    for alias in node.names}
     names = set().union(*(_factories_registered_by(m) for m in modules))
     assert set(EXPERIMENTS) | {"resnet_imagenet", "vit_imagenet_finetune"} <= names
     assert not [n for n in sorted(names) if f"`{n}`" not in built_ins.__doc__]

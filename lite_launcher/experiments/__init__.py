@@ -1,4 +1,8 @@
-"""Built-in experiments; importing this package registers them (`registry_imports` does).
+"""Built-in experiments; `lite_launcher.registry_imports` registers them all.
+
+Importing this package registers the digits and workload experiments only; the vision families
+register when their modules are imported (`registry_imports` imports them; the driver only the
+family its `--experiment` needs, `builtin_experiments.modules_for`: issue 31).
 
 - `digits_mlp`, `digits_cnn`: handwritten digits, offline, seconds on a CPU (`digits`).
 - `mlp_tiny`, `cnn_small`, `mock`: the fixed-batch benchmark workloads (`workloads`).
@@ -13,7 +17,3 @@
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)
 from lite_launcher.experiments import workloads  # noqa: F401  (registers mlp_tiny, cnn_small, mock)
-# Registers the seven image classification experiments and their task.
-from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501
-# Registers TFM's eight semantic segmentation experiments and their task.
-from lite_launcher.vision import segmentation_configs, semantic_segmentation  # noqa: F401

@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras import ops
 
 from lite_launcher.optimization.loss_scale import unwrap_loss_scale
-from lite_launcher.optimization.optimizers import LAMB, LARS, SGD, RMSprop
+from lite_launcher.optimization.optimizers import LAMB, LARS, SGD, AdamW, Lion, RMSprop
 
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
@@ -160,8 +160,8 @@ class AdamWithEMASchedule(EMAScheduleMixin, keras.optimizers.Adam):
 
 
 @_register
-class AdamWWithEMASchedule(EMAScheduleMixin, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` with TFM's EMA schedule."""
+class AdamWWithEMASchedule(EMAScheduleMixin, AdamW):
+    """lite's `AdamW` (the schedule read once for the decay) with TFM's EMA schedule."""
 
 
 @_register
@@ -175,8 +175,8 @@ class AdagradWithEMASchedule(EMAScheduleMixin, keras.optimizers.Adagrad):
 
 
 @_register
-class LionWithEMASchedule(EMAScheduleMixin, keras.optimizers.Lion):
-    """`keras.optimizers.Lion` with TFM's EMA schedule."""
+class LionWithEMASchedule(EMAScheduleMixin, Lion):
+    """lite's `Lion` (the schedule read once for the decay) with TFM's EMA schedule."""
 
 
 @_register

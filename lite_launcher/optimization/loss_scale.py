@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from lite_launcher.base_config import ConfigError
@@ -59,6 +60,9 @@ def configure_loss_scale(optimizer, use_float16: bool, loss_scale=None):
     return FixedLossScaleOptimizer(optimizer, float(loss_scale))
 
 
+# do_not_convert: graph-safe as written (no Python control flow on tensors, no user code
+# called), so AutoGraph's conversion would only add time to the first trace (issue 31).
+@tf.autograph.experimental.do_not_convert
 def unwrap_loss_scale(optimizer):
     """The optimizer inside any LossScaleOptimizer wrappers (`optimizer` itself if none)."""
     while isinstance(optimizer, keras.optimizers.LossScaleOptimizer):

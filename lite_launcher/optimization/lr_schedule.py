@@ -300,6 +300,9 @@ class LegacyDecay(_schedules.LearningRateSchedule):
                 "name": self.name}
 
 
+# do_not_convert: graph-safe as written (no Python control flow on tensors, no user code
+# called), so AutoGraph's conversion would only add time to the first trace (issue 31).
+@tf.autograph.experimental.do_not_convert
 def learning_rate_value(optimizer, step=None):
     """The learning rate as a float32 tensor: the schedule at `step` (default: the optimizer's
     `iterations`), or the constant. Works eagerly, in a `tf.function` and through a

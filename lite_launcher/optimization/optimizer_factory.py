@@ -91,12 +91,12 @@ OPTIMIZERS_CLS: Dict[str, OptimizerEntry] = {
     "adam_experimental": _ADAM,
     # TFM's AdamWeightDecay: decoupled decay with regex include / exclude lists.
     "adamw": OptimizerEntry(
-        keras.optimizers.AdamW, ema_optimizer.AdamWWithEMASchedule,
+        optimizers.AdamW, ema_optimizer.AdamWWithEMASchedule,
         lambda cfg: {**_adam_arguments(cfg), "weight_decay": cfg.weight_decay_rate},
         lambda cfg: _weight_decay_pattern(cfg.include_in_weight_decay,
                                           cfg.exclude_from_weight_decay)),
     "adamw_experimental": OptimizerEntry(
-        keras.optimizers.AdamW, ema_optimizer.AdamWWithEMASchedule,
+        optimizers.AdamW, ema_optimizer.AdamWWithEMASchedule,
         lambda cfg: {**_adam_arguments(cfg), "weight_decay": cfg.weight_decay}),
     "lamb": OptimizerEntry(
         optimizers.LAMB, ema_optimizer.LAMBWithEMASchedule,
@@ -116,7 +116,7 @@ OPTIMIZERS_CLS: Dict[str, OptimizerEntry] = {
                      "classic_momentum": cfg.classic_momentum,
                      **_layer_adaptive_arguments(cfg)}),
     "lion": OptimizerEntry(
-        keras.optimizers.Lion, ema_optimizer.LionWithEMASchedule,
+        optimizers.Lion, ema_optimizer.LionWithEMASchedule,
         lambda cfg: {"beta_1": cfg.beta_1, "beta_2": cfg.beta_2,
                      "weight_decay": cfg.weight_decay_rate or None},
         lambda cfg: _weight_decay_pattern(None, cfg.exclude_from_weight_decay)),

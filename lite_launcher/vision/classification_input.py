@@ -33,18 +33,23 @@ def make_decoder(image_field_key: str = "image/encoded",
     else:
         features[label_field_key] = tf.io.FixedLenFeature((), tf.int64, default_value=-1)
 
+    # do_not_convert: graph-safe as written (no Python control flow on tensors, no user code
+    # called), so AutoGraph's conversion would only add time to the first trace (issue 31).
+    @tf.autograph.experimental.do_not_convert
     def decode(serialized):
         return tf.io.parse_single_example(serialized, features)
 
     return decode
 
 
+@tf.autograph.experimental.do_not_convert
 def _crop_window(offset, size):
     offset_y, offset_x, _ = tf.unstack(offset)
     height, width, _ = tf.unstack(size)
     return tf.stack([offset_y, offset_x, height, width])
 
 
+@tf.autograph.experimental.do_not_convert
 def _sample_crop(image_shape, area_range):
     """A random box of `area_range` of the image area and aspect 3/4..4/3 (offset, size)."""
     # Op seed 1, as TFM's random_crop_image: the op refuses to run unseeded under
@@ -56,6 +61,7 @@ def _sample_crop(image_shape, area_range):
     return offset, size
 
 
+@tf.autograph.experimental.do_not_convert
 def _center_box(image_shape, fraction):
     """Offset (y, x) and side of the centred square `fraction` of the short side."""
     shape = tf.cast(image_shape[:2], tf.float32)
@@ -64,12 +70,14 @@ def _center_box(image_shape, fraction):
     return offset, tf.cast(side, tf.int32)
 
 
+@tf.autograph.experimental.do_not_convert
 def center_crop(image, fraction: float = CENTER_CROP_FRACTION):
     """The centred square of side `fraction` x the short side of a decoded image."""
     offset, side = _center_box(tf.shape(image), fraction)
     return image[offset[0]:offset[0] + side, offset[1]:offset[1] + side, :]
 
 
+@tf.autograph.experimental.do_not_convert
 def decode_and_center_crop_jpeg(image_bytes, fraction: float = CENTER_CROP_FRACTION):
     """`center_crop` of a JPEG, decoding only the crop window."""
     offset, side = _center_box(tf.image.extract_jpeg_shape(image_bytes), fraction)
@@ -77,6 +85,7 @@ def decode_and_center_crop_jpeg(image_bytes, fraction: float = CENTER_CROP_FRACT
     return tf.image.decode_and_crop_jpeg(image_bytes, window, channels=3)
 
 
+@tf.autograph.experimental.do_not_convert
 def random_crop(image, area_range=(0.08, 1.0)):
     """A random crop of a decoded image; the centre crop when no box fits (TFM's fallback)."""
     offset, size = _sample_crop(tf.shape(image), area_range)
@@ -85,6 +94,7 @@ def random_crop(image, area_range=(0.08, 1.0)):
                    lambda: center_crop(image), lambda: cropped)
 
 
+@tf.autograph.experimental.do_not_convert
 def decode_and_random_crop_jpeg(image_bytes, area_range=(0.08, 1.0)):
     """`random_crop` of a JPEG, decoding only the crop window."""
     image_shape = tf.image.extract_jpeg_shape(image_bytes)
@@ -94,12 +104,14 @@ def decode_and_random_crop_jpeg(image_bytes, area_range=(0.08, 1.0)):
                    lambda: decode_and_center_crop_jpeg(image_bytes), lambda: cropped)
 
 
+@tf.autograph.experimental.do_not_convert
 def normalize_image(image):
     """(image - ImageNet mean) / ImageNet std, on a float image in 0..255."""
     image = tf.cast(image, tf.float32)
     return (image - tf.constant(MEAN_RGB, tf.float32)) / tf.constant(STDDEV_RGB, tf.float32)
 
 
+@tf.autograph.experimental.do_not_convert
 def _decode_any(image_bytes):
     image = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
     image.set_shape([None, None, 3])
@@ -174,6 +186,7 @@ class Parser:
             max_aspect=config.max_aspect, min_count=config.min_count,
             max_count=config.max_count, trials=config.trials)
 
+    @tf.autograph.experimental.do_not_convert
     def _label(self, decoded):
         label = decoded[self._label_key]
         if self._is_multilabel:
@@ -183,9 +196,11 @@ class Parser:
             return tf.reduce_sum(tf.one_hot(tf.cast(label, tf.int32), self._num_classes), axis=0)
         return tf.cast(label, tf.int32)
 
+    @tf.autograph.experimental.do_not_convert
     def _needs_decoding(self, image):
         return not tf.is_tensor(image) or image.dtype == tf.string
 
+    @tf.autograph.experimental.do_not_convert
     def _resize(self, image):
         image = tf.image.resize(image, self._output_size, method=self._resize_method)
         image.set_shape(self._output_size + [3])

@@ -80,6 +80,9 @@ class ImageClassificationTask(Task):
 
     # ----- labels, losses, metrics ---------------------------------------------------
 
+    # do_not_convert: graph-safe as written (no Python control flow on tensors, no user code
+    # called), so AutoGraph's conversion would only add time to the first trace (issue 31).
+    @tf.autograph.experimental.do_not_convert
     def _loss_labels(self, labels, training: bool):
         """Labels in the form the loss expects (TFM's train_step / validation_step)."""
         config = self.task_config
@@ -97,6 +100,7 @@ class ImageClassificationTask(Task):
             return tf.where(labels < threshold + _EPSILON, 0.0, 1.0)
         return labels
 
+    @tf.autograph.experimental.do_not_convert
     def build_losses(self, labels, model_outputs, aux_losses=None) -> tf.Tensor:
         """The mean loss over the batch (0 for an empty batch), plus `aux_losses`, weighted.
 
@@ -158,6 +162,7 @@ class ImageClassificationTask(Task):
                                 name=f"{kind}_at_threshold_{t}{suffix}") for t in thresholds]
         return metrics
 
+    @tf.autograph.experimental.do_not_convert
     def process_metrics(self, metrics, labels, model_outputs, **kwargs):
         outputs = tf.cast(model_outputs, tf.float32)
         if self.task_config.model.output_softmax:
@@ -166,6 +171,7 @@ class ImageClassificationTask(Task):
 
     # ----- steps: the base steps on converted labels ------------------------------------
 
+    @tf.autograph.experimental.do_not_convert
     def _with_loss_labels(self, inputs, training: bool):
         features, labels = _split_inputs(inputs)
         return features, self._loss_labels(labels, training)

@@ -1,0 +1,191 @@
+"""Time to first step (issue 31): what lite no longer does before its first training step.
+
+Each test pins one win by its mechanism, not by a clock: the modules a training run imports,
+how often decoupled weight decay evaluates the learning-rate schedule while the step is
+traced, which of lite's functions AutoGraph converts, and one trace of the train loop.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_MODULES_AFTER_RUN = """
+import json, sys
+from lite_launcher import main
+sys.argv = ["lite-train"] + sys.argv[1:]
+try:
+    main.run()
+except SystemExit as exit:
+    code = exit.code
+print("MODULES " + json.dumps({"code": code, "modules": sorted(
+    m for m in sys.modules if m.startswith("lite_launcher"))}))
+"""
+
+
+def _modules_after(args, tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _MODULES_AFTER_RUN, *args], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("MODULES ")]
+    assert lines, out.stderr[-2000:]
+    return json.loads(lines[-1][len("MODULES "):])
+
+
+def test_a_training_run_imports_only_its_own_experiment_family(tmp_path):
+    """`lite-train --mode train` of digits_mlp trains without importing any vision module
+    (segmentation, classification, serving) or the SavedModel export."""
+    result = _modules_after(
+        ["--experiment", "digits_mlp", "--mode", "train", "--model_dir", str(tmp_path / "m"),
+         "--params_override", "trainer.train_steps=2,trainer.steps_per_loop=1,"
+         "trainer.checkpoint_interval=2,trainer.summary_interval=2"], tmp_path)
+    assert result["code"] in (0, None)
+    assert (tmp_path / "m" / "checkpoint").exists()  # it did train
+    assert "lite_launcher.trainer" in result["modules"]
+    unwanted = [m for m in result["modules"]
+                if m.startswith("lite_launcher.vision") or m == "lite_launcher.export"]
+    assert unwanted == []
+
+
+def test_a_classification_experiment_does_not_load_segmentation(tmp_path):
+    result = _modules_after(["--experiment", "resnet_imagenet", "--mode", "train",
+                             "--model_dir", str(tmp_path / "m"), "--dry_run"], tmp_path)
+    assert result["code"] in (0, None)
+    assert "lite_launcher.vision.image_classification" in result["modules"]
+    assert [m for m in result["modules"] if "segmentation" in m] == []
+
+
+def _counting_schedule():
+    from lite_launcher.optimization import lr_schedule
+
+    calls = []
+
+    class Counting(lr_schedule.LinearWarmup):
+        def __call__(self, step):
+            calls.append(1)
+            return super().__call__(step)
+
+    cosine = keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=100)
+    return Counting(cosine, warmup_steps=3, warmup_learning_rate=0.0), calls
+
+
+@pytest.mark.parametrize("kind", ["adamw", "lion"])
+def test_weight_decay_reads_the_schedule_once_per_step_with_the_same_numbers(kind):
+    from lite_launcher.optimization import optimizers
+
+    schedule, calls = _counting_schedule()
+    lite_cls, keras_cls = ((optimizers.AdamW, keras.optimizers.AdamW) if kind == "adamw"
+                           else (optimizers.Lion, keras.optimizers.Lion))
+    results = []
+    for cls in (lite_cls, keras_cls):
+        variables = [tf.Variable(np.full((3,), i + 1.0, np.float32)) for i in range(20)]
+        optimizer = cls(learning_rate=schedule, weight_decay=0.1)
+        optimizer.build(variables)
+
+        @tf.function
+        def step(optimizer=optimizer, variables=variables):
+            optimizer.apply_gradients([(tf.ones_like(v) * 0.5, v) for v in variables])
+
+        calls.clear()
+        step.get_concrete_function()
+        results.append((len(calls), step))
+        for _ in range(5):
+            step()
+        results[-1] = (len(calls), [v.numpy() for v in variables])
+    (lite_calls, lite_values), (keras_calls, keras_values) = results
+    # Keras reads it once for the update and once per decayed variable; lite once for each.
+    assert keras_calls == 21 and lite_calls == 2
+    for a, b in zip(lite_values, keras_values):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_adamw_from_the_factory_is_lites():
+    from lite_launcher.optimization import optimizer_factory, optimizers
+    from lite_launcher.optimization.configs import OptimizationConfig
+
+    config = OptimizationConfig({"optimizer": {"type": "adamw"},
+                                 "learning_rate": {"type": "constant"}})
+    optimizer = optimizer_factory.OptimizerFactory(config).build_optimizer(0.1)
+    assert isinstance(optimizer, optimizers.AdamW)
+    assert isinstance(optimizer, keras.optimizers.AdamW)
+
+
+# lite's functions the classification train step and input pipeline call that AutoGraph must
+# leave alone (graph-safe as written); the callers of overridable hooks stay converted.
+UNCONVERTED = {
+    "_split_inputs", "is_loss_scale_optimizer", "learning_rate_value", "unwrap_loss_scale",
+    "Task.process_metrics", "ImageClassificationTask.process_metrics",
+    "ImageClassificationTask.build_losses", "ImageClassificationTask._loss_labels",
+    "ImageClassificationTask._with_loss_labels", "Trainer._loop_end_logs",
+    "Parser._label", "Parser._resize", "Parser._needs_decoding", "normalize_image",
+    "decode_and_random_crop_jpeg", "_sample_crop", "_crop_window", "_center_box",
+    "decode_and_center_crop_jpeg",
+}
+
+
+@pytest.fixture
+def converted_names(monkeypatch):
+    """The qualified names of the lite functions AutoGraph converts (its internal converter,
+    the only place that sees every conversion)."""
+    from tensorflow.python.autograph.impl import api
+
+    names = []
+    original = api._convert_actual
+
+    def recording(entity, program_ctx):
+        if getattr(entity, "__module__", "").startswith("lite_launcher"):
+            names.append(entity.__qualname__)
+        return original(entity, program_ctx)
+
+    monkeypatch.setattr(api, "_convert_actual", recording)
+    return names
+
+
+def _jpeg_records(path, count=4):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(count):
+            pixels = np.full((40, 40, 3), 20 * i, np.uint8)
+            feature = {
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[tf.io.encode_jpeg(pixels).numpy()])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[i % 3]))}
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def test_autograph_converts_only_the_hook_callers_of_a_classification_step(
+        tmp_path, converted_names):
+    import lite_launcher as ll
+    from lite_launcher import trainer as trainer_lib
+
+    _jpeg_records(tmp_path / "train-00000-of-00001")
+    params = ll.get_exp_config("resnet_imagenet")
+    params.override({
+        "task": {"model": {"num_classes": 3, "input_size": [32, 32, 3],
+                           "backbone": {"type": "resnet", "resnet": {"model_id": 10}}},
+                 "losses": {"one_hot": True},
+                 "train_data": {"input_path": str(tmp_path / "train-*"),
+                                "global_batch_size": 2, "shuffle_buffer_size": 4}},
+        "trainer": {"steps_per_loop": 1, "train_steps": 2},
+        "runtime": {"enable_xla": False}})
+    task = ll.get_task(params.task)
+    trainer = trainer_lib.Trainer(params, task, model=task.build_model(), evaluate=False,
+                                  optimizer=task.create_optimizer(
+                                      params.trainer.optimizer_config, params.runtime))
+    steps = tf.constant(1, tf.int32)
+    trainer.train(steps)
+    trainer.train(steps)
+    converted = set(converted_names)
+    # The counter sees conversions: the hook callers are converted.
+    assert {"Task.compute_gradients", "Task.apply_update", "Parser._train_image"} <= converted
+    assert converted & UNCONVERTED == set()
+    # One trace of the train loop for two loops of the same length.
+    assert trainer._train_loop.loop_fn.experimental_get_tracing_count() == 1
