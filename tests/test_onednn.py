@@ -114,6 +114,7 @@ def _losses(onednn_value, tmp_path, name, steps=50):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.release
 def test_digits_cnn_loss_curve_with_and_without_onednn_agree_and_repeat_exactly(tmp_path):
     on_a = _losses("1", tmp_path, "on_a")
     on_b = _losses("1", tmp_path, "on_b")

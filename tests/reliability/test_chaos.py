@@ -60,6 +60,7 @@ def _training(process, log_path):
     return bool(logged_train_steps(read_text(log_path)))
 
 
+@pytest.mark.release
 def test_second_trainers_at_random_moments_never_run_beside_the_first(tmp_path):
     rng = random.Random(SEED)
     model_dir = str(tmp_path / "model")

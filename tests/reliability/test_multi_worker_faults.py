@@ -225,6 +225,7 @@ def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resu
 
 
 @pytest.mark.slow
+@pytest.mark.release
 def test_hung_worker_stops_the_survivor_with_one_line_after_the_failure_timeout(tmp_path):
     """Worker 1 hangs (SIGSTOP: alive, its connections open, no heartbeats): the chief, blocked
     in a collective, stops once TF's coordination service misses worker 1's heartbeats for
@@ -493,6 +494,7 @@ def wait_first_checkpoint(model_dir, chief, log, at_least=10):
 
 
 @pytest.mark.slow
+@pytest.mark.release
 def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_line_without_its_ps(
         tmp_path):
     """Worker 1 is killed after the first checkpoint: the coordinator puts its closure back and
@@ -560,6 +562,7 @@ def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_lin
 
 
 @pytest.mark.slow
+@pytest.mark.release
 def test_parameter_server_workers_killed_and_restarted_rejoin_and_every_step_runs_once(
         tmp_path):
     """Both workers are killed while the chief is stopped (SIGSTOP: it can neither finish the

@@ -184,6 +184,7 @@ SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_image_b
               "tf_example": "serving_tf_example", "tflite": "serving_tflite"}
 
 
+@pytest.mark.release
 def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mnv2_run, shapes):
     root, model_dir, override_file = mnv2_run
     run_cli("lite_launcher.export", "--experiment", "mnv2_deeplabv3_pascal",
@@ -301,6 +302,7 @@ def test_eval_iou_equals_numpy_and_every_batch_counts(shapes):
     assert evaluate(task, model, config.task.validation_data) == logs
 
 
+@pytest.mark.release
 def test_a_small_model_learns_the_shapes(shapes, tmp_path):
     # Seeded: the weights' initialisation decides whether one class is found in the budget,
     # so an unseeded draw made the test fail by chance.
@@ -316,6 +318,7 @@ def test_a_small_model_learns_the_shapes(shapes, tmp_path):
     assert min(logs[f"iou/{i}"] for i in range(NUM_CLASSES)) > 0.5, logs
 
 
+@pytest.mark.release
 def test_two_replicas_report_the_one_device_mean_iou(shapes, tmp_path):
     """The same checkpoint evaluated by one device and by a 2-replica MirroredStrategy (the
     30 images in batches of 16: 8 + 8, then 7 + 7 per replica) gives the same IoUs."""

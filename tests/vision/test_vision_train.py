@@ -36,6 +36,7 @@ def digits_records(tmp_path_factory):
     return digits_tfrecords(str(tmp_path_factory.mktemp("digits_jpeg")), num_shards=2)
 
 
+@pytest.mark.release
 def test_resnet18_learns_digits_from_jpeg_tfrecords(digits_records, tmp_path):
     train, validation = digits_records
     overrides = {

@@ -46,10 +46,12 @@ FAMILIES = [
     # from 4 images at 32x32 (1x1 in the last block group) they are degenerate, and the
     # evaluation's logits reached 1e5 or NaN (issue 34; TFM computes the same). TFM's default
     # momentum keeps them near their initial values for the 2 steps.
-    ("imagenet_resnetrs50_i160.yaml", "resnet_rs_imagenet",
-     ",task.model.norm_activation.norm_momentum=0.99",
-     {"type": "resnet", "resnet": {"model_id": 50, "stem_type": "v1", "se_ratio": 0.25,
-                                   "resnetd_shortcut": True, "replace_stem_max_pool": True}}),
+    pytest.param(
+        "imagenet_resnetrs50_i160.yaml", "resnet_rs_imagenet",
+        ",task.model.norm_activation.norm_momentum=0.99",
+        {"type": "resnet", "resnet": {"model_id": 50, "stem_type": "v1", "se_ratio": 0.25,
+                                      "resnetd_shortcut": True, "replace_stem_max_pool": True}},
+        marks=pytest.mark.release),  # The longest family here (~32 s); ResNet runs above.
 ]
 
 
@@ -84,7 +86,7 @@ def _subset(expected, actual):
 
 
 @pytest.mark.parametrize("yaml_name, experiment, extra, backbone", FAMILIES,
-                         ids=[f[0].split(".yaml")[0] for f in FAMILIES])
+                         ids=[getattr(f, "values", f)[0].split(".yaml")[0] for f in FAMILIES])
 def test_tfm_zoo_yaml_trains_two_steps_and_evaluates(small_records, tmp_path, yaml_name,
                                                      experiment, extra, backbone):
     train, validation = small_records
