@@ -63,8 +63,9 @@ OUTER_LOOPS = {
 TARGETS = (
     [(w, f"train100 lite@{env}/raw@{env}", ">=", 0.97)
      for env in ENVS for w in ("mlp_tiny", "cnn_small", "mock")]
-    + [(w, f"{row} lite@tfm/tfm@tfm", ">=", 5.0)
-       for row in ("train1", "train1_nosum") for w in ("mlp_tiny", "mock")]
+    # spl=1 with summaries: issue 31 raised it from 5 to 8 (the outer loop's own cost).
+    + [(w, "train1 lite@tfm/tfm@tfm", ">=", 8.0) for w in ("mlp_tiny", "mock")]
+    + [(w, "train1_nosum lite@tfm/tfm@tfm", ">=", 5.0) for w in ("mlp_tiny", "mock")]
     + [(w, "eval_wall lite@tfm/tfm@tfm", ">=", 2.5) for w in ("mlp_tiny", "mock")]
     + [("mock", "first_step lite@tfm/tfm@tfm", "<=", 0.8)]
     + [(w, "peak_rss lite@tfm/tfm@tfm", "<=", 1.0) for w in ("mlp_tiny", "cnn_small", "mock")]

@@ -121,7 +121,7 @@ def test_report_ratios_are_per_round_and_a_missed_target_stays_a_miss():
     outer = summary["mock"]["values"]["outer_loop/tfm@tfm"]
     assert outer["median"] == pytest.approx(1000.0 * (1 / 100.0 - 1 / 500.0))
     status = {(c["workload"], c["target"]): c["status"] for c in checks}
-    assert status[("mock", "train1 lite@tfm/tfm@tfm >= 5.0")] == "MISS"
+    assert status[("mock", "train1 lite@tfm/tfm@tfm >= 8.0")] == "MISS"
     assert status[("mock", "train100 lite@tfm/raw@tfm >= 0.97")] == "pass"
     assert status[("mock", "first_step lite@tfm/tfm@tfm <= 0.8")] == "pass"  # 0.75
     assert status[("mock", "eval_wall lite@tfm/tfm@tfm >= 2.5")] == "not measured"
@@ -140,7 +140,7 @@ def test_report_updates_only_the_marked_block(tmp_path):
     content = readme.read_text()
     assert content.startswith("# Title\nbefore\n") and content.endswith(
         f"{report.END_MARKER}\nafter\n")
-    assert "old table" not in content and "| mock | train1 lite@tfm/tfm@tfm >= 5.0 |" in content
+    assert "old table" not in content and "| mock | train1 lite@tfm/tfm@tfm >= 8.0 |" in content
     unmarked = tmp_path / "other.md"
     unmarked.write_text("no markers\n")
     with pytest.raises(ValueError, match="bench-results"):
