@@ -37,11 +37,13 @@ FAMILIES = [
      {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetMultiAVGSeg"}}),
     # ResNet-50 in place of the YAML's 101 keeps the CPU test short; every other option of
     # the YAML (output stride, multigrid, stem v1, SE, stochastic depth) is kept.
-    ("imagenet_resnet101_deeplab_tpu.yaml", "resnet_imagenet",
-     ",task.model.backbone.dilated_resnet.model_id=50",
-     {"type": "dilated_resnet", "dilated_resnet": {
-         "model_id": 50, "output_stride": 16, "multigrid": [1, 2, 4], "stem_type": "v1",
-         "se_ratio": 0.25, "stochastic_depth_drop_rate": 0.2}}),
+    pytest.param(
+        "imagenet_resnet101_deeplab_tpu.yaml", "resnet_imagenet",
+        ",task.model.backbone.dilated_resnet.model_id=50",
+        {"type": "dilated_resnet", "dilated_resnet": {
+            "model_id": 50, "output_stride": 16, "multigrid": [1, 2, 4], "stem_type": "v1",
+            "se_ratio": 0.25, "stochastic_depth_drop_rate": 0.2}},
+        marks=pytest.mark.release),  # ~20 s; the dilated ResNet trains in the segmentation tests
     # The YAML's norm_momentum 0.0 makes the BN statistics those of the last training batch:
     # from 4 images at 32x32 (1x1 in the last block group) they are degenerate, and the
     # evaluation's logits reached 1e5 or NaN (issue 34; TFM computes the same). TFM's default
