@@ -168,13 +168,18 @@ def create_save_counter(checkpoint, strategy: Optional[tf.distribute.Strategy] =
 # ---------------------------------------------------------------------------------------------
 
 
+# A remote task in an op error's message: "/job:ps/replica:0/task:0".
+_CLUSTER_TASK = re.compile(r"/job:\w+/(?:replica:\d+/)?task:\d+")
+
+
 def save(manager: tf.train.CheckpointManager, step: int, *, check_interval: bool = True,
          options: Optional[tf.train.CheckpointOptions] = None) -> Optional[str]:
     """`manager.save(checkpoint_number=step)`; returns the path (None: not due).
 
     Raises:
       CheckpointWriteError: the write failed (a full disk, no permission). What it left
-        behind is removed; earlier checkpoints are intact.
+        behind is removed; earlier checkpoints are intact. An op error naming a cluster task
+        (the ps holding the variables died) is raised as it is, after the same clean-up.
     """
     try:
         return manager.save(checkpoint_number=step, check_interval=check_interval,
@@ -187,6 +192,10 @@ def save(manager: tf.train.CheckpointManager, step: int, *, check_interval: bool
         except (tf.errors.OpError, OSError) as cleanup_error:
             logging.warning("Could not remove the debris of the failed checkpoint write "
                             "in %s: %s", manager.directory, cleanup_error)
+        if isinstance(error, tf.errors.OpError) and _CLUSTER_TASK.search(error.message or ""):
+            # The variables' task (a killed ps) failed, not the storage: the driver's cluster
+            # handling names the lost task (seen: a ps killed during a parameter-server save).
+            raise
         raise CheckpointWriteError(
             f"Could not write the checkpoint of step {step} to {manager.directory}: "
             f"{detail}. Earlier checkpoints are intact (latest: "

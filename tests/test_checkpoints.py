@@ -9,6 +9,7 @@ import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from lite_launcher import actions, checkpoints
@@ -110,3 +111,27 @@ def test_write_state_makes_latest_checkpoint_find_the_named_one(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path)) == str(tmp_path / "ckpt-1")
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "ckpt-1")]
+
+
+class _FailingManager:
+    """A CheckpointManager stand-in whose save fails with `error`."""
+
+    def __init__(self, directory, error):
+        self.directory, self.latest_checkpoint, self._error = directory, None, error
+
+    def save(self, **kwargs):
+        raise self._error
+
+
+def test_a_save_failing_on_a_lost_cluster_task_is_not_reported_as_a_storage_error(tmp_path):
+    # A ps killed during a parameter-server save: the error names the task, and the driver's
+    # cluster handling must see it (it names the task); a storage failure stays one line
+    # about the directory.
+    lost_ps = tf.errors.UnavailableError(
+        None, None, "recvmsg:Connection reset by peer Additional GRPC error information from "
+        "remote target /job:ps/replica:0/task:0/device:CPU:0 [Op:__inference_save]")
+    with pytest.raises(tf.errors.UnavailableError):
+        checkpoints.save(_FailingManager(str(tmp_path), lost_ps), 50)
+    full_disk = tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+    with pytest.raises(checkpoints.CheckpointWriteError, match="step 50 .*No space left"):
+        checkpoints.save(_FailingManager(str(tmp_path), full_disk), 50)
