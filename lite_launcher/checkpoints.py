@@ -168,8 +168,9 @@ def create_save_counter(checkpoint, strategy: Optional[tf.distribute.Strategy] =
 # ---------------------------------------------------------------------------------------------
 
 
-# A remote task in an op error's message: "/job:ps/replica:0/task:0".
-_CLUSTER_TASK = re.compile(r"/job:\w+/(?:replica:\d+/)?task:\d+")
+# Another task of a cluster in an op error's message: "/job:ps/replica:0/task:0" (a local
+# error names "/job:localhost/...", which is not one).
+_CLUSTER_TASK = re.compile(r"/job:(?:ps|worker|chief)/(?:replica:\d+/)?task:\d+")
 
 
 def save(manager: tf.train.CheckpointManager, step: int, *, check_interval: bool = True,

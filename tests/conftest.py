@@ -86,6 +86,18 @@ def _restore_tf_config():
         os.environ["TF_CONFIG"] = _SESSION_TF_CONFIG
 
 
+@pytest.fixture(autouse=True)
+def _reset_the_driver_flags():
+    """The driver's flags that an in-process `lite-train` parsed go back to their defaults
+    after each test: absl keeps parsed values in the process, so a `--config_file` parsed by
+    one test was read again by a later test's `parse_configuration` in the same worker."""
+    yield
+    from absl import flags as absl_flags
+    for flag in absl_flags.FLAGS.get_flags_for_module("lite_launcher.flags"):
+        if flag.present:
+            flag.unparse()
+
+
 # Logging as every in-process `lite-train` / `lite-export` leaves it, from the first test on:
 # the first `app.run` in a process installs absl's handler on the root logger, which also sets
 # the root level from --verbosity and the `absl` logger's level to NOTSET. Without this, a

@@ -132,6 +132,8 @@ def test_a_save_failing_on_a_lost_cluster_task_is_not_reported_as_a_storage_erro
         "remote target /job:ps/replica:0/task:0/device:CPU:0 [Op:__inference_save]")
     with pytest.raises(tf.errors.UnavailableError):
         checkpoints.save(_FailingManager(str(tmp_path), lost_ps), 50)
-    full_disk = tf.errors.ResourceExhaustedError(None, None, "No space left on device")
+    full_disk = tf.errors.ResourceExhaustedError(
+        None, None, "{{function_node __inference_save_fn}} /job:localhost/replica:0/task:0/"
+        "device:CPU:0 ckpt-301_temp/part-00000-of-00001: No space left on device [Op:SaveV2]")
     with pytest.raises(checkpoints.CheckpointWriteError, match="step 50 .*No space left"):
         checkpoints.save(_FailingManager(str(tmp_path), full_disk), 50)
