@@ -23,6 +23,7 @@ bounded; no test relies on one process being faster than another.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -465,6 +466,16 @@ def start_ps_cluster(tmp_path, name, flags):
     return {task: start_ps_task(cluster, task, flags, logs[task]) for task in _PS_TASKS}, logs
 
 
+@contextlib.contextmanager
+def stopped_at_exit(processes):
+    """Stops every task of the cluster still running when the block ends (also on failure)."""
+    try:
+        yield
+    finally:
+        for process in processes.values():
+            stop_if_running(process)
+
+
 def wait_chief(processes, logs):
     try:
         return processes["chief", 0].wait(timeout=WAIT_S)
@@ -506,7 +517,7 @@ def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_lin
     model_dir = tmp_path / "model"
     processes, logs = start_ps_cluster(tmp_path, "first", ps_flags(model_dir, 10 ** 6))
     chief = processes["chief", 0]
-    try:
+    with stopped_at_exit(processes):
         wait_first_checkpoint(model_dir, chief, logs["chief", 0])
         processes["worker", 1].kill()
         processes["worker", 1].wait()
@@ -516,9 +527,6 @@ def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_lin
         processes["ps", 0].kill()
         processes["ps", 0].wait()
         code = wait_chief(processes, logs)
-    finally:
-        for process in processes.values():
-            stop_if_running(process)
     chief_log = read_text(logs["chief", 0])
     assert code == 1, chief_log[-3000:]
     errors = [line for line in chief_log.splitlines() if line.startswith(ERROR_PREFIX)]
@@ -545,11 +553,8 @@ def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_lin
 
     # Every task restarted (a new ps: the old one's variables are gone) resumes at `step`.
     processes, logs = start_ps_cluster(tmp_path, "restarted", ps_flags(model_dir, step + 60))
-    try:
+    with stopped_at_exit(processes):
         code = wait_chief(processes, logs)
-    finally:
-        for process in processes.values():
-            stop_if_running(process)
     chief_log = read_text(logs["chief", 0])
     assert code == 0, chief_log[-3000:]
     assert restored_checkpoints(chief_log)[-1] == (latest, step)
