@@ -15,6 +15,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
+from lite_launcher import autograph_policy
 from lite_launcher.base_config import ConfigError
 
 _GLOB_CHARS = ("*", "?", "[")
@@ -88,7 +89,8 @@ def _num_pipelines(input_context) -> int:
 def _map(dataset: tf.data.Dataset, fn) -> tf.data.Dataset:
     if fn is None:
         return dataset
-    return dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE)
+    # A lite_launcher parser is traced unconverted; a user's is converted (autograph_policy).
+    return dataset.map(autograph_policy.for_tracing(fn), num_parallel_calls=tf.data.AUTOTUNE)
 
 
 class InputReader:

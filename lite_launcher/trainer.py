@@ -23,6 +23,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher import autograph_policy
 from lite_launcher import loops
 from lite_launcher import optimization
 from lite_launcher.config import validate_for_trainer
@@ -226,7 +227,7 @@ def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: 
                             "(no GPU or TPU): XLA:CPU trains convnets several times slower "
                             "than TensorFlow's own kernels.", getattr(model, "name", "the model"))
             return task.train_step
-        return tf.function(task.train_step, jit_compile=True)
+        return tf.function(autograph_policy.for_tracing(task.train_step), jit_compile=True)
     if type(task).train_step is not Task.train_step:
         logging.warning(
             "runtime.enable_xla: %s overrides Task.train_step, which cannot be XLA-compiled "
@@ -234,7 +235,8 @@ def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: 
             "instead to compile the forward and backward pass.", type(task).__name__,
             type(strategy).__name__)
         return task.train_step
-    compute_gradients = tf.function(task.compute_gradients, jit_compile=True)
+    compute_gradients = tf.function(autograph_policy.for_tracing(task.compute_gradients),
+                                    jit_compile=True)
 
     def split_train_step(inputs, model, optimizer, metrics=None):
         grads, loss, outputs = compute_gradients(inputs, model, optimizer)
@@ -452,7 +454,8 @@ class Trainer(_AsyncTrainer):
         if self._train_loop.loop_fn is None:
             self._train_loop_fused = fuses_train_loop_end(self)
             self._train_loop.set_loop_fn(
-                loops.make_train_loop(self.train_step, use_tf_function=True,
+                loops.make_train_loop(self._step_for_tracing(self.train_step),
+                                      use_tf_function=True,
                                       use_tf_while_loop=True, end_fn=self._loop_end_logs)
                 if self._train_loop_fused else self.create_train_loop_fn())
         logs = self._train_loop.run(num_steps)
@@ -461,10 +464,15 @@ class Trainer(_AsyncTrainer):
     def create_train_loop_fn(self):
         """Builds `loop_fn(iterator, num_steps)` from `train_step` (Orbit's hook; see loops)."""
         trainer_config = self._config.trainer
-        return loops.make_train_loop(self.train_step,
+        return loops.make_train_loop(self._step_for_tracing(self.train_step),
                                      use_tf_function=trainer_config.train_tf_function,
                                      use_tf_while_loop=trainer_config.train_tf_while_loop,
                                      coordinator=self._coordinator)
+
+    def _step_for_tracing(self, step):
+        # Traced unconverted when this trainer and its task are lite_launcher's own classes
+        # (autograph_policy); a user's subclass of either is converted, as under TFM.
+        return autograph_policy.for_tracing(step, self._task)
 
     def train_loop_begin(self):
         """Called eagerly before each inner train loop. The base does nothing."""
@@ -548,7 +556,7 @@ class Trainer(_AsyncTrainer):
                 "tf.while_loop: eval_reduce / %s.aggregate_logs are not called (as in TFM).",
                 type(self._task).__name__)
         trainer_config = self._config.trainer
-        return loops.make_eval_loop(self.eval_step, has_state=has_state,
+        return loops.make_eval_loop(self._step_for_tracing(self.eval_step), has_state=has_state,
                                     use_tf_function=trainer_config.eval_tf_function,
                                     use_tf_while_loop=trainer_config.eval_tf_while_loop,
                                     coordinator=self._coordinator)

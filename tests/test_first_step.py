@@ -81,7 +81,11 @@ def test_weight_decay_reads_the_schedule_once_per_step_with_the_same_numbers(kin
     from lite_launcher.optimization import optimizers
 
     schedule, calls = _counting_schedule()
-    lite_cls, keras_cls = ((optimizers.AdamW, keras.optimizers.AdamW) if kind == "adamw"
+    # Keras's decay (the schedule read per variable) with lite's update: only the decay differs.
+    class KerasDecayAdamW(optimizers.FusedAdamUpdate, keras.optimizers.AdamW):
+        pass
+
+    lite_cls, keras_cls = ((optimizers.AdamW, KerasDecayAdamW) if kind == "adamw"
                            else (optimizers.Lion, keras.optimizers.Lion))
     results = []
     for cls in (lite_cls, keras_cls):
@@ -161,8 +165,7 @@ def _jpeg_records(path, count=4):
                 features=tf.train.Features(feature=feature)).SerializeToString())
 
 
-def test_autograph_converts_only_the_hook_callers_of_a_classification_step(
-        tmp_path, converted_names):
+def _classification_trainer(tmp_path, task_cls=None):
     import lite_launcher as ll
     from lite_launcher import trainer as trainer_lib
 
@@ -176,16 +179,95 @@ def test_autograph_converts_only_the_hook_callers_of_a_classification_step(
                                 "global_batch_size": 2, "shuffle_buffer_size": 4}},
         "trainer": {"steps_per_loop": 1, "train_steps": 2},
         "runtime": {"enable_xla": False}})
-    task = ll.get_task(params.task)
-    trainer = trainer_lib.Trainer(params, task, model=task.build_model(), evaluate=False,
-                                  optimizer=task.create_optimizer(
-                                      params.trainer.optimizer_config, params.runtime))
+    task = (task_cls or type(ll.get_task(params.task)))(params.task)
+    return trainer_lib.Trainer(params, task, model=task.build_model(), evaluate=False,
+                               optimizer=task.create_optimizer(
+                                   params.trainer.optimizer_config, params.runtime))
+
+
+def test_autograph_converts_none_of_lites_own_step_and_parser(tmp_path, converted_names):
+    trainer = _classification_trainer(tmp_path)
     steps = tf.constant(1, tf.int32)
     trainer.train(steps)
     trainer.train(steps)
     converted = set(converted_names)
-    # The counter sees conversions: the hook callers are converted.
-    assert {"Task.compute_gradients", "Task.apply_update", "Parser._train_image"} <= converted
+    # The counter sees conversions: the loop over tf.range is converted ...
+    assert "make_train_loop.<locals>.loop_then_end" in converted
+    # ... and nothing of the step or the parser, all lite's own code (autograph_policy).
     assert converted & UNCONVERTED == set()
+    assert {"Trainer.train_step", "Task.train_step", "Task.compute_gradients",
+            "Task.apply_update", "Parser._train_image", "Parser.parse_train_data"} & converted \
+        == set()
     # One trace of the train loop for two loops of the same length.
     assert trainer._train_loop.loop_fn.experimental_get_tracing_count() == 1
+
+
+def test_a_users_task_subclass_is_converted_as_under_tfm(tmp_path, converted_names):
+    """A user's override with Python control flow on a tensor traces (AutoGraph converts it),
+    and so does the lite code that calls it."""
+    from lite_launcher.vision import image_classification
+
+    class TaskWithBranchingLoss(image_classification.ImageClassificationTask):
+        def build_losses(self, labels, model_outputs, aux_losses=None):
+            loss = super().build_losses(labels, model_outputs, aux_losses)
+            if loss > 1e6:  # a tensor condition: needs AutoGraph inside a tf.function
+                loss = loss * 0.0
+            return loss
+
+    trainer = _classification_trainer(tmp_path, TaskWithBranchingLoss)
+    logs = trainer.train(tf.constant(1, tf.int32))
+    assert np.isfinite(logs["training_loss"]) and logs["training_loss"] > 0
+    converted = set(converted_names)
+    assert {"Trainer.train_step", "Task.compute_gradients"} <= converted
+    assert converted & UNCONVERTED == set()
+
+
+def test_autograph_policy_tells_lites_code_from_a_users():
+    from lite_launcher import autograph_policy, loops
+    from lite_launcher.vision import classification_input
+
+    def users_function():
+        return 1
+
+    class UsersParser(classification_input.Parser):
+        pass
+
+    parser = classification_input.Parser.__new__(classification_input.Parser)
+    users_parser = UsersParser.__new__(UsersParser)
+    assert autograph_policy.is_framework_code(loops.split_steps)
+    assert autograph_policy.is_framework_code(parser.parse_train_data)
+    assert not autograph_policy.is_framework_code(users_function)
+    assert not autograph_policy.is_framework_code(users_parser.parse_train_data)
+    # A lite method reaching a user's object stays converted.
+    assert autograph_policy.for_tracing(parser.parse_train_data, users_parser) \
+        == parser.parse_train_data
+    assert autograph_policy.for_tracing(users_function) is users_function
+
+
+def _op_counts(concrete):
+    import collections
+
+    graph_def = concrete.graph.as_graph_def()
+    ops = collections.Counter(node.op for node in graph_def.node)
+    for function in graph_def.library.function:
+        ops.update(node.op for node in function.node_def)
+    return ops
+
+
+def test_the_unconverted_step_traces_the_same_graph(tmp_path, monkeypatch):
+    from lite_launcher import autograph_policy
+
+    graphs = []
+    for policy in (autograph_policy.for_tracing, lambda fn, *reached: fn):
+        monkeypatch.setattr(autograph_policy, "for_tracing", policy)
+        data_dir = tmp_path / str(len(graphs))
+        data_dir.mkdir()
+        trainer = _classification_trainer(data_dir)
+        steps = tf.constant(1, tf.int32)
+        trainer.train(steps)
+        loop_fn = trainer._train_loop.loop_fn
+        graphs.append(_op_counts(loop_fn.get_concrete_function(
+            trainer._train_loop.iterator, steps)))
+    unconverted, converted = graphs
+    assert sum(unconverted.values()) > 1000  # the whole step: forward, backward, update
+    assert unconverted == converted

@@ -1296,6 +1296,57 @@ def test_rmsprop_fused_update_equals_keras_rmsprop_in_one_kernel(centered):
     assert kernel not in _apply_graph_ops(without_momentum)
 
 
+@pytest.mark.parametrize("kind", ["adam", "adamw"])
+def test_adam_fused_update_equals_keras_adam_in_one_kernel(kind):
+    """`optimizer.type: adam` / `adamw` run tf_keras's ResourceApplyAdam and land where Keras
+    3's Adam / AdamW do (to float32 rounding); `amsgrad` is Keras's graph."""
+    branch = {"beta_1": 0.8, "beta_2": 0.95, "epsilon": 1e-6}
+    if kind == "adamw":
+        branch.update(weight_decay_rate=0.1, gradient_clip_norm=0.0)  # no clipping
+    fused, _ = build({"optimizer": {"type": kind, kind: branch},
+                      "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.01}}})
+    keras_cls = keras.optimizers.AdamW if kind == "adamw" else keras.optimizers.Adam
+    assert isinstance(fused, opt_lib.FusedAdamUpdate) and isinstance(fused, keras_cls)
+    arguments = {"beta_1": 0.8, "beta_2": 0.95, "epsilon": 1e-6}
+    if kind == "adamw":
+        arguments["weight_decay"] = 0.1
+    reference = keras_cls(0.01, **arguments)
+    fused_vs, reference_vs = variables(), variables()
+    for k in range(1, 6):
+        fused.apply_gradients(zip(constant_grads(fused_vs, scale=k), fused_vs))
+        reference.apply_gradients(zip(constant_grads(reference_vs, scale=k), reference_vs))
+    for a, b in zip(fused_vs + fused.variables, reference_vs + reference.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+    lite_cls = opt_lib.AdamW if kind == "adamw" else opt_lib.Adam
+    assert "ResourceApplyAdam" in _apply_graph_ops(lite_cls(0.01, **arguments))
+    assert "ResourceApplyAdam" not in _apply_graph_ops(keras_cls(0.01, **arguments))
+    assert "ResourceApplyAdam" not in _apply_graph_ops(lite_cls(0.01, amsgrad=True, **arguments))
+
+
+def test_adam_fused_update_under_mirrored_strategy_equals_one_device():
+    strategy = ll.get_distribution_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        mirrored = opt_lib.Adam(0.01)
+        mirrored_vs = variables()
+        mirrored.build(mirrored_vs)
+
+    @tf.function
+    def step(k):
+        def replica_step():
+            grads = [g * tf.cast(k, tf.float32) * 0.5 for g in constant_grads(mirrored_vs)]
+            mirrored.apply_gradients(zip(grads, mirrored_vs))
+        strategy.run(replica_step)
+
+    single = opt_lib.Adam(0.01)
+    single_vs = variables()
+    for k in range(1, 4):
+        step(tf.constant(k))
+        single.apply_gradients(zip(constant_grads(single_vs, scale=k), single_vs))
+    for a, b in zip(mirrored_vs, single_vs):
+        for replica_value in strategy.experimental_local_results(a.value):
+            np.testing.assert_allclose(replica_value.numpy(), b.numpy(), rtol=1e-6)
+
+
 def _iteration_increment_ops(optimizer):
     graph = tf.function(lambda: optimizer.iterations.assign_add(1)).get_concrete_function().graph
     return sorted(op.type for op in graph.get_operations()

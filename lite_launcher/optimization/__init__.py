@@ -28,9 +28,10 @@ Where TFM and Keras 3 differ, this package does what a TFM user expects and says
   there, which for exponential or polynomial decay exceeds the initial rate).
 - `sgd.decay` (the legacy optimizers' `lr / (1 + decay * step)`) is applied by wrapping the
   schedule, since Keras 3 optimizers dropped `decay`.
-- `sgd` / `rmsprop` build `optimization.SGD` / `optimization.RMSprop`: Keras 3's optimizers
-  with TensorFlow's fused update kernels (`ResourceApplyKerasMomentum`, `ResourceApplyRMSProp`;
-  one op per variable, as tf_keras ran them when momentum > 0): the same update in fewer ops.
+- `sgd` / `rmsprop` / `adam` / `adamw` build `optimization.SGD` / `RMSprop` / `Adam` / `AdamW`:
+  Keras 3's optimizers with TensorFlow's fused update kernels (`ResourceApplyKerasMomentum`,
+  `ResourceApplyRMSProp`, `ResourceApplyAdam`; one op per variable, as tf_keras ran them; SGD
+  and RMSprop when momentum > 0, Adam without amsgrad): the same update in fewer ops.
 - `adamw` is TFM's AdamWeightDecay: decoupled decay (Keras 3 `AdamW`), regex `include_in_` /
   `exclude_from_weight_decay` matched against variable paths, and `gradient_clip_norm`
   (default 1.0) as Keras 3 `global_clipnorm`.
@@ -72,7 +73,8 @@ _LAZY = {
          "PowerAndLinearDecay", "PowerDecayWithOffset", "StepCosineDecayWithOffset",
          "LinearWarmup", "PolynomialWarmUp", "LegacyDecay", "learning_rate_value"),
         "lr_schedule"),
-    **dict.fromkeys(("SGD", "RMSprop", "LAMB", "LARS"), "optimizers"),
+    **dict.fromkeys(("SGD", "RMSprop", "Adam", "AdamW", "FusedAdamUpdate", "LAMB", "LARS"),
+                    "optimizers"),
     **dict.fromkeys(
         ("ExponentialMovingAverage", "EMAScheduleMixin", "with_ema_schedule", "has_ema",
          "ema_variables", "swap_ema_weights", "average_non_trainable_variables"),

@@ -19,7 +19,7 @@ import tensorflow as tf
 from keras import ops
 
 from lite_launcher.optimization.loss_scale import unwrap_loss_scale
-from lite_launcher.optimization.optimizers import LAMB, LARS, SGD, AdamW, Lion, RMSprop
+from lite_launcher.optimization.optimizers import LAMB, LARS, SGD, Adam, AdamW, Lion, RMSprop
 
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
@@ -155,8 +155,8 @@ class SGDWithEMASchedule(EMAScheduleMixin, SGD):
 
 
 @_register
-class AdamWithEMASchedule(EMAScheduleMixin, keras.optimizers.Adam):
-    """`keras.optimizers.Adam` with TFM's EMA schedule."""
+class AdamWithEMASchedule(EMAScheduleMixin, Adam):
+    """`optimizers.Adam` (Keras's, fused update) with TFM's EMA schedule."""
 
 
 @_register

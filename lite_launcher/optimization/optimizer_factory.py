@@ -80,7 +80,7 @@ def _layer_adaptive_arguments(cfg) -> dict:
 
 _SGD = OptimizerEntry(optimizers.SGD, ema_optimizer.SGDWithEMASchedule,
                       lambda cfg: {"momentum": cfg.momentum, "nesterov": cfg.nesterov})
-_ADAM = OptimizerEntry(keras.optimizers.Adam, ema_optimizer.AdamWithEMASchedule,
+_ADAM = OptimizerEntry(optimizers.Adam, ema_optimizer.AdamWithEMASchedule,
                        _adam_arguments)
 
 # optimizer.type -> how it is built. TFM's `*_experimental` became Keras 3's optimizers.
