@@ -29,7 +29,7 @@ benchmarks/results/<date>-<commit>-vision.json (`kind: vision_suite`);
 `report.py FILE --update benchmarks/README.md` renders it.
 
     python benchmarks/vision_suite.py --list          # the processes and the estimated time
-    python benchmarks/vision_suite.py --rounds 5      # every row, ~33 min on 2 quiet cores
+    python benchmarks/vision_suite.py --rounds 5      # every row, ~45 min on 2 idle cores
     python benchmarks/vision_suite.py --smoke         # 1 round, fewest steps: checks each row
 """
 
@@ -62,10 +62,12 @@ ONEDNN_VAR = "TF_ENABLE_ONEDNN_OPTS"
 # and timed loops), measured on 2 AMD EPYC cores.
 SIZES = {"resnet18": (6, 3, 16), "resnet50": (2, 3, 8), "mobilenetv2": (8, 3, 24),
          "mobilenetv3large": (8, 3, 24), "vit_ti16": (6, 3, 24)}
-EST_PROCESS_S = {"resnet18": 30, "resnet50": 45, "mobilenetv2": 36, "mobilenetv3large": 40,
-                 "vit_ti16": 45}
-# The input pipeline alone; a probe: a process without its timed part (~8 s).
-EST_INPUT_S, EST_TIMED_S = 14, 8
+# Median process wall times of the 5-round run on 2 idle AMD EPYC cores
+# (results/2026-12-02-944d805-vision.json: 45 min in all).
+EST_PROCESS_S = {"resnet18": 16, "resnet50": 24, "mobilenetv2": 21, "mobilenetv3large": 25,
+                 "vit_ti16": 36}
+# The input pipeline alone; a probe: a process without its timed part (~7 s).
+EST_INPUT_S, EST_TIMED_S = 7, 7
 SMOKE_SIZE = (1, 1, 2)
 
 
