@@ -543,8 +543,12 @@ def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_lin
     assert sum(printed_steps(logs["worker", i]) for i in range(2)) >= steps[-1]
 
     latest = tf.train.latest_checkpoint(str(model_dir))
-    step = checkpoint_numbers(str(model_dir))[-1]
-    assert step >= at_kill + 40 and latest == str(model_dir / f"ckpt-{step}")
+    step = int(re.search(r"ckpt-(\d+)$", latest).group(1))
+    assert step >= at_kill + 40
+    # The ps can die while the chief writes the next checkpoint (seen once in CI): that
+    # write's index may stay on disk unrecorded; the state still names `latest`, the restart
+    # below resumes from it and overwrites the files. Nothing else may be there.
+    assert [n for n in checkpoint_numbers(str(model_dir)) if n > step] in ([], [step + 10])
     read_checkpoint(latest)  # every tensor reads
     assert checkpoint_global_step(latest) == step
     # Equal but for a step the worker's SIGKILL cut in two (see the next test).
