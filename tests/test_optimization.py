@@ -1248,12 +1248,15 @@ def test_sgd_fused_momentum_equals_keras_sgd_in_one_kernel(nesterov):
     assert "ResourceApplyKerasMomentum" not in _apply_graph_ops(build(sgd(lr=0.1))[0])
 
 
-def test_sgd_fused_momentum_under_mirrored_strategy_equals_one_device():
-    """Each replica's variable and slot go through the kernel in the strategy's update
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: build(sgd(lr=0.1, momentum=0.9))[0], lambda: opt_lib.Adam(0.01)],
+    ids=["sgd_momentum", "adam"])
+def test_fused_update_under_mirrored_strategy_equals_one_device(make_optimizer):
+    """Each replica's variable and slots go through the fused kernel in the strategy's update
     context: two replicas with half the gradient each land where one device does."""
     strategy = ll.get_distribution_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
     with strategy.scope():
-        mirrored, _ = build(sgd(lr=0.1, momentum=0.9))
+        mirrored = make_optimizer()
         mirrored_vs = variables()
         mirrored.build(mirrored_vs)
 
@@ -1264,7 +1267,7 @@ def test_sgd_fused_momentum_under_mirrored_strategy_equals_one_device():
             mirrored.apply_gradients(zip(grads, mirrored_vs))
         strategy.run(replica_step)
 
-    single, _ = build(sgd(lr=0.1, momentum=0.9))
+    single = make_optimizer()
     single_vs = variables()
     for k in range(1, 4):
         step(tf.constant(k))
@@ -1321,30 +1324,6 @@ def test_adam_fused_update_equals_keras_adam_in_one_kernel(kind):
     assert "ResourceApplyAdam" in _apply_graph_ops(lite_cls(0.01, **arguments))
     assert "ResourceApplyAdam" not in _apply_graph_ops(keras_cls(0.01, **arguments))
     assert "ResourceApplyAdam" not in _apply_graph_ops(lite_cls(0.01, amsgrad=True, **arguments))
-
-
-def test_adam_fused_update_under_mirrored_strategy_equals_one_device():
-    strategy = ll.get_distribution_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
-    with strategy.scope():
-        mirrored = opt_lib.Adam(0.01)
-        mirrored_vs = variables()
-        mirrored.build(mirrored_vs)
-
-    @tf.function
-    def step(k):
-        def replica_step():
-            grads = [g * tf.cast(k, tf.float32) * 0.5 for g in constant_grads(mirrored_vs)]
-            mirrored.apply_gradients(zip(grads, mirrored_vs))
-        strategy.run(replica_step)
-
-    single = opt_lib.Adam(0.01)
-    single_vs = variables()
-    for k in range(1, 4):
-        step(tf.constant(k))
-        single.apply_gradients(zip(constant_grads(single_vs, scale=k), single_vs))
-    for a, b in zip(mirrored_vs, single_vs):
-        for replica_value in strategy.experimental_local_results(a.value):
-            np.testing.assert_allclose(replica_value.numpy(), b.numpy(), rtol=1e-6)
 
 
 def _iteration_increment_ops(optimizer):
