@@ -73,7 +73,7 @@ class FusedAdamUpdate:
         index = self._get_variable_index(variable)
         step = tf.cast(self.iterations + 1, dtype)
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        # As in SGD above: `variable` and the slots are the same replica's components.
+        # As in SGD below: `variable` and the slots are the same replica's components.
         tf.raw_ops.ResourceApplyAdam(
             var=variable.handle, m=self._momentums[index].value.handle,
             v=self._velocities[index].value.handle, beta1_power=tf.pow(beta_1, step),
