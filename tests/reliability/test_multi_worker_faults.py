@@ -200,6 +200,9 @@ def test_sigterm_to_one_worker_saves_every_worker_at_one_step_and_resume_matches
 
 
 @pytest.mark.slow
+# ~17 s: its siblings in the suite stop a worker whose peer never starts and name the lost
+# task from TensorFlow's error; the SIGTERM test below restarts the cluster.
+@pytest.mark.release
 def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resumes(tmp_path):
     model_dir = tmp_path / "model"
     codes, logs = fault_after_first_checkpoint(
@@ -384,6 +387,8 @@ def start_evaluator(hosts, model_dir, train_steps, log_path, scratch):
 
 
 @pytest.mark.slow
+# ~25 s: test_modes.py's continuous_eval beside a trainer is its sibling in the suite.
+@pytest.mark.release
 def test_sidecar_evaluator_evaluates_every_chief_checkpoint_once_across_its_restart(tmp_path):
     model_dir = tmp_path / "model"
     hosts = [f"127.0.0.1:{port}" for port in free_ports(3)]
