@@ -1,0 +1,107 @@
+"""The in-process lite-vs-TFM trainer harness (benchmarks/step_vs_tfm.py): its options, the
+processes it plans, the order of the sides, and its ratios and report on hand-made records.
+No timing is asserted (the measurement itself needs TFM's venv)."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCH)
+
+import step_vs_tfm  # noqa: E402
+
+
+def record(model, dtype, lite_ms, tfm_ms, eval_ms=None):
+    """A record as the child writes it: per round, ms per step of each side (and eval)."""
+    rounds = []
+    for i, (lite, tfm) in enumerate(zip(lite_ms, tfm_ms)):
+        ms = {"lite": {"train": lite}, "tfm": {"train": tfm}}
+        if eval_ms is not None:
+            ms["lite"]["eval"], ms["tfm"]["eval"] = eval_ms[i]
+        rounds.append({"order": list(step_vs_tfm.round_order(i)), "ms_per_step": ms,
+                       "loadavg": [1.0, 1.0, 1.0]})
+    return {"model": model, "dtype": dtype, "row": "step_vs_tfm", "rounds": rounds,
+            "cpu_model": "Test CPU", "cpus": 2, "onednn": True,
+            "cpu_flags": {"avx512_bf16": True, "amx_bf16": False}}
+
+
+def test_sides_alternate_which_goes_first():
+    assert step_vs_tfm.round_order(0) == ("lite", "tfm")
+    assert step_vs_tfm.round_order(1) == ("tfm", "lite")
+    assert step_vs_tfm.round_order(2) == ("lite", "tfm")
+
+
+def test_one_process_per_model_and_dtype_with_the_run_options():
+    assert step_vs_tfm.plan(["resnet18", "vit_ti16"], ["float32", "bfloat16"]) == [
+        ("resnet18", "float32"), ("resnet18", "bfloat16"), ("vit_ti16", "float32"),
+        ("vit_ti16", "bfloat16")]
+    args = argparse.Namespace(rounds=6, steps=3, eval_steps=0, data_dir="/d")
+    command = step_vs_tfm.child_command("tpy", "resnet50", "bfloat16", args)
+    assert command[0] == "tpy" and command[1].endswith("step_vs_tfm.py")
+    flags = command[2:]
+    assert "--child" in flags
+    for flag, value in (("--models", "resnet50"), ("--dtypes", "bfloat16"), ("--rounds", "6"),
+                        ("--steps", "3"), ("--eval_steps", "0"), ("--data_dir", "/d")):
+        assert flags[flags.index(flag) + 1] == value
+
+
+def test_ratios_are_taken_within_each_round():
+    rec = record("resnet18", "float32", lite_ms=[100.0, 200.0, 100.0],
+                 tfm_ms=[110.0, 180.0, 100.0], eval_ms=[(50.0, 60.0)] * 3)
+    assert step_vs_tfm.ratios(rec, "train") == pytest.approx([1.1, 0.9, 1.0])
+    summary = step_vs_tfm.summarize(rec, "train")
+    assert summary["median"] == pytest.approx(1.0)
+    assert (summary["min"], summary["max"]) == pytest.approx((0.9, 1.1))
+    assert summary["lite_wins"] == 1 and summary["rounds"] == 3
+    assert (summary["lite_ms"], summary["tfm_ms"]) == (100.0, 110.0)
+    assert step_vs_tfm.summarize(rec, "eval")["median"] == pytest.approx(1.2)
+    # A run without eval calls has no eval row.
+    no_eval = record("resnet18", "float32", [100.0], [100.0])
+    assert step_vs_tfm.summarize(no_eval, "eval") is None
+
+
+def test_report_marks_the_target_and_states_bf16_over_float32_per_side():
+    results = {"commit": "abc1234", "started": "2026-12-02 13:00 UTC", "rounds": 2,
+               "file": "benchmarks/results/x.json", "records": [
+                   record("resnet18", "float32", [100.0, 100.0], [90.0, 95.0]),
+                   record("resnet18", "bfloat16", [80.0, 80.0], [90.0, 90.0],
+                          eval_ms=[(40.0, 50.0), (40.0, 50.0)])]}
+    text = step_vs_tfm.render(results)
+    assert "Test CPU, 2 CPU(s), oneDNN on, XLA off, AMX no, AVX-512 BF16 yes" in text
+    assert "| resnet18 | float32 | train | 100.0 | 92.5 | 0.925 [0.900–0.950] | 0/2 | MISS |" \
+        in text
+    assert "| resnet18 | bfloat16 | train | 80.0 | 90.0 | 1.125 [1.125–1.125] | 2/2 | pass |" \
+        in text
+    assert "| resnet18 | bfloat16 | eval | 40.0 | 50.0 | 1.250 [1.250–1.250] | 2/2 | pass |" \
+        in text
+    assert "2 of 3 rows ≥ 1.0 on the median." in text
+    # bf16 over float32: lite 100/80, TFM 92.5/90.
+    assert "| resnet18 | 1.25 | 1.03 |" in text
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, os.path.join(BENCH, "step_vs_tfm.py"), *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_report_list_and_bad_options(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"rounds": 1, "records": [
+        record("mobilenetv2", "float32", [10.0], [12.0])]}))
+    report = run_cli("--report", str(path))
+    assert report.returncode == 0, report.stderr
+    assert "| mobilenetv2 | float32 | train | 10.0 | 12.0 | 1.200 [1.200–1.200] | 1/1 | pass |" \
+        in report.stdout
+    listed = run_cli("--list", "--models", "resnet18", "--tfm_python", "tpy")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["tpy", "tpy"]
+    assert "bfloat16" in listed.stdout and "float32" in listed.stdout
+    bad = run_cli("--rounds", "0")
+    assert bad.returncode == 2 and "--rounds" in bad.stderr
+    missing = run_cli("--models", "resnet18", "--tfm_python", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "setup_tfm_env.sh" in missing.stderr
