@@ -1217,13 +1217,17 @@ def test_registered_warmup_wraps_the_schedule(registered_test_classes):
     np.testing.assert_allclose(schedule_values(lr, [0, 2, 3, 4]), [0.05, 0.05, 0.4, 0.2])
 
 
-def _apply_graph_ops(optimizer):
+def _apply_graph_op_list(optimizer):
     """The op types of one traced `apply_gradients` of `optimizer` on fresh variables."""
     vs = variables()
     optimizer.build(vs)
     grads = constant_grads(vs)
     fn = tf.function(lambda: optimizer.apply_gradients(zip(grads, vs)))
-    return {op.type for op in fn.get_concrete_function().graph.get_operations()}
+    return [op.type for op in fn.get_concrete_function().graph.get_operations()]
+
+
+def _apply_graph_ops(optimizer):
+    return set(_apply_graph_op_list(optimizer))
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
@@ -1324,6 +1328,16 @@ def test_adam_fused_update_equals_keras_adam_in_one_kernel(kind):
     assert "ResourceApplyAdam" in _apply_graph_ops(lite_cls(0.01, **arguments))
     assert "ResourceApplyAdam" not in _apply_graph_ops(keras_cls(0.01, **arguments))
     assert "ResourceApplyAdam" not in _apply_graph_ops(lite_cls(0.01, amsgrad=True, **arguments))
+
+
+def test_adam_bias_correction_powers_are_traced_once_per_apply_not_per_variable():
+    """Like tf_keras's `_prepare_local`: one `beta**t` pair per apply and dtype, shared by
+    every variable's ResourceApplyAdam (per variable it was 7 scalar ops each)."""
+    for optimizer in (opt_lib.Adam(0.01), opt_lib.AdamW(0.01, weight_decay=0.1)):
+        types = _apply_graph_op_list(optimizer)
+        assert types.count("ResourceApplyAdam") == len(variables()) == 2
+        assert types.count("Pow") == 2, types.count("Pow")
+        assert optimizer.__dict__["_adam_powers"] is None  # nothing held between applies
 
 
 def test_adam_lands_where_tfms_tf_keras_adam_does():

@@ -8,6 +8,8 @@ and the shared part of its `nn_blocks.py`. Each family module (`resnet`, `resnet
 - `NormSettings`: what every convolution / BatchNormalization of a backbone shares;
   `FusedBatchNormalization` and `L2KernelRegularizer` (tf_keras's fused kernels, see their
   docstrings).
+- `MatmulEinsumDense`: `keras.layers.EinsumDense` whose attention-style projections run as one
+  2-D matmul (see its docstring).
 - `SettingsBlock`: the base of every block built from plain values and `NormSettings`.
 - `SqueezeExcitation`, `LayerScale` (MobileNetV4's and ViT's layouts), `StochasticDepth`, its
   one schedule `get_stochastic_depth_rate` and `add_residual`; TFM's `make_divisible` /
@@ -249,6 +251,69 @@ class L2KernelRegularizer(keras.regularizers.L2):
 
     def __call__(self, x):
         return 2.0 * tf.cast(self.l2, x.dtype) * tf.nn.l2_loss(x)
+
+
+def flat_contracted_axes(equation: str) -> Optional[int]:
+    """How many trailing input axes `equation` contracts with the kernel's leading axes, when it
+    is nothing else (`abc,cde->abde`: 1, `abcd,cde->abe`: 2, `abc,cd->abd`: 1); else None."""
+    if "." in equation or "->" not in equation or equation.count(",") != 1:
+        return None
+    operands, out = equation.replace(" ", "").split("->")
+    x_axes, kernel_axes = operands.split(",")
+    if len(set(x_axes)) != len(x_axes) or len(set(kernel_axes)) != len(kernel_axes):
+        return None
+    contracted = "".join(axis for axis in x_axes if axis not in out)
+    m = len(contracted)
+    if (m == 0 or x_axes[-m:] != contracted or kernel_axes[:m] != contracted
+            or out != x_axes[:-m] + kernel_axes[m:]):
+        return None
+    return m
+
+
+@register_serializable
+class MatmulEinsumDense(keras.layers.EinsumDense):
+    """`keras.layers.EinsumDense` whose contraction runs as one 2-D matmul when its equation
+    contracts the input's trailing axes with the kernel's leading ones and keeps the rest in
+    order (`flat_contracted_axes`): every projection of `keras.layers.MultiHeadAttention`.
+
+    Why: Keras 3's TensorFlow backend computes those equations as a matmul that broadcasts the
+    kernel over the batch, so the kernel's gradient becomes one matmul per example summed over
+    the batch (`BatchMatMulV2` to a batch x kernel-sized tensor, then `Sum`, slow in bfloat16).
+    TensorFlow's own `Einsum` kernel, which tf_keras (and so TFM) ran, folds the batch axes into
+    one matmul; this does the same. Same variables and config as EinsumDense, the same result
+    up to float rounding. Other equations and quantized layers take Keras's path.
+    """
+
+    def call(self, inputs, training=None):
+        contracted_axes = flat_contracted_axes(self.equation)
+        if contracted_axes is None or self.quantization_mode is not None:
+            return super().call(inputs, training=training)
+        kernel = self.kernel  # LoRA's product included, as Keras's call reads it
+        contracted = 1
+        for size in kernel.shape[:contracted_axes]:
+            contracted *= int(size)
+        outputs = keras.ops.matmul(keras.ops.reshape(inputs, (-1, contracted)),
+                                   keras.ops.reshape(kernel, (contracted, -1)))
+        kept = tuple(keras.ops.shape(inputs)[:-contracted_axes])
+        outputs = keras.ops.reshape(outputs, kept + tuple(kernel.shape[contracted_axes:]))
+        if self.bias is not None:
+            outputs = keras.ops.add(outputs, self.bias)
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return outputs
+
+
+def use_matmul_projections(attention: keras.layers.MultiHeadAttention) -> None:
+    """Makes a built `MultiHeadAttention`'s query / key / value / output projections
+    `MatmulEinsumDense` (the same objects and variables; only how `call` contracts changes).
+
+    Keras builds these sublayers inside `MultiHeadAttention.build` with no hook to pass a class,
+    so the built layers' class is switched; `MatmulEinsumDense` adds no state to EinsumDense.
+    """
+    for dense in (attention.query_dense, attention.key_dense, attention.value_dense,
+                  attention.output_dense):
+        if type(dense) is keras.layers.EinsumDense:  # pylint: disable=unidiomatic-typecheck
+            dense.__class__ = MatmulEinsumDense
 
 
 def get_stochastic_depth_rate(init_rate: float, i: int, n: int) -> float:

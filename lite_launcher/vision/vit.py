@@ -25,7 +25,7 @@ from keras import ops
 from lite_launcher.vision import configs
 from lite_launcher.vision.layers import (
     LayerScale, StochasticDepth, get_stochastic_depth_rate, register_legacy_name,
-    register_serializable)
+    register_serializable, use_matmul_projections)
 from lite_launcher.vision.modeling import register_backbone_builder
 
 # Before the shared layers module, ViT's layers were registered under the Keras package
@@ -113,7 +113,12 @@ class TokenLayer(keras.layers.Layer):
 class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
     """`keras.layers.MultiHeadAttention` whose explicit softmax (the path taken with attention
     dropout or returned scores) runs in float32 under mixed precision, as Keras's fused path
-    does; the probabilities return in the compute dtype."""
+    does; the probabilities return in the compute dtype. Its projections contract as one 2-D
+    matmul (`layers.MatmulEinsumDense`), as TensorFlow's Einsum kernel does under TFM."""
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        super().build(query_shape, value_shape, key_shape)
+        use_matmul_projections(self)  # TFM's cost for the projections' gradients
 
     def _masked_softmax(self, attention_scores, attention_mask=None):
         if attention_mask is not None or len(self._attention_axes) != 1:

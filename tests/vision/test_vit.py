@@ -329,3 +329,77 @@ def test_backbone_round_trips_through_a_keras_file(tmp_path):
     assert sorted(theirs) == ["attention_scores", "pre_logits"]
     for key in ours:
         np.testing.assert_allclose(ours[key].numpy(), theirs[key].numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("equation,output_shape,bias_axes,input_shape", [
+    ("abc,cde->abde", (3, 4), "de", (2, 5, 6)),  # query / key / value
+    ("abcd,cde->abe", (7,), "e", (2, 5, 3, 4)),  # the attention output
+    ("abc,cd->abd", (7,), "d", (2, 5, 6)),
+])
+def test_matmul_einsum_dense_computes_what_einsum_dense_does(equation, output_shape, bias_axes,
+                                                             input_shape):
+    from lite_launcher.vision import layers
+    keras.utils.set_random_seed(0)
+    reference = keras.layers.EinsumDense(equation, output_shape=(None,) + output_shape,
+                                         bias_axes=bias_axes, activation="relu")
+    x = tf.constant(np.random.RandomState(0).randn(*input_shape).astype("float32"))
+    reference.build(input_shape)
+    reference.bias.assign(np.random.RandomState(1).randn(*reference.bias.shape))
+    flat = layers.MatmulEinsumDense.from_config(reference.get_config())
+    flat.build(input_shape)
+    flat.set_weights(reference.get_weights())
+    results = []
+    for layer in (reference, flat):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            weights = tf.constant(np.random.RandomState(2).randn(*y.shape).astype("float32"))
+            loss = tf.reduce_sum(y * weights)
+        grads = tape.gradient(loss, [x] + layer.trainable_weights)
+        results.append([y.numpy()] + [g.numpy() for g in grads])
+    assert len(results[1]) == 4  # output, input gradient, kernel and bias gradients
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_flat_contracted_axes_accepts_only_a_trailing_contraction():
+    from lite_launcher.vision.layers import flat_contracted_axes
+    assert flat_contracted_axes("abc,cde->abde") == 1
+    assert flat_contracted_axes("abcd,cde->abe") == 2
+    assert flat_contracted_axes("abc,cd->abd") == 1
+    assert flat_contracted_axes("ab,b->a") == 1  # a matrix times a vector is one too
+    for other in ("abc,dce->abde", "abcd,aecd->acbe", "abc,cd->adb", "...b,bc->...c",
+                  "abc,cc->abc", "abc,cde"):
+        assert flat_contracted_axes(other) is None, other
+
+
+def _broadcast_batch_matmuls(attention_cls):
+    """BatchMatMulV2 ops of one attention layer's forward + gradient whose operands have
+    different ranks: a kernel broadcast over the batch (its gradient then a per-example
+    matmul summed over the batch)."""
+    layer = attention_cls(num_heads=2, key_dim=8, output_shape=16)
+    x = tf.ones((2, 5, 16))
+    layer(x, x)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x, x))
+        return tape.gradient(loss, layer.trainable_weights)
+
+    ops_ = step.get_concrete_function(x).graph.get_operations()
+    return [op for op in ops_ if op.type == "BatchMatMulV2"
+            and op.inputs[0].shape.rank != op.inputs[1].shape.rank]
+
+
+def test_vit_attention_projections_contract_as_one_matmul_as_tfms_einsum():
+    """Keras 3 lowers MultiHeadAttention's projections to kernel-broadcasting batch matmuls;
+    ViT's attention (as TF's Einsum under TFM) does one 2-D matmul: on ViT-Ti bf16 training
+    this was the 10 % lite lost to TFM in benchmarks/step_vs_tfm.py."""
+    from lite_launcher.vision import layers
+    assert _broadcast_batch_matmuls(keras.layers.MultiHeadAttention)  # Keras's own lowering
+    assert not _broadcast_batch_matmuls(vit.Float32SoftmaxAttention)
+    block = vit.Float32SoftmaxAttention(num_heads=2, key_dim=8)
+    block.build((2, 5, 16), (2, 5, 16))
+    assert all(type(d) is layers.MatmulEinsumDense for d in (  # noqa: E721
+        block.query_dense, block.key_dense, block.value_dense, block.output_dense))
