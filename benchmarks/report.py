@@ -23,6 +23,8 @@ END_MARKER = "<!-- bench-results:end -->"
 # The block a vision_suite.py file (`kind: vision_suite`, issue 21) renders into.
 VISION_START_MARKER = "<!-- vision-speed:start -->"
 VISION_END_MARKER = "<!-- vision-speed:end -->"
+STEP_VS_TFM_START_MARKER = "<!-- step-vs-tfm:start -->"
+STEP_VS_TFM_END_MARKER = "<!-- step-vs-tfm:end -->"
 
 # Where each side ran: the project's environment (lite_launcher's TensorFlow) or TFM's venv
 # (TFM's TensorFlow, where lite_launcher and the raw loop also run, so that lite/TFM compares
@@ -651,6 +653,13 @@ def display_path(path, repo_root):
     return os.path.relpath(path, repo_root) if inside else path
 
 
+def is_step_vs_tfm(data):
+    """A file written by step_vs_tfm.py (its `kind`, or every record's row in older files)."""
+    records = data.get("records") or []
+    return data.get("kind") == "step_vs_tfm" or bool(records) and all(
+        r.get("row") == "step_vs_tfm" for r in records)
+
+
 def update_file(path, text, start_marker=START_MARKER, end_marker=END_MARKER):
     """Replaces the text between the start and end marker lines in `path` with `text`."""
     with open(path) as f:
@@ -666,7 +675,8 @@ def update_file(path, text, start_marker=START_MARKER, end_marker=END_MARKER):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="a results file written by benchmarks/run.py")
+    parser.add_argument("results", help="a results file written by benchmarks/run.py, "
+                        "vision_suite.py or step_vs_tfm.py")
     parser.add_argument("--update", nargs="+", default=[], metavar="FILE",
                         help="replace the bench-results block of these files (docs/benchmarks.md, "
                         "benchmarks/README.md) with the report")
@@ -679,6 +689,10 @@ def main(argv=None):
     if data.get("kind") == "vision_suite":
         text, _ = vision_suite_markdown(data, source=source)
         markers = (VISION_START_MARKER, VISION_END_MARKER)
+    elif is_step_vs_tfm(data):
+        import step_vs_tfm  # pylint: disable=import-outside-toplevel
+        text = step_vs_tfm.render(dict(data, file=source))
+        markers = (STEP_VS_TFM_START_MARKER, STEP_VS_TFM_END_MARKER)
     else:
         text, _, _ = markdown(data, source=source)
     print(text)

@@ -17,6 +17,7 @@ sets it, TFM's (tf_keras) as its `train.py` sets it, both before either model is
 
     .venv/bin/python benchmarks/step_vs_tfm.py --rounds 8         # every model, float32 + bf16
     .venv/bin/python benchmarks/step_vs_tfm.py --report benchmarks/results/FILE.json
+    .venv/bin/python benchmarks/report.py benchmarks/results/FILE.json --update benchmarks/README.md
 """
 
 import argparse
@@ -252,7 +253,7 @@ def main(argv=None):
     started = datetime.datetime.now(datetime.timezone.utc)
     out = args.out or os.path.join(
         RESULTS_DIR, f"{started:%Y-%m-%d}-{commit or 'nocommit'}-step-vs-tfm.json")
-    results = {"commit": commit, "started": f"{started:%Y-%m-%d %H:%M} UTC",
+    results = {"kind": "step_vs_tfm", "commit": commit, "started": f"{started:%Y-%m-%d %H:%M} UTC",
                "rounds": args.rounds, "command": sys.argv, "records": [], "failures": []}
     env = dict(os.environ, **ENV)
     env.pop("PYTHONPATH", None)  # the child puts this checkout first itself (vision_rows)

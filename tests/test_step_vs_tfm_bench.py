@@ -105,3 +105,22 @@ def test_cli_report_list_and_bad_options(tmp_path):
     assert bad.returncode == 2 and "--rounds" in bad.stderr
     missing = run_cli("--models", "resnet18", "--tfm_python", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "setup_tfm_env.sh" in missing.stderr
+
+
+def test_report_py_renders_a_step_vs_tfm_file_into_its_block(tmp_path):
+    import report
+    path = tmp_path / "2026-12-02-abc1234-step-vs-tfm.json"
+    path.write_text(json.dumps({"kind": "step_vs_tfm", "rounds": 1, "records": [
+        record("vit_ti16", "bfloat16", [10.0], [11.0])]}))
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- step-vs-tfm:start -->\nold\n<!-- step-vs-tfm:end -->\n"
+                      "after\n<!-- vision-speed:start -->\nkept\n<!-- vision-speed:end -->\n")
+    assert report.main([str(path), "--update", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old" not in text and "kept" in text and text.startswith("before\n")
+    assert "| vit_ti16 | bfloat16 | train | 10.0 | 11.0 | 1.100 [1.100–1.100] | 1/1 | pass |" \
+        in text
+    assert str(path) in text
+    # Files written before `kind` was recorded are known by their rows.
+    assert report.is_step_vs_tfm({"records": [record("resnet18", "float32", [1.0], [1.0])]})
+    assert not report.is_step_vs_tfm({"records": []})

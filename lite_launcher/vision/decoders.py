@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 
 from lite_launcher.base_config import ConfigError
+from lite_launcher.vision.layers import get_activation
 from lite_launcher.vision.modeling import NormSettings
 
 _PACKAGE = "lite_launcher"
@@ -69,7 +70,7 @@ class ASPP(keras.layers.Layer):
                           spp_layer_version=spp_layer_version, output_tensor=output_tensor,
                           interpolation=interpolation)
         s = self._settings.replace(kernel_initializer=_variance_scaling())
-        self._act = keras.activations.get(s.activation)
+        self._act = get_activation(s.activation)
         self._num_branches = 2 + len(dilation_rates)
         self.branch_0_conv = s.conv(num_filters, 1, name="aspp_conv_0")
         self.branch_0_norm = s.norm(name="aspp_norm_0")
@@ -169,7 +170,7 @@ def build_fpn(input_specs: Dict[str, tuple], min_level: int = 3, max_level: int 
     if fusion_type not in ("sum", "concat"):
         raise ConfigError(f"task.model.decoder.fpn.fusion_type {fusion_type!r} must be 'sum' "
                           f"or 'concat'.")
-    act = keras.activations.get(settings.activation)
+    act = get_activation(settings.activation)
 
     def conv(filters, kernel_size, strides=1, conv_name=None):
         kwargs = dict(strides=strides, padding="same", name=conv_name)

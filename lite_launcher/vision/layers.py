@@ -8,6 +8,8 @@ and the shared part of its `nn_blocks.py`. Each family module (`resnet`, `resnet
 - `NormSettings`: what every convolution / BatchNormalization of a backbone shares;
   `FusedBatchNormalization` and `L2KernelRegularizer` (tf_keras's fused kernels, see their
   docstrings).
+- `get_activation`: Keras's activations by name, except TFM's `hard_swish` / `hard_sigmoid`
+  (see `hard_swish`).
 - `MatmulEinsumDense`: `keras.layers.EinsumDense` whose attention-style projections run as one
   2-D matmul (see its docstring).
 - `SettingsBlock`: the base of every block built from plain values and `NormSettings`.
@@ -29,6 +31,37 @@ import tensorflow as tf
 
 SERIALIZATION_PACKAGE = "lite_launcher"
 register_serializable = keras.saving.register_keras_serializable(package=SERIALIZATION_PACKAGE)
+
+
+@register_serializable
+def hard_swish(x):
+    """TFM's hard swish, `x * relu6(x + 3) * (1/6)`.
+
+    Keras 3's `hard_silu` divides by 6 instead; TensorFlow's gradient of that division also
+    differentiates the constant divisor (a full-size RealDiv, Neg and Sum per activation), which
+    made MobileNetV3's step ~110 ops longer than TFM's. Equal to Keras's to float rounding.
+    """
+    x = tf.convert_to_tensor(x)
+    return x * tf.nn.relu6(x + tf.cast(3.0, x.dtype)) * (1.0 / 6.0)
+
+
+@register_serializable
+def hard_sigmoid(x):
+    """TFM's hard sigmoid, `relu6(x + 3) * 0.16667` (TFM's constant, not 1/6; Keras 3 divides by
+    6: see `hard_swish`)."""
+    x = tf.convert_to_tensor(x)
+    return tf.nn.relu6(x + tf.cast(3.0, x.dtype)) * 0.16667
+
+
+_TFM_ACTIVATIONS = {"hard_swish": hard_swish, "hard_sigmoid": hard_sigmoid}
+
+
+def get_activation(identifier):
+    """The activation function for `identifier` as TFM's `tf_utils.get_activation` resolves the
+    names its vision models use: TFM's own `hard_swish` / `hard_sigmoid`, Keras's otherwise."""
+    if isinstance(identifier, str) and identifier in _TFM_ACTIVATIONS:
+        return _TFM_ACTIVATIONS[identifier]
+    return keras.activations.get(identifier)
 
 
 def register_legacy_name(registered_name: str, cls, **config_defaults) -> None:
@@ -132,7 +165,7 @@ class NormSettings:
             depthwise_initializer=keras.initializers.get(self.kernel_initializer), name=name)
 
     def act(self, activation=None, name=None):
-        return keras.layers.Activation(activation or self.activation, name=name)
+        return keras.layers.Activation(get_activation(activation or self.activation), name=name)
 
 
 class SettingsBlock(keras.layers.Layer):
@@ -373,8 +406,8 @@ class SqueezeExcitation(SettingsBlock):
                                  round_down_protect=round_down_protect)
         self._reduce = self._settings.conv(reduced, 1, use_bias=True, name="se_reduce")
         self._expand = self._settings.conv(out_filters, 1, use_bias=True, name="se_expand")
-        self._activation = keras.activations.get(activation)
-        self._gating = keras.activations.get(gating_activation)
+        self._activation = get_activation(activation)
+        self._gating = get_activation(gating_activation)
 
     def build(self, input_shape):
         pooled = (input_shape[0], 1, 1, input_shape[-1])

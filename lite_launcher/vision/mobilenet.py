@@ -35,7 +35,8 @@ import tensorflow as tf
 from lite_launcher.vision import configs
 from lite_launcher.vision.layers import (
     LayerScale, NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
-    get_stochastic_depth_rate, make_divisible, register_serializable, round_filters)
+    get_activation, get_stochastic_depth_rate, make_divisible, register_serializable,
+    round_filters)
 from lite_launcher.vision.modeling import register_backbone_builder
 
 
@@ -372,7 +373,7 @@ class DepthwiseSeparableConvBlock(SettingsBlock):
         self._norm0 = s.norm(name="norm0")
         self._pointwise = s.conv(filters, 1, name="pointwise")
         self._norm1 = s.norm(name="norm1")
-        self._act = keras.activations.get(activation)
+        self._act = get_activation(activation)
 
     def call(self, inputs, training=None):
         x = self._act(self._norm0(self._depthwise(inputs), training=training))
@@ -405,7 +406,7 @@ class InvertedBottleneckBlock(SettingsBlock):
             self._expand = s.conv(expand_filters, 1 if use_depthwise else kernel_size,
                                   1 if use_depthwise else strides, name="expand")
             self._expand_norm = s.norm(name="expand_norm")
-        self._act = keras.activations.get(activation)
+        self._act = get_activation(activation)
         self._depthwise = None
         if use_depthwise:
             self._depthwise = s.depthwise(kernel_size, strides, dilation_rate, name="depthwise")
@@ -474,7 +475,7 @@ class UniversalInvertedBottleneckBlock(SettingsBlock):
         self._expand = s.conv(make_divisible(in_filters * expand_ratio, divisible_by), 1,
                               name="expand")
         self._expand_norm = s.norm(name="expand_norm")
-        self._act = keras.activations.get(activation)
+        self._act = get_activation(activation)
         if middle_dw_kernel_size:
             self._middle = s.depthwise(middle_dw_kernel_size,
                                        strides if middle_dw_downsample else 1, dilation_rate,

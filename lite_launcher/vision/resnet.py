@@ -13,7 +13,7 @@ import keras
 from lite_launcher.vision import configs
 from lite_launcher.vision.layers import (
     NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
-    get_stochastic_depth_rate, register_serializable)
+    get_activation, get_stochastic_depth_rate, register_serializable)
 from lite_launcher.vision.modeling import register_backbone_builder
 
 # (block kind, filters, repeats) of the four block groups, by model_id (TFM's RESNET_SPECS).
@@ -82,7 +82,7 @@ class _ShortcutBlock(SettingsBlock):
         self._branch_names = self._attach("branch", branch)
         self._drop = (StochasticDepth(stochastic_depth_drop_rate)
                       if stochastic_depth_drop_rate else None)
-        self._out_act = keras.activations.get(settings.activation)
+        self._out_act = get_activation(settings.activation)
 
     def _attach(self, prefix, layers):
         names = []

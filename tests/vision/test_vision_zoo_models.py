@@ -225,3 +225,45 @@ def test_resnet_squeeze_excitation_squeezes_with_relu_as_tfm():
     assert SETTINGS.activation == "swish"
     [se] = [l for l in block._branch if isinstance(l, modeling.SqueezeExcitation)]
     assert se.get_config()["activation"] == "relu"
+
+
+def test_hard_swish_and_hard_sigmoid_are_tfms():
+    """TFM's formulas (official/modeling/activations): x * relu6(x + 3) * (1/6) and
+    relu6(x + 3) * 0.16667 (not Keras 3's division by 6)."""
+    from lite_launcher.vision import layers
+    x = np.linspace(-6.0, 6.0, 241).astype("float32")
+    relu6 = np.clip(x + 3.0, 0.0, 6.0)
+    np.testing.assert_allclose(layers.hard_swish(x).numpy(), x * relu6 * (1.0 / 6.0), atol=1e-6)
+    np.testing.assert_array_equal(layers.hard_sigmoid(x).numpy(),
+                                  (relu6 * np.float32(0.16667)).astype("float32"))
+    assert layers.get_activation("hard_swish") is layers.hard_swish
+    assert layers.get_activation("hard_sigmoid") is layers.hard_sigmoid
+    assert layers.get_activation("relu") is keras.activations.relu
+    # Saved by name, restored to the same function.
+    assert keras.activations.get(keras.activations.serialize(layers.hard_swish)) \
+        is layers.hard_swish
+
+
+def test_mobilenet_v3_step_has_no_division_by_the_activation_constant():
+    """Keras 3's hard_silu / hard_sigmoid divide by 6, and TensorFlow's gradient of a division
+    also differentiates the divisor (a full-size RealDiv, Neg and Sum per activation, ~110 ops
+    in MobileNetV3Large's step). TFM multiplies by 1/6; so do lite's MobileNets."""
+    config = configs.mobilenet_imagenet().task.model
+    config.override({"backbone": {"mobilenet": {"model_id": "MobileNetV3Small"}}})
+    backbone = modeling.build_backbone([32, 32, 3], config.backbone,
+                                       modeling.NormSettings(activation="hard_swish"))
+    x = tf.ones((2, 32, 32, 3))
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            outputs = backbone(x, training=True)
+            loss = tf.add_n([tf.reduce_sum(v) for v in tf.nest.flatten(outputs)])
+        return tape.gradient(loss, backbone.trainable_variables)
+
+    ops = step.get_concrete_function(x).graph.get_operations()
+    assert sum(op.type == "Relu6" for op in ops) > 10  # the hard activations are in the graph
+    # The gradient's own divisions (the average pools' 1/count) are TFM's too.
+    assert [op.name for op in ops
+            if op.type in ("RealDiv", "Neg") and not op.name.startswith("gradient_tape")] == []
+    assert not [op.name for op in ops if op.type == "Neg"]
