@@ -65,29 +65,19 @@ def child_command(python, model, dtype, args):
 # ------------------------------------------------------------------ child (TFM's venv)
 def _lite_trainer(model, dtype, input_glob, steps, eval_steps):
     import lite_launcher as ll
-    from lite_launcher import strategy as strategy_lib
 
-    params = vision_rows.make_config(model, input_glob, steps, 1, False, dtype,
-                                     eval_steps=eval_steps)
-    strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
-    task = ll.get_task(params.task, logging_dir=tempfile.mkdtemp(prefix="lite_step_vs_tfm_"))
+    params, task = vision_rows.lite_params_and_task(
+        model, input_glob, steps, 1, False, tempfile.mkdtemp(prefix="lite_step_vs_tfm_"), dtype,
+        eval_steps=eval_steps)
     return ll.create_trainer(params, task, train=True, evaluate=bool(eval_steps))
 
 
 def _tfm_trainer(model, dtype, input_glob, steps, eval_steps):
-    from official.core import exp_factory, task_factory, train_utils
-    from official.modeling import performance
-    import official.vision.registry_imports  # noqa: F401  (registers the experiments)
+    from official.core import train_utils
 
-    params = exp_factory.get_exp_config(vision_rows.EXPERIMENTS[model])
-    params.override(vision_rows.overrides(model, input_glob, steps, 1, False, dtype,
-                                          eval_steps=eval_steps), is_strict=True)
-    params.validate()
-    params.lock()
-    if params.runtime.mixed_precision_dtype:
-        performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
-    task = task_factory.get_task(params.task,
-                                 logging_dir=tempfile.mkdtemp(prefix="tfm_step_vs_tfm_"))
+    params, task = vision_rows.tfm_params_and_task(
+        model, input_glob, steps, 1, False, tempfile.mkdtemp(prefix="tfm_step_vs_tfm_"), dtype,
+        eval_steps=eval_steps)
     return train_utils.create_trainer(params, task, train=True, evaluate=bool(eval_steps))
 
 

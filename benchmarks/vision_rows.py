@@ -281,6 +281,37 @@ def _apply_variant(variant, params, task):
         task.build_inputs = with_options
 
 
+def lite_params_and_task(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype=None,
+                         num_gpus=None, eval_steps=0):
+    """lite_launcher's (params, task) of `model` with `overrides`, the dtype policy set as
+    lite-train sets it (before the model is built)."""
+    import lite_launcher as ll
+    from lite_launcher import strategy as strategy_lib
+
+    params = make_config(model, input_glob, steps_per_loop, loops, xla, dtype, num_gpus,
+                         eval_steps)
+    strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+    return params, ll.get_task(params.task, logging_dir=model_dir)
+
+
+def tfm_params_and_task(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype=None,
+                        eval_steps=0):
+    """TFM's (params, task) of `model` with `overrides` (TFM's venv only), the policy set as
+    TFM's official/vision/train.py sets it."""
+    from official.core import exp_factory, task_factory
+    from official.modeling import performance
+    import official.vision.registry_imports  # noqa: F401  (registers the experiments)
+
+    params = exp_factory.get_exp_config(EXPERIMENTS[model])
+    params.override(overrides(model, input_glob, steps_per_loop, loops, xla, dtype,
+                              eval_steps=eval_steps), is_strict=True)
+    params.validate()
+    params.lock()
+    if params.runtime.mixed_precision_dtype:
+        performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+    return params, task_factory.get_task(params.task, logging_dir=model_dir)
+
+
 def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype=None,
                  num_gpus=None, eval_steps=0, variant="base"):
     """lite_launcher's public path: get_exp_config -> get_task -> run_experiment."""
@@ -288,13 +319,9 @@ def measure_lite(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype
     import tensorflow as tf
 
     import lite_launcher as ll
-    from lite_launcher import strategy as strategy_lib
 
-    params = make_config(model, input_glob, steps_per_loop, loops, xla, dtype, num_gpus,
-                         eval_steps)
-    # As lite-train does, before the model is built.
-    strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
-    task = ll.get_task(params.task, logging_dir=model_dir)
+    params, task = lite_params_and_task(model, input_glob, steps_per_loop, loops, xla,
+                                        model_dir, dtype, num_gpus, eval_steps)
     _apply_variant(variant, params, task)
     clock = measure.LoopClock()
     ll.run_experiment(distribution_strategy=ll.get_distribution_strategy("off"), task=task,
@@ -377,18 +404,10 @@ def measure_tfm(model, input_glob, steps_per_loop, loops, xla, model_dir, dtype=
     mixed-precision policy set as TFM's official/vision/train.py sets it."""
     import tf_keras
     from official.common import distribute_utils
-    from official.core import exp_factory, task_factory, train_lib
-    from official.modeling import performance
-    import official.vision.registry_imports  # noqa: F401  (registers the experiments)
+    from official.core import train_lib
 
-    params = exp_factory.get_exp_config(EXPERIMENTS[model])
-    params.override(overrides(model, input_glob, steps_per_loop, loops, xla, dtype,
-                              eval_steps=eval_steps), is_strict=True)
-    params.validate()
-    params.lock()
-    if params.runtime.mixed_precision_dtype:
-        performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
-    task = task_factory.get_task(params.task, logging_dir=model_dir)
+    params, task = tfm_params_and_task(model, input_glob, steps_per_loop, loops, xla,
+                                       model_dir, dtype, eval_steps)
     clock = measure.LoopClock()
     train_lib.run_experiment(
         distribution_strategy=distribute_utils.get_distribution_strategy("off"), task=task,
