@@ -62,7 +62,7 @@ _EXPORTS = {
     "export_saved_model": "lite_launcher.export",
     "convert_checkpoint": "lite_launcher.convert",
     "is_tfm_checkpoint": "lite_launcher.tfm_checkpoint",
-    "TfmResumingCheckpointManager": "lite_launcher.tfm_checkpoint",
+    "TfmResumingCheckpointManager": "lite_launcher.checkpoints",
     # TFM's vision train.py helpers (train_utils / summary_manager), for forked drivers
     "save_gin_config": "lite_launcher.train_utils",
     "maybe_build_eval_summary_manager": "lite_launcher.summaries",

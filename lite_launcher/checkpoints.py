@@ -44,7 +44,7 @@ from typing import Callable, Container, Dict, Iterator, List, Optional, Tuple
 import tensorflow as tf
 from absl import logging
 
-from lite_launcher import atomic_write
+from lite_launcher import atomic_write, keras_adapter, tfm_checkpoint
 from lite_launcher.base_config import ConfigError
 from lite_launcher.errors import CheckpointWriteError, NoReadableCheckpointError
 from lite_launcher.strategy import should_write
@@ -129,6 +129,32 @@ class CheckpointManager(tf.train.CheckpointManager):
         return latest
 
 
+class TfmResumingCheckpointManager(CheckpointManager):
+    """The manager of a model_dir whose latest checkpoint TFM wrote: `restore_or_initialize`
+    maps it onto the checkpoint's `model`, `optimizer` and `global_step`
+    (`tfm_checkpoint.resume`). TFM's checkpoint files are kept as they are: they are marked
+    preserved in the `checkpoint` state file, so `max_to_keep` never deletes them, and lite's
+    checkpoints are written beside them."""
+
+    def __init__(self, checkpoint, directory, **kwargs):
+        self._tfm_latest = preserve_tfm_checkpoints(directory)
+        if self._tfm_latest and kwargs.get("checkpoint_interval") is not None:
+            # The interval counts from TFM's last save, as after a lite checkpoint's restore.
+            kwargs.setdefault("last_checkpoint_step",
+                              tfm_checkpoint.tfm_global_step(self._tfm_latest))
+        super().__init__(checkpoint, directory, **kwargs)
+
+    def restore_or_initialize(self):
+        latest = self.latest_checkpoint
+        if latest is None or latest != self._tfm_latest:
+            return super().restore_or_initialize()
+        objects = self.checkpoint
+        tfm_checkpoint.resume(latest, getattr(objects, "model"),
+                              getattr(objects, "optimizer", None),
+                              getattr(objects, "global_step", None))
+        return latest
+
+
 def build_manager(checkpoint, model_dir: str, save_directory: str, *, resume: bool,
                   max_to_keep: Optional[int], **kwargs) -> CheckpointManager:
     """The trainer's manager of `model_dir`, saving into `save_directory` (`worker_save_dir`).
@@ -142,9 +168,8 @@ def build_manager(checkpoint, model_dir: str, save_directory: str, *, resume: bo
         if resume:
             prepare_model_dir(model_dir)
         # A model_dir TFM wrote resumes too (lite's checkpoints are written beside TFM's).
-        from lite_launcher import tfm_checkpoint  # pylint: disable=import-outside-toplevel
-        return tfm_checkpoint.TfmResumingCheckpointManager(checkpoint, model_dir,
-                                                           max_to_keep=max_to_keep, **kwargs)
+        return TfmResumingCheckpointManager(checkpoint, model_dir, max_to_keep=max_to_keep,
+                                            **kwargs)
     return CheckpointManager(checkpoint, save_directory, restore_directory=model_dir,
                              max_to_keep=1, **kwargs)
 
@@ -257,29 +282,9 @@ def save_options(enable_async: bool) -> Optional[tf.train.CheckpointOptions]:
 
 
 def enable_async_saves() -> None:
-    """Makes Keras 3 variables work with async checkpointing (idempotent).
-
-    Keras 3.15's TF `Variable._copy_trackable_to_cpu` makes a new `tf.Variable` on every call.
-    The async checkpoint helper calls it inside a `tf.function` from the second save on, which
-    fails ("tf.function only supports singleton tf.Variables created on the first call").
-    Mapping the Keras variable to the CPU copy of its underlying variable saves the same values
-    and creates nothing. Private Keras API: `test_async_checkpointing_*` pins it.
-    """
-    try:
-        from keras.src.backend.tensorflow import core as keras_tf_core
-    except ImportError:
-        return
-    variable_cls = getattr(keras_tf_core, "Variable", None)
-    if (variable_cls is None or "_copy_trackable_to_cpu" not in variable_cls.__dict__
-            or getattr(variable_cls, "_lite_launcher_async_copy", False)):
-        return
-
-    def _copy_trackable_to_cpu(self, object_map):
-        self.value._copy_trackable_to_cpu(object_map)
-        object_map[self] = object_map[self.value]
-
-    variable_cls._copy_trackable_to_cpu = _copy_trackable_to_cpu
-    variable_cls._lite_launcher_async_copy = True
+    """Makes Keras 3 variables work with async checkpointing (idempotent; the private Keras
+    part is `keras_adapter.enable_async_saves`)."""
+    keras_adapter.enable_async_saves()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,8 +367,6 @@ def read_weights(items: Dict[str, object], path: str, *, what: str = "task.init_
     Raises:
       ConfigError: no such checkpoint, or it does not fit the parts (one line, naming them).
     """
-    from lite_launcher import tfm_checkpoint  # pylint: disable=import-outside-toplevel
-
     prefix = resolve(path, what)
     parts = ", ".join(sorted(items))
     if tfm_checkpoint.is_tfm_checkpoint(prefix):
@@ -752,6 +755,34 @@ def write_state(directory: str, latest: str, kept: List[str],
         # CheckpointManager never deletes the checkpoints saved before this time.
         lines.append(f"last_preserved_timestamp: {last_preserved_timestamp!r}")
     atomic_write.write_text(os.path.join(directory, STATE_FILE), "\n".join(lines) + "\n")
+
+
+def preserve_tfm_checkpoints(directory: str) -> Optional[str]:
+    """The latest checkpoint of `directory` when TFM wrote it, after marking every checkpoint
+    the state file lists as preserved (older than `last_preserved_timestamp`); else None."""
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None or not state.model_checkpoint_path:
+        return None
+    latest = state.model_checkpoint_path
+    if not os.path.isabs(latest) and "://" not in latest:
+        latest = os.path.join(directory, latest)
+    if not tf.io.gfile.exists(latest + ".index"):
+        return None
+    try:
+        written_by_tfm = tfm_checkpoint.is_tfm_checkpoint(latest)
+    except (ValueError, IndexError, tf.errors.OpError):
+        # Unreadable here (truncated, or a file system TensorFlow's C++ reader cannot open):
+        # the manager's own restore decides, with its recovery of broken checkpoints.
+        return None
+    if not written_by_tfm:
+        return None
+    timestamps = list(state.all_model_checkpoint_timestamps)
+    newest = max(timestamps + [state.last_preserved_timestamp])
+    if newest > state.last_preserved_timestamp:
+        write_state(directory, state.model_checkpoint_path,
+                                list(state.all_model_checkpoint_paths), tuple(timestamps),
+                                last_preserved_timestamp=newest)
+    return latest
 
 
 def prepare_model_dir(model_dir: str) -> Optional[str]:

@@ -15,8 +15,8 @@ same block specs, in the same order, as TFM's. So the pairing comes from structu
   another order than TFM (lite's ViT encoder block), `BLOCK_ORDERS` puts lite's in TFM's order.
 
 `load_weights` reads the model (or backbone) alone, for `task.init_checkpoint` and lite-export.
-`TfmResumingCheckpointManager` resumes a TFM model_dir: weights, global step, and the
-optimizer's iterations and slots where TFM's legacy optimizer keeps them as Keras 3's does
+`resume` (used by `checkpoints.TfmResumingCheckpointManager`, one layer up: this module reads,
+`checkpoints` manages) resumes a TFM model_dir: weights, global step, and the optimizer's iterations and slots where TFM's legacy optimizer keeps them as Keras 3's does
 (`SLOT_NAMES`: SGD's momentum, Adam's m / v); other optimizer state restarts, with a warning.
 
 Every variable of the restored part must be found, with its shape (TFM's
@@ -37,7 +37,6 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from absl import logging
 
-from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 
 _GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -502,30 +501,6 @@ def resume(prefix: str, model, optimizer=None, global_step: Optional[tf.Variable
     return step
 
 
-class TfmResumingCheckpointManager(checkpoints.CheckpointManager):
-    """lite's checkpoint manager (`checkpoints.CheckpointManager`) that also resumes a model_dir whose latest checkpoint
-    TFM wrote: `restore_or_initialize` maps it onto the checkpoint's `model`, `optimizer` and
-    `global_step` (`resume`). TFM's checkpoint files are kept as they are: they are marked
-    preserved in the `checkpoint` state file, so `max_to_keep` never deletes them, and lite's
-    checkpoints are written beside them."""
-
-    def __init__(self, checkpoint, directory, **kwargs):
-        self._tfm_latest = _preserve_tfm_checkpoints(directory)
-        if self._tfm_latest and kwargs.get("checkpoint_interval") is not None:
-            # The interval counts from TFM's last save, as after a lite checkpoint's restore.
-            kwargs.setdefault("last_checkpoint_step", tfm_global_step(self._tfm_latest))
-        super().__init__(checkpoint, directory, **kwargs)
-
-    def restore_or_initialize(self):
-        latest = self.latest_checkpoint
-        if latest is None or latest != self._tfm_latest:
-            return super().restore_or_initialize()
-        objects = self.checkpoint
-        resume(latest, getattr(objects, "model"), getattr(objects, "optimizer", None),
-               getattr(objects, "global_step", None))
-        return latest
-
-
 def tfm_global_step(prefix: str) -> Optional[int]:
     """The global step a TFM Trainer checkpoint holds (None without one)."""
     reader, graph = _object_graph(prefix)
@@ -533,31 +508,3 @@ def tfm_global_step(prefix: str) -> Optional[int]:
     if "global_step" not in top:
         return None
     return int(reader.get_tensor(_value_key(graph.nodes[top["global_step"]])))
-
-
-def _preserve_tfm_checkpoints(directory: str) -> Optional[str]:
-    """The latest checkpoint of `directory` when TFM wrote it, after marking every checkpoint
-    the state file lists as preserved (older than `last_preserved_timestamp`); else None."""
-    state = tf.train.get_checkpoint_state(directory)
-    if state is None or not state.model_checkpoint_path:
-        return None
-    latest = state.model_checkpoint_path
-    if not os.path.isabs(latest) and "://" not in latest:
-        latest = os.path.join(directory, latest)
-    if not tf.io.gfile.exists(latest + ".index"):
-        return None
-    try:
-        written_by_tfm = is_tfm_checkpoint(latest)
-    except (ValueError, IndexError, tf.errors.OpError):
-        # Unreadable here (truncated, or a file system TensorFlow's C++ reader cannot open):
-        # the manager's own restore decides, with its recovery of broken checkpoints.
-        return None
-    if not written_by_tfm:
-        return None
-    timestamps = list(state.all_model_checkpoint_timestamps)
-    newest = max(timestamps + [state.last_preserved_timestamp])
-    if newest > state.last_preserved_timestamp:
-        checkpoints.write_state(directory, state.model_checkpoint_path,
-                                list(state.all_model_checkpoint_paths), tuple(timestamps),
-                                last_preserved_timestamp=newest)
-    return latest

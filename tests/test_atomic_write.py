@@ -49,14 +49,11 @@ def test_atomic_write_and_errors_import_without_tensorflow():
 
 
 def test_run_time_errors_keep_their_old_import_paths():
-    from lite_launcher import (actions, checkpoint_recovery, checkpoints, controller, main,
-                               model_dir_lock)
+    from lite_launcher import actions, checkpoints, controller, main, model_dir_lock
     from lite_launcher import train_utils
     assert controller.CheckpointWriteError is errors.CheckpointWriteError
     assert actions.TrainingDivergedError is errors.TrainingDivergedError
     assert checkpoints.NoReadableCheckpointError is errors.NoReadableCheckpointError
-    assert checkpoint_recovery.NoReadableCheckpointError is errors.NoReadableCheckpointError
-    assert checkpoint_recovery.prepare_model_dir is checkpoints.prepare_model_dir
     assert model_dir_lock.ModelDirLockedError is errors.ModelDirLockedError
     assert main.ModelDirWriteError is errors.ModelDirWriteError
     assert train_utils.ModelDirWriteError is errors.ModelDirWriteError  # serialize_config's

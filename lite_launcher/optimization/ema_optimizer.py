@@ -8,8 +8,7 @@ checkpoints. `ExponentialMovingAverage` (TFM's class name; every optimizer built
 statistics); `<Optimizer>WithEMASchedule` are the built-in optimizers with it. The first
 average is a copy of the weights (as in Keras), not zeros.
 
-The averages are a private Keras attribute; `has_ema`, `ema_variables` and `swap_ema_weights`
-are the only code that touches it.
+The averages are a private Keras attribute, reached through `keras_adapter` only.
 """
 
 from __future__ import annotations
@@ -18,13 +17,14 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from lite_launcher import keras_adapter
 from lite_launcher.optimization.loss_scale import unwrap_loss_scale
 from lite_launcher.optimization.optimizers import LAMB, LARS, SGD, Adam, AdamW, Lion, RMSprop
 
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
 
-class ExponentialMovingAverage:
+class ExponentialMovingAverage(keras_adapter.MovingAverageUpdateHook):
     """TFM's `optimization.ExponentialMovingAverage`: an optimizer keeping moving averages.
 
     Every optimizer built with `optimizer_config.ema` is an instance of it, so TFM's trainer
@@ -80,11 +80,12 @@ class ExponentialMovingAverage:
         follow = ops.logical_or(completed == 0.0, step < float(self.ema_start_step))
         return ops.where(follow, 0.0, decay)
 
-    def _update_model_variables_moving_average(self, trainable_variables):
+    def update_moving_averages(self, trainable_variables):
+        """TFM's EMA update after a step: `ema_decay()`, the non-trainable averages too."""
         if not self.use_ema:
             return
         decay = self.ema_decay()
-        pairs = [*zip(trainable_variables, self._model_variables_moving_average),
+        pairs = [*zip(trainable_variables, keras_adapter.moving_averages(self)),
                  *self._lite_non_trainable_ema]
         for var, average in pairs:
             if average is None:
@@ -116,9 +117,8 @@ class ExponentialMovingAverage:
             raise ValueError(
                 f"Optimizer {self.name!r} has no averages to swap yet; call "
                 f"shadow_copy(model) (the Trainer does) or apply a step first.")
-        # Keras keeps the variables an optimizer was built on in `_trainable_variables`.
-        variables = list(self._trainable_variables)  # pylint: disable=protected-access
-        with self._distribution_strategy.scope():  # pylint: disable=protected-access
+        variables = keras_adapter.built_variables(self)
+        with keras_adapter.distribution_strategy(self).scope():
             swap_ema_weights(self, variables)
 
     def get_config(self):
@@ -207,12 +207,12 @@ def ema_variables(optimizer) -> list:
     if not inner.built:
         raise ValueError(f"Optimizer {inner.name!r} is not built, so it has no moving averages "
                          f"yet; call optimizer.build(model.trainable_variables) first.")
-    averages = getattr(inner, "_model_variables_moving_average", None)
+    averages = keras_adapter.moving_averages(inner)
     if averages is None:
         raise RuntimeError(
             f"Keras {keras.__version__} keeps EMA averages somewhere other than "
             f"`optimizer._model_variables_moving_average`; update "
-            f"lite_launcher.optimization.ema_variables.")
+            f"lite_launcher.keras_adapter.moving_averages.")
     return list(averages)
 
 
@@ -234,7 +234,7 @@ def swap_ema_weights(optimizer, variables) -> None:
     pairs = []
     for var in variables:
         try:
-            index = inner._get_variable_index(var)  # pylint: disable=protected-access
+            index = keras_adapter.variable_index(inner, var)
         except KeyError:
             raise ValueError(
                 f"Variable {var.path if hasattr(var, 'path') else var.name!r} is not one the "

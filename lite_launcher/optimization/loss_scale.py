@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from lite_launcher import keras_adapter
 from lite_launcher.base_config import ConfigError
 
 
@@ -28,7 +29,7 @@ class FixedLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         if not self.built:
             self.build(trainable_variables)
             self.built = True
-        variables = trainable_variables or self._trainable_variables
+        variables = trainable_variables or keras_adapter.built_variables(self)
         # As the dynamic optimizer: variables overwritten by their "gradient" (float8
         # scaling factors) are not unscaled.
         unscaled = [

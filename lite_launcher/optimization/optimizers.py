@@ -9,6 +9,9 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from lite_launcher import keras_adapter
+from lite_launcher.keras_adapter import DecayReadsScheduleOnce
+
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 
 
@@ -24,33 +27,6 @@ def _trust_ratio(variable, direction, coefficient=1.0):
     w_norm = ops.sqrt(ops.sum(ops.square(variable)))
     d_norm = ops.sqrt(ops.sum(ops.square(direction)))
     return ops.where(w_norm > 0, ops.where(d_norm > 0, coefficient * w_norm / d_norm, 1.0), 1.0)
-
-
-class DecayReadsScheduleOnce:
-    """Mixin: decoupled weight decay evaluates the learning-rate schedule once per step.
-
-    Keras 3's `_apply_weight_decay` reads `self.learning_rate` inside its per-variable
-    function, so with a schedule every decayed variable traced the whole schedule again
-    (warmup, cosine, offsets: ~30 ops each; 200 copies for ViT-Ti, seconds of tracing and
-    graph optimisation before the first step). The value is the same for every variable (the
-    step counter moves only after all updates), so it is computed once here and returned to
-    those reads; numerics are unchanged. tf_keras computed it once per step as well.
-    """
-
-    def _apply_weight_decay(self, variables):
-        if self.weight_decay is None or not isinstance(
-                self._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-            return super()._apply_weight_decay(variables)
-        # Set through __dict__: a tensor must not be tracked as optimizer state.
-        self.__dict__["_decay_learning_rate"] = self._get_current_learning_rate()
-        try:
-            return super()._apply_weight_decay(variables)
-        finally:
-            self.__dict__["_decay_learning_rate"] = None
-
-    def _get_current_learning_rate(self):
-        value = self.__dict__.get("_decay_learning_rate")
-        return super()._get_current_learning_rate() if value is None else value
 
 
 class FusedAdamUpdate:
@@ -92,12 +68,12 @@ class FusedAdamUpdate:
         if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
-        index = self._get_variable_index(variable)
         beta1_power, beta2_power = self._powers(dtype)
         # As in SGD below: `variable` and the slots are the same replica's components.
         tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].value.handle,
-            v=self._velocities[index].value.handle, beta1_power=beta1_power,
+            var=variable.handle, m=keras_adapter.slot(self, "momentums", variable).value.handle,
+            v=keras_adapter.slot(self, "velocities", variable).value.handle,
+            beta1_power=beta1_power,
             beta2_power=beta2_power, lr=tf.cast(learning_rate, dtype),
             beta1=tf.cast(self.beta_1, dtype), beta2=tf.cast(self.beta_2, dtype),
             epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype))
@@ -138,7 +114,7 @@ class SGD(keras.optimizers.SGD):
         if self.momentum == 0 or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
-        momentum = self.momentums[self._get_variable_index(variable)]
+        momentum = keras_adapter.slot(self, "momentums", variable)
         # `variable` is the tf.Variable (a replica's component under a strategy); the slot's
         # handle is read in the same update context, so it is the same replica's.
         tf.raw_ops.ResourceApplyKerasMomentum(
@@ -164,15 +140,16 @@ class RMSprop(keras.optimizers.RMSprop):
         if self.momentum <= 0 or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
-        index = self._get_variable_index(variable)
         arguments = dict(
-            var=variable.handle, ms=self._velocities[index].value.handle,
-            mom=self._momentums[index].value.handle, lr=tf.cast(learning_rate, dtype),
+            var=variable.handle, ms=keras_adapter.slot(self, "velocities", variable).value.handle,
+            mom=keras_adapter.slot(self, "momentums", variable).value.handle,
+            lr=tf.cast(learning_rate, dtype),
             rho=tf.cast(self.rho, dtype), momentum=tf.cast(self.momentum, dtype),
             epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype))
         if self.centered:
             tf.raw_ops.ResourceApplyCenteredRMSProp(
-                mg=self._average_gradients[index].value.handle, **arguments)
+                mg=keras_adapter.slot(self, "average_gradients", variable).value.handle,
+                **arguments)
         else:
             tf.raw_ops.ResourceApplyRMSProp(**arguments)
 
@@ -204,8 +181,8 @@ class LAMB(keras.optimizers.Lamb):
         step = ops.cast(self.iterations + 1, dtype)
         beta_1 = ops.cast(self.beta_1, dtype)
         beta_2 = ops.cast(self.beta_2, dtype)
-        m = self._momentums[self._get_variable_index(variable)]
-        v = self._velocities[self._get_variable_index(variable)]
+        m = keras_adapter.slot(self, "momentums", variable)
+        v = keras_adapter.slot(self, "velocities", variable)
         self.assign_add(m, (gradient - m) * (1.0 - beta_1))
         self.assign_add(v, (ops.square(gradient) - v) * (1.0 - beta_2))
         m_hat = m / (1.0 - ops.power(beta_1, step))
@@ -262,7 +239,7 @@ class LARS(keras.optimizers.Optimizer):
         dtype = variable.dtype
         lr = ops.cast(learning_rate, dtype)
         grad = ops.cast(gradient, dtype)
-        velocity = self.momentums[self._get_variable_index(variable)]
+        velocity = keras_adapter.slot(self, "momentums", variable)
         momentum = ops.cast(self.momentum, dtype)
         if self.weight_decay_rate and not _path_matches(self.exclude_from_weight_decay,
                                                         variable):

@@ -22,6 +22,7 @@ import tensorflow as tf
 from absl import logging
 from keras import ops
 
+from lite_launcher import keras_adapter
 from lite_launcher.vision import configs
 from lite_launcher.vision.layers import (
     LayerScale, StochasticDepth, get_stochastic_depth_rate, register_legacy_name,
@@ -110,7 +111,8 @@ class TokenLayer(keras.layers.Layer):
 
 
 @register_serializable
-class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
+class Float32SoftmaxAttention(keras_adapter.AttentionSoftmaxHook,
+                              keras.layers.MultiHeadAttention):
     """`keras.layers.MultiHeadAttention` whose explicit softmax (the path taken with attention
     dropout or returned scores) runs in float32 under mixed precision, as Keras's fused path
     does; the probabilities return in the compute dtype. Its projections contract as one 2-D
@@ -120,9 +122,9 @@ class Float32SoftmaxAttention(keras.layers.MultiHeadAttention):
         super().build(query_shape, value_shape, key_shape)
         use_matmul_projections(self)  # TFM's cost for the projections' gradients
 
-    def _masked_softmax(self, attention_scores, attention_mask=None):
-        if attention_mask is not None or len(self._attention_axes) != 1:
-            return super()._masked_softmax(attention_scores, attention_mask)
+    def attention_softmax(self, attention_scores, attention_mask, keras_softmax):
+        if attention_mask is not None or len(self.attention_axes) != 1:
+            return keras_softmax(attention_scores, attention_mask)
         probs = ops.softmax(ops.cast(attention_scores, "float32"), axis=-1)
         return ops.cast(probs, attention_scores.dtype)
 

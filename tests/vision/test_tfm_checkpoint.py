@@ -168,7 +168,7 @@ def _resuming(params, name, model_dir):
     optimizer = task.create_optimizer(params.trainer.optimizer_config, params.runtime)
     global_step = tf.Variable(0, dtype=tf.int64)
     checkpoint = tf.train.Checkpoint(global_step=global_step, model=model, optimizer=optimizer)
-    manager = tfm_checkpoint.TfmResumingCheckpointManager(
+    manager = checkpoints.TfmResumingCheckpointManager(
         checkpoint, model_dir, max_to_keep=1, step_counter=global_step)
     return model, optimizer, global_step, manager
 
