@@ -47,3 +47,14 @@ def modules_for(name: str) -> Optional[List[str]]:
     if module is None:
         return None
     return [module] + ([TASK_MODULES[module]] if module in TASK_MODULES else [])
+
+
+def registering_modules() -> List[str]:
+    """Every module that registers a built-in experiment or task, each once, in import
+    order (an experiment module before its task's)."""
+    ordered: List[str] = []
+    for name in BUILTIN_EXPERIMENTS:
+        for module in modules_for(name):
+            if module not in ordered:
+                ordered.append(module)
+    return ordered

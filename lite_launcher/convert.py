@@ -22,7 +22,6 @@ from absl import flags
 from absl import logging
 
 from lite_launcher import atomic_write
-from lite_launcher import export
 from lite_launcher import flags as lite_flags
 from lite_launcher import train_utils
 from lite_launcher.errors import ConfigError, ModelDirWriteError
@@ -133,19 +132,19 @@ def _main(flags_obj) -> str:
     if not flags_obj.experiment:
         raise ConfigError(f"--experiment is required: the experiment {_EXPERIMENT_IS}.")
     check_arguments(flags_obj.checkpoint_path, flags_obj.output_dir)
-    params = export.parse_params(flags_obj)
+    params = lite_flags.parse_params(flags_obj)
     return "\n".join(convert_checkpoint(params, flags_obj.checkpoint_path,
                                         flags_obj.output_dir))
 
 
 def main(argv) -> None:
     """Runs `lite-convert` with parsed FLAGS; bad input exits 2 with one line."""
-    export.run_command(_main, argv, PROG)
+    lite_flags.run_command(_main, argv, PROG)
 
 
 def run() -> None:
     """Console-script entry point for `lite-convert`."""
-    export.start_command(define_flags, main, PROG, _HELP_INTRO, "output_dir")
+    lite_flags.start_command(define_flags, main, PROG, _HELP_INTRO, "output_dir")
 
 
 if __name__ == "__main__":

@@ -385,7 +385,7 @@ def _main(flags_obj) -> str:
         raise ConfigError("Pass --input_type or --function_keys, not both.")
     check_export_dir(flags_obj.export_dir, flags_obj.export_saved_model_subdir,
                      flags_obj.export_checkpoint_subdir)
-    params = parse_params(flags_obj)
+    params = lite_flags.parse_params(flags_obj)
     return export_saved_model(
         params, flags_obj.checkpoint_path, flags_obj.export_dir,
         input_type=flags_obj.input_type, batch_size=flags_obj.batch_size,
@@ -396,47 +396,14 @@ def _main(flags_obj) -> str:
         function_keys=function_keys)
 
 
-def parse_params(flags_obj):
-    """The experiment config the config flags describe, as lite-train builds it."""
-    train_utils.check_input_files(flags_obj)
-    train_utils.load_user_registrations(flags_obj.registry_imports)
-    train_utils.check_experiment_inputs(flags_obj)
-    train_utils.load_builtin_registrations()
-    return train_utils.parse_configuration(train_utils.ParseConfigOptions(
-        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
-        params_override=flags_obj.params_override or ""), print_return=False)
-
-
-def run_command(command, argv, prog: str) -> None:
-    """Prints `command(FLAGS)`; bad input exits 2 with one line, an environment failure 1."""
-    if len(argv) > 1:
-        train_utils.exit_with_error(
-            f"unexpected arguments {argv[1:]}; every option is a --flag.", prog=prog)
-    try:
-        result = command(FLAGS)
-    except ConfigError as error:
-        train_utils.exit_with_error(error, prog=prog)
-    except ENVIRONMENT_FAILURES as error:
-        train_utils.exit_with_error(error, train_utils.RUNTIME_ERROR_EXIT_CODE, prog=prog)
-    print(result)
-
-
 def main(argv) -> None:
     """Runs `lite-export` with parsed FLAGS; bad input exits 2 with one line."""
-    run_command(_main, argv, PROG)
-
-
-def start_command(define, main_fn, prog: str, intro: str, cli_flag: str) -> None:
-    """A lite command's console-script start: its flags, then absl's app with lite's parser."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    define()
-    app.run(main_fn, flags_parser=functools.partial(
-        lite_flags.parse_flags, prog=prog, intro=intro, cli_flag=cli_flag))
+    lite_flags.run_command(_main, argv, PROG)
 
 
 def run() -> None:
     """Console-script entry point for `lite-export`."""
-    start_command(define_flags, main, PROG, _HELP_INTRO, "export_dir")
+    lite_flags.start_command(define_flags, main, PROG, _HELP_INTRO, "export_dir")
 
 
 if __name__ == "__main__":

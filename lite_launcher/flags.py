@@ -1,5 +1,8 @@
-"""The command-line flags of `lite-train` and `lite-export` (TFM's official/common/flags.py),
-and the flags parser both use. TensorFlow-free, so `--help` and bad flags answer at once.
+"""The command-line library of `lite-train`, `lite-export` and `lite-convert`: their flags (TFM's
+official/common/flags.py), the flags parser, the config their flags describe (`parse_params`)
+and a command's start and error handling (`start_command`, `run_command`). No command imports
+another; each stands on this module and `train_utils`. TensorFlow-free, so `--help` and bad
+flags answer at once.
 
 Each flag is defined here once: `define_config_flags` (which experiment and how its config is
 built: both CLIs), `define_flags` (TFM's driver flags, which include those), and
@@ -9,12 +12,16 @@ module (`main.define_lite_train_flags`, `export.define_flags`).
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from typing import Sequence
 
+from absl import app
 from absl import flags
 
 from lite_launcher import train_utils
+from lite_launcher.errors import ConfigError, ENVIRONMENT_FAILURES
 
 FLAGS = flags.FLAGS
 
@@ -121,3 +128,38 @@ def parse_flags(argv, prog: str, intro: str, cli_flag: str):
         if any(arg in _HELP_ARGS for arg in argv[1:]):
             sys.exit(0)
         raise
+
+
+# ----- what the commands share: the config their flags describe, the run of a command
+
+def parse_params(flags_obj):
+    """The experiment config the config flags describe, as lite-train builds it."""
+    train_utils.check_input_files(flags_obj)
+    train_utils.load_user_registrations(flags_obj.registry_imports)
+    train_utils.check_experiment_inputs(flags_obj)
+    train_utils.load_builtin_registrations()
+    return train_utils.parse_configuration(train_utils.ParseConfigOptions(
+        experiment=flags_obj.experiment, config_file=list(flags_obj.config_file or []),
+        params_override=flags_obj.params_override or ""), print_return=False)
+
+
+def run_command(command, argv, prog: str) -> None:
+    """Prints `command(FLAGS)`; bad input exits 2 with one line, an environment failure 1."""
+    if len(argv) > 1:
+        train_utils.exit_with_error(
+            f"unexpected arguments {argv[1:]}; every option is a --flag.", prog=prog)
+    try:
+        result = command(FLAGS)
+    except ConfigError as error:
+        train_utils.exit_with_error(error, prog=prog)
+    except ENVIRONMENT_FAILURES as error:
+        train_utils.exit_with_error(error, train_utils.RUNTIME_ERROR_EXIT_CODE, prog=prog)
+    print(result)
+
+
+def start_command(define, main_fn, prog: str, intro: str, cli_flag: str) -> None:
+    """A lite command's console-script start: its flags, then absl's app with lite's parser."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    define()
+    app.run(main_fn, flags_parser=functools.partial(
+        parse_flags, prog=prog, intro=intro, cli_flag=cli_flag))

@@ -2,17 +2,16 @@
 
 The driver imports it before parsing flags; the top-level `ll.get_exp_config`, `ll.get_task`
 and `ll.registered_experiments` are the registry's lookups taken from here, so they find the
-built-ins. The built-ins: `digits_mlp`, `digits_cnn`, `mlp_tiny`, `cnn_small`, `mock`
-(`lite_launcher.experiments`) and `image_classification`, `resnet_imagenet`,
-`resnet_rs_imagenet`, `mobilenet_imagenet`, `deit_imagenet_pretrain`, `vit_imagenet_pretrain`,
-`vit_imagenet_finetune`, and TFM's eight semantic segmentation experiments
-(`semantic_segmentation`, `seg_deeplabv3_pascal`, ...) (`lite_launcher.vision`).
+built-ins. Which experiments are built in, and the module registering each, is one table:
+`lite_launcher.builtin_experiments.BUILTIN_EXPERIMENTS` (this module imports every module it
+names, each experiment module before its task's).
 """
 
-import lite_launcher.experiments  # noqa: F401  (registers digits and the workloads)
-# Registers the seven image classification experiments and their task.
-from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501
-# Registers TFM's eight semantic segmentation experiments and their task.
-from lite_launcher.vision import segmentation_configs, semantic_segmentation  # noqa: F401
+import importlib
+
+from lite_launcher import builtin_experiments
 from lite_launcher.registry import (  # noqa: F401  (the lookups, built-ins loaded)
     get_exp_config, get_task, get_task_cls, registered_experiments)
+
+for _module in builtin_experiments.registering_modules():
+    importlib.import_module(_module)

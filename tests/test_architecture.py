@@ -194,6 +194,10 @@ def test_the_two_drivers_are_thin_on_the_driver_library_not_on_each_other():
     assert not _private_names_used("main.py", "export")
     assert "lite_launcher.main" not in _all_lite_imports("export.py")
     assert "lite_launcher.export" not in _all_lite_imports("main.py")
+    # lite-convert too: the three commands share flags.py and train_utils, none another.
+    commands = {"lite_launcher.main", "lite_launcher.export", "lite_launcher.convert"}
+    for command in ("main.py", "export.py", "convert.py"):
+        assert not _all_lite_imports(command) & commands - {_module_name(command)}
     # The library they share is TensorFlow-free on import (the input checks run before TF).
     for module in ("train_utils.py", "flags.py", "builtin_experiments.py", "registry.py"):
         assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
