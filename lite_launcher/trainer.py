@@ -16,7 +16,7 @@ Eval:   eval_begin() -> EvalLoop.run: eval_step(iterator) [+ eval_reduce(state, 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import gin
 import keras
@@ -277,6 +277,45 @@ def fuses_train_loop_end(trainer: "Trainer") -> bool:
             and "train_loop_end" not in vars(trainer))
 
 
+def build_metrics(task, model) -> Tuple[list, list]:
+    """(train metrics, validation metrics): the task's and the model's own, with TFM's
+    `reset_states` name."""
+    model_metrics = model_defined_metrics(model)
+    return tuple([with_tfm_reset_states(m) for m in
+                  list(task.build_metrics(training=training)) + model_metrics]
+                 for training in (True, False))
+
+
+def build_checkpoint(global_step, model, optimizer, train_loop, strategy, *,
+                     save_iterator: bool) -> tf.train.Checkpoint:
+    """The trainer's checkpoint: step, model, optimizer, the model's `checkpoint_items`, and
+    with `save_iterator` the train iterator (made now: it must exist before a restore)."""
+    items = dict(getattr(model, "checkpoint_items", None) or {})
+    if save_iterator:
+        items["train_iterator"] = train_loop.make_saveable_iterator(type(strategy).__name__)
+    return tf.train.Checkpoint(global_step=global_step, model=model, optimizer=optimizer,
+                               **items)
+
+
+def metric_results(metrics, reset: bool = False) -> Dict[str, Any]:
+    """{name: result} of `metrics`, each reset after its read with `reset`."""
+    logs = {}
+    for metric in metrics:
+        logs[metric.name] = metric.result()
+        if reset:
+            metric.reset_state()
+    return logs
+
+
+def merge_passthrough(passthrough_logs, logs) -> Dict[str, Any]:
+    """An eval step's logs with the host-side passthrough logs; the model's win a clash."""
+    clash = set(logs) & set(passthrough_logs)
+    if clash:
+        logging.warning("Passthrough log keys %s clash with model log keys; the model's "
+                        "values are kept.", sorted(clash))
+    return {**passthrough_logs, **logs}
+
+
 class _AsyncTrainer:
     """The parameter-server part of the Trainer, as TFM's `_AsyncTrainer`: the coordinator."""
 
@@ -363,11 +402,7 @@ class Trainer(_AsyncTrainer):
         # Exact means: parameter-server workers update them concurrently.
         self._train_loss = ExactMean("training_loss")
         self._validation_loss = ExactMean("validation_loss")
-        model_metrics = model_defined_metrics(model)
-        self._train_metrics = [with_tfm_reset_states(m) for m in
-                               list(task.build_metrics(training=True)) + model_metrics]
-        self._validation_metrics = [with_tfm_reset_states(m) for m in
-                                    list(task.build_metrics(training=False)) + model_metrics]
+        self._train_metrics, self._validation_metrics = build_metrics(task, model)
 
         if train and train_dataset is None:
             train_dataset = self.distribute_dataset(task.build_inputs, config.task.train_data)
@@ -384,13 +419,9 @@ class Trainer(_AsyncTrainer):
         self._eval_loop_fns = {}  # has_state -> loop_fn
         self._eval_dataset = validation_dataset
 
-        checkpoint_items = dict(getattr(model, "checkpoint_items", None) or {})
-        if trainer_config.checkpoint_train_iterator and train_dataset is not None:
-            # The iterator must exist before the checkpoint is restored, so it is made here.
-            checkpoint_items["train_iterator"] = self._train_loop.make_saveable_iterator(
-                type(self._strategy).__name__)
-        self._checkpoint = tf.train.Checkpoint(
-            global_step=self._global_step, model=model, optimizer=optimizer, **checkpoint_items)
+        self._checkpoint = build_checkpoint(
+            self._global_step, model, optimizer, self._train_loop, self._strategy,
+            save_iterator=trainer_config.checkpoint_train_iterator and train_dataset is not None)
 
     # Read-only views of the trainer's state, named as TFM's.
     strategy = property(lambda self: self._strategy)
@@ -503,23 +534,16 @@ class Trainer(_AsyncTrainer):
     # Metric results and the learning rate: graph-safe without AutoGraph (issue 31).
     @_not_converted
     def _loop_end_logs(self):
-        logs = {}
-        for metric in self._train_metrics + [self._train_loss]:
-            logs[metric.name] = metric.result()
-            metric.reset_state()
+        logs = metric_results(self._train_metrics + [self._train_loss], reset=True)
         for name, optimizer in self.optimizers.items():
             key = f"{name}_learning_rate" if name else "learning_rate"
             logs[key] = optimization.learning_rate_value(optimizer)
         return logs
 
     def train_loop_end(self) -> Dict[str, Any]:
-        """Called eagerly after each inner loop: metric results (then reset) and learning rate.
-
-        Returns every train metric, `training_loss` and `learning_rate`, the rate at the
-        step being trained next (a schedule's value, or the constant); for several optimizers
-        one `<name>_learning_rate` each (a `MultiOptimizer`'s inner ones as TFM's
-        RankingTrainer names them: `<OptimizerClass>_<i>_learning_rate`).
-        """
+        """Called eagerly after each inner loop: every train metric (then reset),
+        `training_loss` and `learning_rate` at the step trained next; with several optimizers
+        one `<name>_learning_rate` each (TFM's RankingTrainer's `<OptimizerClass>_<i>_...`)."""
         self.join()
         if self._is_async or not self._config.trainer.train_tf_function:
             return self._loop_end_logs()
@@ -594,11 +618,7 @@ class Trainer(_AsyncTrainer):
         inputs, passthrough_logs = self.next_eval_inputs(iterator)
         outputs = self._strategy.run(after_inputs(step_fn), args=(inputs,))
         logs = tf.nest.map_structure(self._strategy.experimental_local_results, outputs)
-        clash = set(logs) & set(passthrough_logs)
-        if clash:
-            logging.warning("Passthrough log keys %s clash with model log keys; the model's "
-                            "values are kept.", sorted(clash))
-        return {**passthrough_logs, **logs}
+        return merge_passthrough(passthrough_logs, logs)
 
     def eval_reduce(self, state=None, step_outputs=None):
         """Folds one step's outputs into the state via `task.aggregate_logs`."""
@@ -611,9 +631,7 @@ class Trainer(_AsyncTrainer):
         checkpoint holds the averaged weights that were evaluated.
         """
         self.join()
-        logs = {}
-        for metric in self._validation_metrics:
-            logs[metric.name] = metric.result()
+        logs = metric_results(self._validation_metrics)
         if int(self._validation_loss.count.numpy()) != 0:
             logs[self._validation_loss.name] = self._validation_loss.result()
         else:
