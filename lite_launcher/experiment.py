@@ -20,6 +20,7 @@ from lite_launcher import checkpoints
 from lite_launcher import exporter as exporter_lib
 from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
+from lite_launcher import model_dir_files
 from lite_launcher.base_config import ConfigError
 from lite_launcher.controller import Controller
 from lite_launcher.modes import check_mode, mode_trains
@@ -56,7 +57,8 @@ class ExperimentRunner:
                  trainer: Optional[Trainer] = None, controller_cls=Controller,
                  summary_manager=None, eval_summary_manager=None,
                  enable_async_checkpointing: bool = False,
-                 continuous_eval_max_wait_s: Optional[float] = None):
+                 continuous_eval_max_wait_s: Optional[float] = None,
+                 write_run_config: bool = False):
         check_mode(mode)
         # The runtime trusts a validated config: checked here once for callers that built it
         # in code (the driver's parse_configuration already validated it).
@@ -68,6 +70,8 @@ class ExperimentRunner:
         self._model_dir = model_dir
         self._mode = mode
         self._run_post_eval = run_post_eval
+        # lite-train's files: params.yaml before the mode runs, the gin config after it.
+        self._write_run_config = write_run_config
         self._continuous_eval_max_wait_s = continuous_eval_max_wait_s
         # Holds a non-writer worker's throwaway checkpoint directory until `run()` ends.
         self._scratch_dirs = contextlib.ExitStack()
@@ -110,7 +114,7 @@ class ExperimentRunner:
     @property
     def owns_model_dir(self) -> bool:
         """Whether this runner holds model_dir's lock: the chief of a training mode, which
-        alone writes checkpoints, summaries and the driver's params.yaml there."""
+        alone writes checkpoints, summaries and (`write_run_config`) params.yaml there."""
         return self._owns_model_dir
 
     @property
@@ -203,6 +207,11 @@ class ExperimentRunner:
         try:
             if self._owns_model_dir and not self._model_dir_holds:
                 self._hold_model_dir(create=True)  # run() again: the last one released it.
+            if self._write_run_config:
+                logging.info("Final experiment parameters:\n%s", self._params.to_yaml())
+            if self._owns_model_dir and self._write_run_config:
+                # Once restore has passed: a run refused there leaves model_dir as it was.
+                model_dir_files.serialize_config(self._params, self._model_dir)
             with self.strategy.scope():
                 if self._mode in ("train", "train_and_post_eval"):
                     self._controller.train(steps=trainer_config.train_steps)
@@ -215,11 +224,13 @@ class ExperimentRunner:
                     self._controller.evaluate(steps=trainer_config.validation_steps)
                 elif self._mode == "continuous_eval":
                     self._run_continuous_eval()
+            eval_logs = {}
             if self._run_post_eval or self._mode == "train_and_post_eval":
                 with self.strategy.scope():
                     eval_logs = self._controller.evaluate(steps=trainer_config.validation_steps)
-                return self._trainer.model, eval_logs
-            return self._trainer.model, {}
+            if self._owns_model_dir and self._write_run_config:
+                model_dir_files.save_gin_config(self._mode, self._model_dir)
+            return self._trainer.model, eval_logs
         finally:
             # E.g. the preemption action restores the previous SIGTERM handler.
             for action in self._actions:

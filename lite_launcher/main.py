@@ -153,14 +153,12 @@ def _cluster_task_lost(error, model_dir: str) -> ClusterTaskLostError:
 
 
 def run_with_preemption_recovery(params, mode: str, model_dir: str,
-                                 enable_async_checkpointing: bool = False, before_run=None,
+                                 enable_async_checkpointing: bool = False,
                                  continuous_eval_max_wait_s=None):
     """Builds strategy and task and runs the experiment; retries after a worker preemption.
 
-    A retry starts from the last checkpoint in model_dir. `before_run(runner)` is called once
-    the `ExperimentRunner` is built (model_dir locked by a chief that trains, its checkpoint
-    restored), before the mode runs: the driver writes params.yaml there when
-    `runner.owns_model_dir`, so a run refused at restore leaves model_dir as it was.
+    A retry starts from the last checkpoint in model_dir. The runner writes lite-train's
+    params.yaml and gin config (`write_run_config`) when it owns model_dir.
     """
     import tensorflow as tf
 
@@ -176,9 +174,7 @@ def run_with_preemption_recovery(params, mode: str, model_dir: str,
                 distribution_strategy=distribution_strategy, task=task, mode=mode,
                 params=params, model_dir=model_dir,
                 enable_async_checkpointing=enable_async_checkpointing,
-                continuous_eval_max_wait_s=continuous_eval_max_wait_s)
-            if before_run is not None:
-                before_run(runner)
+                continuous_eval_max_wait_s=continuous_eval_max_wait_s, write_run_config=True)
             return runner.run()
         except tf.errors.OpError as error:
             bad_record = errors.input_record_error(error.message)
@@ -274,8 +270,8 @@ def _main():
         return
     train_utils.check_experiment_inputs(FLAGS)
     train_utils.load_builtin_registrations(FLAGS.experiment)
-    # Printed once every check of the input has passed (in before_run below): a bad input
-    # gets its one line, not the whole config before it.
+    # Logged by the runner once every check of the input has passed: a bad input gets its one
+    # line, not the whole config before it.
     params = train_utils.parse_configuration(FLAGS, print_return=False)
     if FLAGS.mode in ("eval", "continuous_eval") and not FLAGS.dry_run:
         train_utils.check_eval_dir_writable(
@@ -301,23 +297,9 @@ def _main():
     if params.runtime.deterministic_ops:
         configure_determinism()
 
-    owners = []
-
-    def before_run(runner):
-        if not owners:
-            logging.info("Final experiment parameters:\n%s", params.to_yaml())
-        owners[:] = [runner.owns_model_dir]
-        # Only the owner (the chief of a training mode) writes params.yaml and the gin config,
-        # as it alone writes checkpoints and summaries.
-        if runner.owns_model_dir:
-            train_utils.serialize_config(params, model_dir)
-
     run_with_preemption_recovery(params, mode, model_dir,
                                  enable_async_checkpointing=FLAGS.enable_async_checkpointing,
-                                 before_run=before_run,
                                  continuous_eval_max_wait_s=FLAGS.continuous_eval_max_wait_s)
-    if owners and owners[0]:
-        train_utils.save_gin_config(mode, model_dir)
 
 
 def _parse_gin():

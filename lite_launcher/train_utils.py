@@ -23,6 +23,8 @@ from absl import logging
 
 from lite_launcher import atomic_write
 from lite_launcher.errors import ConfigError, ModelDirWriteError
+# What the chief writes into model_dir (TFM's train_utils names; the runner writes them).
+from lite_launcher.model_dir_files import save_gin_config, serialize_config  # noqa: F401
 
 USER_ERROR_EXIT_CODE = 2
 # A failure of the environment rather than of the input (e.g. a full disk).
@@ -325,40 +327,3 @@ def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool 
     if print_return:
         logging.info("Final experiment parameters:\n%s", params.to_yaml())
     return params
-
-
-# ---------------------------------------------------------------------------------------------
-# What the chief writes into model_dir besides checkpoints and summaries.
-# ---------------------------------------------------------------------------------------------
-
-
-def serialize_config(params, model_dir: str) -> str:
-    """Writes `model_dir/params.yaml`; returns its path.
-
-    Raises:
-      ModelDirWriteError: it cannot be written (the environment's failure: exit 1); no
-        temporary file is left behind.
-    """
-    import tensorflow as tf
-
-    path = os.path.join(model_dir, "params.yaml")
-    try:
-        tf.io.gfile.makedirs(model_dir)  # Not os.makedirs: model_dir may be a URL (gs://...).
-        params.save_yaml(path)  # Write then rename: a failed write leaves no temporary file.
-    except (OSError, tf.errors.OpError) as error:
-        detail = getattr(error, "strerror", None) or getattr(error, "message", None) or error
-        raise ModelDirWriteError(f"Cannot write {path} (--model_dir {model_dir!r}): "
-                                 f"{detail}.") from error
-    return path
-
-
-def save_gin_config(mode: str, model_dir: str) -> str:
-    """Writes `model_dir/operative_config.<mode>.gin` (write then rename); returns its path."""
-    import gin
-
-    path = os.path.join(model_dir, f"operative_config.{mode}.gin")
-    try:
-        atomic_write.write_text(path, gin.operative_config_str())
-    except OSError as error:
-        raise ModelDirWriteError(f"Cannot write {path}: {error.strerror or error}.") from error
-    return path
