@@ -281,6 +281,7 @@ def _main():
         print(params.to_yaml(), end="")
         return
     mode, model_dir = FLAGS.mode, FLAGS.model_dir
+    train_utils.check_init_checkpoint(params, mode, model_dir)
 
     from lite_launcher import strategy as strategy_lib
 

@@ -327,3 +327,55 @@ def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool 
     if print_return:
         logging.info("Final experiment parameters:\n%s", params.to_yaml())
     return params
+
+
+# How long the driver waits for a remote init_checkpoint to answer (an unreachable host can
+# make TensorFlow's file systems retry for minutes).
+INIT_CHECKPOINT_PROBE_S = 8.0
+
+
+def check_init_checkpoint(params, mode: str, model_dir: str) -> None:
+    """Refuses a remote `task.init_checkpoint` (gs://, http://, ...) that cannot be read, in one
+    line, before any model is built: a built-in experiment's default points at TFM's buckets,
+    which an offline machine cannot reach. Local paths are left to the task's restore (which
+    names them); a training mode that resumes from a checkpoint in `model_dir` never reads it.
+
+    Raises:
+      ConfigError: the checkpoint does not answer within INIT_CHECKPOINT_PROBE_S, its host
+        cannot be reached, or no such object exists.
+    """
+    import threading  # pylint: disable=import-outside-toplevel
+
+    from lite_launcher import modes  # pylint: disable=import-outside-toplevel
+
+    path = str(getattr(getattr(params, "task", None), "init_checkpoint", None) or "")
+    if "://" not in path or not modes.mode_trains(mode):
+        return
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    if model_dir and tf.train.latest_checkpoint(model_dir):
+        return
+    answer = {}
+
+    def probe():
+        try:
+            answer["exists"] = (tf.io.gfile.exists(path + ".index")
+                                or tf.io.gfile.exists(path))
+        except Exception as error:  # pylint: disable=broad-except
+            answer["error"] = error
+
+    thread = threading.Thread(target=probe, daemon=True)  # left behind if it never answers
+    thread.start()
+    thread.join(INIT_CHECKPOINT_PROBE_S)
+    if "error" in answer:
+        first = str(answer["error"]).strip().splitlines()[0] if str(answer["error"]) else ""
+        reason = f"it cannot be reached (no network?): {type(answer['error']).__name__}: {first}"
+    elif "exists" not in answer:
+        reason = f"no answer within {INIT_CHECKPOINT_PROBE_S:g} s (no network?)"
+    elif not answer["exists"]:
+        reason = "no such object"
+    else:
+        return
+    raise ConfigError(
+        f"task.init_checkpoint {path} cannot be read: {reason}. Start from scratch with "
+        f"--params_override task.init_checkpoint=null, or give a local checkpoint path.")

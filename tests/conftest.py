@@ -41,7 +41,20 @@ LONGEST_FILES_FIRST = (
 )
 
 
+ALL_ITEMS = pytest.StashKey()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not release"` deselects the release tests
 def pytest_collection_modifyitems(session, config, items):
+    import release_siblings  # tests/ is on sys.path: pytest puts a rootless conftest's folder there
+
+    whole = release_siblings.holds_whole_suite(items, config.args)
+    found = release_siblings.problems(items, whole_suite=whole)
+    if found:
+        message = "release tests without a sibling in the suite:\n" + "\n".join(found)
+        print(message, file=sys.stderr, flush=True)  # pytest_unconfigure's _exit skips pytest's
+        raise pytest.UsageError(message)
+    config.stash[ALL_ITEMS] = (list(items), whole)
     rank = {path: i for i, path in enumerate(LONGEST_FILES_FIRST)}
 
     def key(indexed):

@@ -459,7 +459,8 @@ def checkpoint_value(prefix, name):
 
 
 @pytest.mark.slow
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/reliability/test_multi_worker_faults.py::"
+                             "test_sigkill_of_one_worker_stops_the_survivor_with_one_line")
 def test_multi_worker_mirrored_two_processes_chief_writes_and_both_resume(tmp_path):
     model_dir = tmp_path / "model"
     results, pids = run_two_workers(model_dir, tmp_path, "first", train_steps=20)
@@ -524,7 +525,8 @@ def default_strategy_eval(model_dir, step, validation_steps):
 
 
 @pytest.mark.slow
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/test_strategy.py::"
+                             "test_parameter_server_with_in_process_cluster_trains_steps")
 def test_parameter_server_cluster_of_lite_train_processes_trains_and_evaluates(tmp_path):
     """One cluster (2 workers, 1 ps) serves four chiefs in turn: train_and_eval, eval (with
     eval_tf_while_loop), continuous_eval and train_and_post_eval. Every evaluation equals the

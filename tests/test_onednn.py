@@ -114,7 +114,16 @@ def _losses(onednn_value, tmp_path, name, steps=50):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.release
+def test_five_steps_of_digits_cnn_with_and_without_onednn_agree(tmp_path):
+    """The release loss-curve test's two processes (oneDNN on, off) for 5 steps."""
+    on, off = _losses("1", tmp_path, "on", steps=5), _losses("0", tmp_path, "off", steps=5)
+    assert on["onednn"] and not off["onednn"]
+    assert len(on["losses"]) == len(off["losses"]) == 5
+    np.testing.assert_allclose(on["losses"], off["losses"], rtol=LOSS_RTOL)
+
+
+@pytest.mark.release(
+    sibling="tests/test_onednn.py::test_five_steps_of_digits_cnn_with_and_without_onednn_agree")
 def test_digits_cnn_loss_curve_with_and_without_onednn_agree_and_repeat_exactly(tmp_path):
     on_a = _losses("1", tmp_path, "on_a")
     on_b = _losses("1", tmp_path, "on_b")

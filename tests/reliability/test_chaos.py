@@ -60,7 +60,8 @@ def _training(process, log_path):
     return bool(logged_train_steps(read_text(log_path)))
 
 
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/reliability/test_model_dir_lock.py::"
+                             "test_a_second_trainer_is_refused_evaluators_are_not_and_kill_9_leaves_no_stale_lock")
 def test_second_trainers_at_random_moments_never_run_beside_the_first(tmp_path):
     rng = random.Random(SEED)
     model_dir = str(tmp_path / "model")

@@ -147,7 +147,8 @@ def _run_chain(model_dir, kinds, seed):
     return trials
 
 
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/reliability/test_kill_restart.py::"
+                             "test_a_trainer_start_removes_leftovers_of_an_interrupted_checkpoint_write")
 def test_kill_9_at_random_points_always_resumes_from_the_last_complete_checkpoint(tmp_path):
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(CHAIN_KINDS)) as pool:
         futures = [pool.submit(_run_chain, str(tmp_path / f"chain{i}"), kinds, seed=i)

@@ -199,12 +199,9 @@ def test_sigterm_to_one_worker_saves_every_worker_at_one_step_and_resume_matches
     assert max(np.abs(a - b).max() for a, b in zip(one_short, resumed)) > 1e-5
 
 
-@pytest.mark.slow
-# ~17 s: its siblings in the suite stop a worker whose peer never starts and name the lost
-# task from TensorFlow's error; the SIGTERM test below restarts the cluster.
-@pytest.mark.release
-def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resumes(tmp_path):
-    model_dir = tmp_path / "model"
+def kill_worker_1_after_the_first_checkpoint(tmp_path, model_dir):
+    """Kills worker 1 of a running 2-worker cluster once; asserts the chief stopped with one
+    line naming it (exit 1, no in-process retry); returns the log paths."""
     codes, logs = fault_after_first_checkpoint(
         tmp_path, "killed", cluster_flags(model_dir, 10 ** 7),
         lambda processes: processes[1].kill())
@@ -213,6 +210,25 @@ def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resu
     assert line.startswith(ERROR_PREFIX + "Lost contact with cluster task worker 1 ("), line
     assert f"resumes from the last checkpoint in {model_dir}." in line
     assert "retry" not in read_text(logs[0])  # no in-process restart that would wait forever
+    return logs
+
+
+@pytest.mark.slow
+def test_sigkill_of_one_worker_stops_the_survivor_with_one_line(tmp_path):
+    """The release SIGKILL test without its restart: two real processes, worker 1 killed once
+    after the chief's first checkpoint; the chief stops with one line naming it (exit 1)."""
+    model_dir = tmp_path / "model"
+    logs = kill_worker_1_after_the_first_checkpoint(tmp_path, model_dir)
+    assert checkpoint_global_step(tf.train.latest_checkpoint(str(model_dir))) == \
+        saved_steps(logs[0])[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.release(sibling="tests/reliability/test_multi_worker_faults.py::"
+                             "test_sigkill_of_one_worker_stops_the_survivor_with_one_line")
+def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resumes(tmp_path):
+    model_dir = tmp_path / "model"
+    logs = kill_worker_1_after_the_first_checkpoint(tmp_path, model_dir)
 
     # The chief's last checkpoint is whole and is the newest it logged.
     latest = tf.train.latest_checkpoint(str(model_dir))
@@ -229,7 +245,8 @@ def test_sigkill_of_one_worker_stops_the_survivor_with_one_line_and_restart_resu
 
 
 @pytest.mark.slow
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/reliability/test_multi_worker_faults.py::"
+                             "test_worker_whose_peer_never_starts_stops_with_one_line")
 def test_hung_worker_stops_the_survivor_with_one_line_after_the_failure_timeout(tmp_path):
     """Worker 1 hangs (SIGSTOP: alive, its connections open, no heartbeats): the chief, blocked
     in a collective, stops once TF's coordination service misses worker 1's heartbeats for
@@ -387,8 +404,7 @@ def start_evaluator(hosts, model_dir, train_steps, log_path, scratch):
 
 
 @pytest.mark.slow
-# ~25 s: test_modes.py's continuous_eval beside a trainer is its sibling in the suite.
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/test_modes.py::test_continuous_eval_beside_a_trainer")
 def test_sidecar_evaluator_evaluates_every_chief_checkpoint_once_across_its_restart(tmp_path):
     model_dir = tmp_path / "model"
     hosts = [f"127.0.0.1:{port}" for port in free_ports(3)]
@@ -510,7 +526,8 @@ def wait_first_checkpoint(model_dir, chief, log, at_least=10):
 
 
 @pytest.mark.slow
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/test_strategy.py::"
+                             "test_parameter_server_with_in_process_cluster_trains_steps")
 def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_line_without_its_ps(
         tmp_path):
     """Worker 1 is killed after the first checkpoint: the coordinator puts its closure back and
@@ -576,7 +593,8 @@ def test_parameter_server_goes_on_without_a_killed_worker_and_stops_with_one_lin
 
 
 @pytest.mark.slow
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/test_strategy.py::"
+                             "test_parameter_server_with_in_process_cluster_trains_steps")
 def test_parameter_server_workers_killed_and_restarted_rejoin_and_every_step_runs_once(
         tmp_path):
     """Both workers are killed while the chief is stopped (SIGSTOP: it can neither finish the

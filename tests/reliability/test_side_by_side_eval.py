@@ -144,7 +144,8 @@ def test_evaluate_all_checkpoints_in_order_and_a_restarted_evaluator_skips_evalu
 
 
 @pytest.mark.slow
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/reliability/test_side_by_side_eval.py::"
+                             "test_evaluate_all_checkpoints_in_order_and_a_restarted_evaluator_skips_evaluated_ones")
 def test_continuous_eval_beside_a_trainer_that_writes_every_5_steps(tmp_path):
     model_dir = str(tmp_path / "model")
     train_steps = 1000

@@ -638,10 +638,11 @@ def test_segmentation_refuses_a_classification_tfm_checkpoint_in_one_line(monkey
 BIG = os.environ.get("LITE_TFM_BIG_CHECKPOINTS", "")
 
 
-@pytest.mark.skipif(not BIG, reason="TFM checkpoints too large to commit (full-size dilated "
-                    "ResNet-50, 94 MB; MobileNet V4 Conv M / L, Hybrid L, V3Small, MultiAVG) "
-                    "are written by data/make_tfm_checkpoints.py --big DIR: set "
-                    "LITE_TFM_BIG_CHECKPOINTS=DIR")
+@pytest.mark.skipif(not BIG, reason="tested only with LITE_TFM_BIG_CHECKPOINTS=DIR, which "
+                    "neither the README's test command nor .ci/run sets: the TFM checkpoints "
+                    "of the full-size dilated ResNet-50 (94 MB), MobileNet V4 Conv M / L, "
+                    "Hybrid L, V3Small and MultiAVG are too large to commit; "
+                    "data/make_tfm_checkpoints.py --big DIR writes them")
 def test_big_tfm_checkpoints_restore():
     with open(os.path.join(BIG, "index.json")) as f:
         index = json.load(f)

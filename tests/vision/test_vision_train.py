@@ -36,7 +36,8 @@ def digits_records(tmp_path_factory):
     return digits_tfrecords(str(tmp_path_factory.mktemp("digits_jpeg")), num_shards=2)
 
 
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/vision/test_vision_train.py::"
+                             "test_resnet_imagenet_tfm_yaml_train_and_eval")
 def test_resnet18_learns_digits_from_jpeg_tfrecords(digits_records, tmp_path):
     train, validation = digits_records
     overrides = {

@@ -26,6 +26,8 @@ BATCH = 4
 # above it means the evaluation's logits blew up (issue 34: 1e5 and more, or NaN).
 MAX_VALIDATION_LOSS = 3 * np.log(1001)
 
+ZOO = "tests/vision/test_vision_zoo_train.py::test_tfm_zoo_yaml_trains_two_steps_and_evaluates"
+ONE_STEP = "tests/vision/test_vision_zoo_train.py::test_tfm_zoo_yaml_trains_one_step_in_process"
 # (YAML, TFM experiment, overrides a CPU run needs beyond the common ones, backbone keys the
 # params.yaml must show from the YAML).
 FAMILIES = [
@@ -34,7 +36,7 @@ FAMILIES = [
     pytest.param(
         "imagenet_mobilenetv4_conv_small_tpu.yaml", "mobilenet_imagenet", "",
         {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetV4ConvSmall"}},
-        marks=pytest.mark.release),  # ~18 s; the two MobileNet YAMLs beside it stay in the suite
+        marks=pytest.mark.release(sibling=ZOO + "[imagenet_mobilenetv1_tpu]")),  # ~18 s
     ("imagenet_mobilenetv3.5_avgseg_tpu.yaml", "mobilenet_imagenet", "",
      {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetMultiAVGSeg"}}),
     # ResNet-50 in place of the YAML's 101 keeps the CPU test short; every other option of
@@ -45,7 +47,7 @@ FAMILIES = [
         {"type": "dilated_resnet", "dilated_resnet": {
             "model_id": 50, "output_stride": 16, "multigrid": [1, 2, 4], "stem_type": "v1",
             "se_ratio": 0.25, "stochastic_depth_drop_rate": 0.2}},
-        marks=pytest.mark.release),  # ~20 s; the dilated ResNet trains in the segmentation tests
+        marks=pytest.mark.release(sibling=ONE_STEP + "[dilated_resnet]")),  # ~20 s
     # The YAML's norm_momentum 0.0 makes the BN statistics those of the last training batch:
     # from 4 images at 32x32 (1x1 in the last block group) they are degenerate, and the
     # evaluation's logits reached 1e5 or NaN (issue 34; TFM computes the same). TFM's default
@@ -55,7 +57,7 @@ FAMILIES = [
         ",task.model.norm_activation.norm_momentum=0.99",
         {"type": "resnet", "resnet": {"model_id": 50, "stem_type": "v1", "se_ratio": 0.25,
                                       "resnetd_shortcut": True, "replace_stem_max_pool": True}},
-        marks=pytest.mark.release),  # The longest family here (~32 s); ResNet runs above.
+        marks=pytest.mark.release(sibling=ONE_STEP + "[resnet_rs]")),  # the longest (~32 s)
 ]
 
 
@@ -81,6 +83,24 @@ def small_records(tmp_path_factory):
     return globs
 
 
+def cpu_override(yaml_path, records, steps):
+    """The YAML unchanged; then what a CPU run needs: no TPU / bfloat16, a small input and
+    batch with the learning rate scaled to it, seeded and deterministic ops (the same run each
+    time), `steps` training steps, then 1 evaluation step."""
+    train, validation = records
+    return (
+        "runtime.distribution_strategy=off,runtime.mixed_precision_dtype=float32,"
+        "runtime.enable_xla=false,runtime.deterministic_ops=true,task.train_data.dtype=float32,"
+        "task.validation_data.dtype=float32,task.model.input_size=[32,32,3],"
+        f"task.train_data.input_path='{train}',task.validation_data.input_path='{validation}',"
+        f"task.train_data.global_batch_size={BATCH},"
+        f"task.validation_data.global_batch_size={BATCH},"
+        f"trainer.train_steps={steps},trainer.steps_per_loop={steps},"
+        f"trainer.summary_interval={steps},trainer.checkpoint_interval={steps},"
+        f"trainer.validation_interval={steps},trainer.validation_steps=1,"
+        + scaled_learning_rate_override(yaml_path, BATCH))
+
+
 def _subset(expected, actual):
     for key, value in expected.items():
         if isinstance(value, dict):
@@ -95,21 +115,11 @@ def test_tfm_zoo_yaml_trains_two_steps_and_evaluates(small_records, tmp_path, ya
                                                      experiment, extra, backbone):
     train, validation = small_records
     model_dir = tmp_path / "model"
-    # The YAML unchanged; then what a CPU run needs: no TPU / bfloat16, a small input and batch
-    # with the learning rate scaled to it, seeded and deterministic ops (the same run each time).
     yaml_path = os.path.join(DATA, yaml_name)
     result = lite_train(
         "--experiment", experiment, "--config_file", yaml_path,
         "--mode", "train_and_eval", "--model_dir", model_dir, "--params_override",
-        "runtime.distribution_strategy=off,runtime.mixed_precision_dtype=float32,"
-        "runtime.enable_xla=false,runtime.deterministic_ops=true,task.train_data.dtype=float32,"
-        "task.validation_data.dtype=float32,task.model.input_size=[32,32,3],"
-        f"task.train_data.input_path='{train}',task.validation_data.input_path='{validation}',"
-        f"task.train_data.global_batch_size={BATCH},"
-        f"task.validation_data.global_batch_size={BATCH},"
-        "trainer.train_steps=2,trainer.steps_per_loop=2,trainer.summary_interval=2,"
-        "trainer.checkpoint_interval=2,trainer.validation_interval=2,trainer.validation_steps=1,"
-        + scaled_learning_rate_override(yaml_path, BATCH) + extra)
+        cpu_override(yaml_path, small_records, steps=2) + extra)
     assert result.returncode == 0, result.stderr[-4000:]
     with open(model_dir / "params.yaml") as f:
         params = yaml.safe_load(f)
@@ -130,6 +140,38 @@ def test_tfm_zoo_yaml_trains_two_steps_and_evaluates(small_records, tmp_path, ya
             **params["trainer"]["optimizer_config"]["ema"], "average_decay": 0.9999,
             "trainable_weights_only": False}
         assert params["runtime"]["enable_xla"] is False
+
+
+@pytest.mark.parametrize("yaml_name, experiment, extra", [
+    ("imagenet_resnet101_deeplab_tpu.yaml", "resnet_imagenet",
+     ",task.model.backbone.dilated_resnet.model_id=50"),
+    ("imagenet_resnetrs50_i160.yaml", "resnet_rs_imagenet",
+     ",task.model.norm_activation.norm_momentum=0.99"),
+], ids=["dilated_resnet", "resnet_rs"])
+def test_tfm_zoo_yaml_trains_one_step_in_process(small_records, tmp_path, yaml_name, experiment,
+                                                 extra):
+    """The release YAML runs' config and `run_experiment`, in this process and for one step:
+    the YAML's backbone (dilated ResNet-50 at output stride 16; ResNet-RS-50 with its EMA)
+    trains: nearly every weight changes, all stay finite, the checkpoint is written."""
+    import lite_launcher as ll
+    import tensorflow as tf
+    from lite_launcher import train_lib
+
+    yaml_path = os.path.join(DATA, yaml_name)
+    config = ll.override_config(ll.get_exp_config(experiment), [yaml_path],
+                                cpu_override(yaml_path, small_records, steps=1) + extra
+                                # The warmup's first rate is 0: without it the step moves.
+                                + ",trainer.optimizer_config.warmup.type=null")
+    task = ll.get_task(config.task, logging_dir=str(tmp_path))
+    model = task.build_model()
+    before = [w.numpy() for w in model.trainable_weights]
+    model, _ = train_lib.run_experiment(
+        distribution_strategy=tf.distribute.get_strategy(), task=task, mode="train",
+        params=config, model_dir=str(tmp_path / "model"))
+    assert all(np.isfinite(w.numpy()).all() for w in model.trainable_weights)
+    assert tf.train.latest_checkpoint(str(tmp_path / "model")).endswith("ckpt-1")
+    changed = [np.abs(a - b.numpy()).max() > 0 for a, b in zip(before, model.trainable_weights)]
+    assert len(changed) > 100 and np.mean(changed) > 0.9, np.mean(changed)
 
 
 def test_tfm_yaml_with_norm_activation_under_losses_is_refused_with_one_line(tmp_path):
