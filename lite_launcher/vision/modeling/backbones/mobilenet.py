@@ -32,12 +32,12 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher.vision import configs
-from lite_launcher.vision.layers import (
+from lite_launcher.vision.configs import backbones as backbone_configs
+from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
+from lite_launcher.vision.modeling.layers.nn_layers import (
     LayerScale, NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
     get_activation, get_stochastic_depth_rate, make_divisible, register_serializable,
     round_filters)
-from lite_launcher.vision.modeling import register_backbone_builder
 
 
 @dataclasses.dataclass
@@ -711,7 +711,7 @@ BLOCK_BUILDERS = {
 
 
 @register_backbone_builder("mobilenet")
-def build_mobilenet(input_shape, config: configs.MobileNet, settings: NormSettings,
+def build_mobilenet(input_shape, config: backbone_configs.MobileNet, settings: NormSettings,
                     name: str = "backbone") -> keras.Model:
     """TFM's MobileNet `config.model_id` as a Functional model {level: feature map}."""
     config.validate()

@@ -19,9 +19,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher.vision.modeling import NormSettings
-
-_PACKAGE = "lite_launcher"
+from lite_launcher.vision.modeling.layers.nn_layers import NormSettings, register_serializable
 
 
 def _normal():
@@ -71,7 +69,7 @@ def build_panoptic_fpn_fusion(min_level: int = 2, max_level: int = 5, target_lev
     return keras.Model(inputs, fused, name=name)
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
+@register_serializable
 class SegmentationHead(keras.layers.Layer):
     """TFM's SegmentationHead: `((backbone_features, decoder_features))` -> logits at the
     resolution of `level` (or of `low_level` with a DeepLab v3+ fusion) x upsample_factor.

@@ -1,9 +1,8 @@
 """TFM's SegmentationModel: backbone -> decoder -> head, outputs {'logits': ...}.
 
 The DeepLab v3+ fusion lives in the head (it reads the backbone's low-level endpoint), not in
-the decoder, so decoders and fusions combine freely, as in TFM. `build_segmentation_model`
-builds the model a `SemanticSegmentationModel` config describes, with L2 on kernels as TFM
-(`l2(decay / 2)`, i.e. decay * tf.nn.l2_loss).
+the decoder, so decoders and fusions combine freely, as in TFM. `factory.build_segmentation_model`
+builds the model a `SemanticSegmentationModel` config describes.
 """
 
 from __future__ import annotations
@@ -12,14 +11,10 @@ from typing import Dict, Optional
 
 import keras
 
-from lite_launcher.vision import decoders, segmentation_configs
-from lite_launcher.vision.modeling import L2KernelRegularizer, NormSettings, build_backbone
-from lite_launcher.vision.segmentation_heads import SegmentationHead
-
-_PACKAGE = "lite_launcher"
+from lite_launcher.vision.modeling.layers.nn_layers import register_serializable
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
+@register_serializable
 class SegmentationModel(keras.Model):
     """A Functional model image -> {'logits': [batch, h, w, num_classes]} of a backbone
     ({level: features}), an optional decoder and a `SegmentationHead` (TFM's)."""
@@ -75,39 +70,3 @@ class SegmentationModel(keras.Model):
         model = cls(**config)
         model.trainable = trainable
         return model
-
-
-def norm_settings(model_config: segmentation_configs.SemanticSegmentationModel,
-                  l2_weight_decay: float = 0.0) -> NormSettings:
-    """The norm / activation / L2 settings every part of the model shares."""
-    norm = model_config.norm_activation
-    regularizer = L2KernelRegularizer(l2_weight_decay / 2.0) if l2_weight_decay else None
-    return NormSettings(momentum=norm.norm_momentum, epsilon=norm.norm_epsilon,
-                        synchronized=norm.use_sync_bn, activation=norm.activation,
-                        kernel_regularizer=regularizer)
-
-
-def build_segmentation_model(model_config: segmentation_configs.SemanticSegmentationModel,
-                             l2_weight_decay: float = 0.0) -> SegmentationModel:
-    """TFM's `factory.build_segmentation_model` for `model_config`."""
-    settings = norm_settings(model_config, l2_weight_decay)
-    input_shape = list(model_config.input_size)
-    backbone = build_backbone(input_shape, model_config.backbone, settings)
-    specs = {key: tuple(tensor.shape) for key, tensor in backbone.output.items()}
-    decoder = decoders.build_decoder(specs, model_config, settings)
-    head_config = model_config.head
-    # TFM's factory leaves decoder_min/max_level out (its panoptic fusion then fails); lite
-    # passes the config's.
-    head = SegmentationHead(
-        num_classes=model_config.num_classes, level=head_config.level,
-        num_convs=head_config.num_convs, num_filters=head_config.num_filters,
-        use_depthwise_convolution=head_config.use_depthwise_convolution,
-        prediction_kernel_size=head_config.prediction_kernel_size,
-        upsample_factor=head_config.upsample_factor,
-        feature_fusion=head_config.feature_fusion,
-        decoder_min_level=head_config.decoder_min_level,
-        decoder_max_level=head_config.decoder_max_level, low_level=head_config.low_level,
-        low_level_num_filters=head_config.low_level_num_filters,
-        logit_activation=head_config.logit_activation, settings=settings, name="head")
-    return SegmentationModel(backbone, decoder, head, input_shape=input_shape,
-                             name="segmentation_model")

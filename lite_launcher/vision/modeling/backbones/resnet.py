@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import keras
 
-from lite_launcher.vision import configs
-from lite_launcher.vision.layers import (
+from lite_launcher.vision.configs import backbones as backbone_configs
+from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
+from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
     get_activation, get_stochastic_depth_rate, register_serializable)
-from lite_launcher.vision.modeling import register_backbone_builder
 
 # (block kind, filters, repeats) of the four block groups, by model_id (TFM's RESNET_SPECS).
 RESNET_SPECS = {
@@ -171,7 +171,7 @@ def stem(inputs, stem_type: str, settings: NormSettings, v1_filters=STEM_V1,
     return keras.layers.MaxPooling2D(3, 2, padding="same")(x)
 
 
-def stem_kwargs(config: configs.ResNet) -> dict:
+def stem_kwargs(config: backbone_configs.ResNet) -> dict:
     """The `stem` arguments of `config` (filters scaled by the depth multiplier)."""
     multiplier = config.depth_multiplier
     stem_multiplier = multiplier if config.scale_stem else 1.0
@@ -182,7 +182,7 @@ def stem_kwargs(config: configs.ResNet) -> dict:
                                           else 0))
 
 
-def block_plan(config: configs.ResNet):
+def block_plan(config: backbone_configs.ResNet):
     """[(level, name, block class, keyword arguments)] of every block, in order."""
     plan = []
     for i, (kind, filters, repeats) in enumerate(RESNET_SPECS[config.model_id]):
@@ -213,7 +213,7 @@ def build_from_plan(inputs, x, plan, settings: NormSettings, final_level=None,
 
 
 @register_backbone_builder("resnet")
-def build_resnet(input_shape, config: configs.ResNet, settings: NormSettings,
+def build_resnet(input_shape, config: backbone_configs.ResNet, settings: NormSettings,
                  name: str = "backbone") -> keras.Model:
     """TFM's ResNet as a Functional model whose outputs are {'2': ..., '5': ...} (levels)."""
     config.validate()

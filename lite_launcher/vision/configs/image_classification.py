@@ -1,7 +1,7 @@
 """Image classification configs with TFM's field names and defaults.
 
-Mirrors official/vision/configs/{image_classification,backbones,common}.py of
-tf-models-official 2.20, so that a TFM YAML for `image_classification`, `resnet_imagenet` or
+Mirrors official/vision/configs/image_classification.py of tf-models-official 2.20 (the
+backbone and shared configs are `configs.backbones` and `configs.common`), so that a TFM YAML for `image_classification`, `resnet_imagenet` or
 `mobilenet_imagenet` loads unchanged. A TFM field that lite_launcher does not implement is kept
 (so a YAML naming it with its default still loads) but any other value is rejected by
 `validate()` with a `ConfigError` naming the field, never silently ignored.
@@ -13,246 +13,20 @@ import dataclasses
 import os
 from typing import List, Optional, Sequence, Tuple, Union
 
-from lite_launcher.base_config import Config, ConfigError, OneOfConfig
+from lite_launcher.base_config import Config, ConfigError
 from lite_launcher.config import DataConfig as BaseDataConfig
 from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
 from lite_launcher.registry import register_config_factory
+from lite_launcher.vision.configs.backbones import (  # noqa: F401  (re-exported: vision.configs)
+    DILATED_RESNET_MODEL_IDS, MOBILENET_MODEL_IDS, RESNET_MODEL_IDS, VIT_POOLERS, VIT_SPECS,
+    Backbone, DilatedResNet, MobileNet, ResNet, Transformer, VisionTransformer)
+from lite_launcher.vision.configs.common import (  # noqa: F401
+    Augmentation, AutoAugment, DataDecoder, MixupAndCutmix, NormActivation, RandAugment,
+    RandomErasing, TfExampleDecoder, reject_unimplemented)
 
 IMAGENET_TRAIN_EXAMPLES = 1281167
 IMAGENET_VAL_EXAMPLES = 50000
 IMAGENET_INPUT_PATH_BASE = "imagenet-2012-tfrecord"
-
-RESNET_MODEL_IDS = (10, 18, 26, 34, 50, 101, 152, 200, 270, 350, 420)
-MOBILENET_MODEL_IDS = (
-    "MobileNetV1", "MobileNetV2", "MobileNetV3Large", "MobileNetV3Small", "MobileNetMultiAVG",
-    "MobileNetMultiAVGSeg", "MobileNetV4ConvSmall", "MobileNetV4ConvMedium",
-    "MobileNetV4ConvLarge", "MobileNetV4ConvMediumSeg", "MobileNetV4HybridMedium",
-    "MobileNetV4HybridLarge")
-DILATED_RESNET_MODEL_IDS = (50, 101, 152, 200)
-
-
-def _reject_unimplemented(config: Config, path: str, names: Sequence[str]) -> None:
-    """Raises ConfigError if a field in `names` differs from its (TFM) default."""
-    defaults = type(config)()
-    for name in names:
-        value, default = getattr(config, name), getattr(defaults, name)
-        if value != default and not (not value and not default):
-            raise ConfigError(
-                f"{path}.{name} = {value!r} is not implemented by lite_launcher; remove it "
-                f"or set it back to {default!r}.")
-
-
-# ---------------------------------------------------------------------------
-# common.py
-# ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class NormActivation(Config):
-    """Normalisation and activation of backbone and head (TFM's common.NormActivation)."""
-
-    activation: str = "relu"
-    use_sync_bn: bool = True
-    norm_momentum: float = 0.99
-    norm_epsilon: float = 0.001
-
-
-@dataclasses.dataclass
-class RandAugment(Config):
-    """RandAugment options (TFM's common.RandAugment)."""
-
-    num_layers: int = 2
-    # Float literals (TFM writes 10, 40, 10): a params.yaml then reads back as written.
-    magnitude: float = 10.0
-    cutout_const: float = 40.0
-    translate_const: float = 10.0
-    magnitude_std: float = 0.0
-    prob_to_apply: Optional[float] = None
-    exclude_ops: List[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class AutoAugment(Config):
-    """AutoAugment options (TFM's common.AutoAugment)."""
-
-    augmentation_name: str = "v0"
-    cutout_const: float = 100.0
-    translate_const: float = 250.0
-
-
-@dataclasses.dataclass
-class Augmentation(OneOfConfig):
-    """`type`: None (no policy), 'randaug' or 'autoaug' (TFM's common.Augmentation)."""
-
-    type: Optional[str] = None
-    randaug: RandAugment = dataclasses.field(default_factory=RandAugment)
-    autoaug: AutoAugment = dataclasses.field(default_factory=AutoAugment)
-
-
-@dataclasses.dataclass
-class RandomErasing(Config):
-    """Random erasing after normalisation (TFM's common.RandomErasing).
-
-    TFM leaves max_aspect .. trials unannotated (class constants); here they are fields with
-    the same defaults.
-    """
-
-    probability: float = 0.25
-    min_area: float = 0.02
-    max_area: float = 1 / 3
-    min_aspect: float = 0.3
-    max_aspect: Optional[float] = None
-    min_count: int = 1
-    max_count: int = 1
-    trials: int = 10
-
-
-@dataclasses.dataclass
-class MixupAndCutmix(Config):
-    """MixUp and CutMix on training batches (TFM's common.MixupAndCutmix)."""
-
-    mixup_alpha: float = .8
-    cutmix_alpha: float = 1.
-    prob: float = 1.0
-    switch_prob: float = 0.5
-    label_smoothing: float = 0.1
-
-
-@dataclasses.dataclass
-class TfExampleDecoder(Config):
-    """TFM's common.TfExampleDecoder (detection fields; unused by classification)."""
-
-    regenerate_source_id: bool = False
-    mask_binarize_threshold: Optional[float] = None
-    attribute_names: List[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class DataDecoder(OneOfConfig):
-    """TFM's common.DataDecoder; classification reads only the simple decoder."""
-
-    type: Optional[str] = "simple_decoder"
-    simple_decoder: TfExampleDecoder = dataclasses.field(default_factory=TfExampleDecoder)
-
-
-# ---------------------------------------------------------------------------
-# backbones.py
-# ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class ResNet(Config):
-    """TFM's ResNet / ResNet-RS backbone (backbones.ResNet)."""
-
-    model_id: int = 50
-    depth_multiplier: float = 1.0
-    stem_type: str = "v0"
-    se_ratio: float = 0.0
-    stochastic_depth_drop_rate: float = 0.0
-    scale_stem: bool = True
-    resnetd_shortcut: bool = False
-    replace_stem_max_pool: bool = False
-    bn_trainable: bool = True
-
-    def _validate(self):
-        if self.model_id not in RESNET_MODEL_IDS:
-            raise ConfigError(
-                f"task.model.backbone.resnet.model_id {self.model_id} is not one of "
-                f"{', '.join(map(str, RESNET_MODEL_IDS))}.")
-        if self.stem_type not in ("v0", "v1"):
-            raise ConfigError(
-                f"task.model.backbone.resnet.stem_type {self.stem_type!r} must be 'v0' or 'v1'.")
-        if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
-            raise ConfigError(
-                f"task.model.backbone.resnet.stochastic_depth_drop_rate "
-                f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
-
-
-@dataclasses.dataclass
-class DilatedResNet(Config):
-    """TFM's DeepLab ResNet backbone (backbones.DilatedResNet, `type: dilated_resnet`)."""
-
-    model_id: int = 50
-    output_stride: int = 16
-    multigrid: Optional[List[int]] = None
-    stem_type: str = "v0"
-    last_stage_repeats: int = 1
-    se_ratio: float = 0.0
-    stochastic_depth_drop_rate: float = 0.0
-    resnetd_shortcut: bool = False
-    replace_stem_max_pool: bool = False
-
-    def _validate(self):
-        path = "task.model.backbone.dilated_resnet"
-        if self.model_id not in DILATED_RESNET_MODEL_IDS:
-            raise ConfigError(
-                f"{path}.model_id {self.model_id} is not one of "
-                f"{', '.join(map(str, DILATED_RESNET_MODEL_IDS))}.")
-        if self.output_stride not in (8, 16, 32):
-            raise ConfigError(f"{path}.output_stride ({self.output_stride}) must be 8, 16 "
-                              f"or 32.")
-        if self.stem_type not in ("v0", "v1"):
-            raise ConfigError(f"{path}.stem_type {self.stem_type!r} must be 'v0' or 'v1'.")
-        if self.last_stage_repeats < 1:
-            raise ConfigError(f"{path}.last_stage_repeats ({self.last_stage_repeats}) must be "
-                              f">= 1.")
-        if self.multigrid is not None and len(self.multigrid) != 3:
-            # TFM: one factor per block of the last (3-block) stage.
-            raise ConfigError(f"{path}.multigrid {list(self.multigrid)} must have 3 entries, "
-                              f"one per block of the last stage.")
-        if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
-            raise ConfigError(f"{path}.stochastic_depth_drop_rate "
-                              f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
-
-
-@dataclasses.dataclass
-class MobileNet(Config):
-    """TFM's MobileNet backbone (backbones.MobileNet): V1, V2, V3, MultiAVG and V4 models."""
-
-    model_id: str = "MobileNetV2"
-    filter_size_scale: float = 1.0
-    stochastic_depth_drop_rate: float = 0.0
-    flat_stochastic_depth_drop_rate: bool = True
-    output_stride: Optional[int] = None
-    output_intermediate_endpoints: bool = False
-
-    def _validate(self):
-        path = "task.model.backbone.mobilenet"
-        if self.model_id not in MOBILENET_MODEL_IDS:
-            raise ConfigError(
-                f"{path}.model_id {self.model_id!r} is not implemented; "
-                f"use one of {', '.join(MOBILENET_MODEL_IDS)}.")
-        if not self.filter_size_scale > 0:
-            raise ConfigError(f"{path}.filter_size_scale ({self.filter_size_scale}) must be "
-                              f"> 0.")
-        stride = self.output_stride
-        if stride is not None:
-            if self.model_id == "MobileNetV1" and stride not in (8, 16, 32):
-                raise ConfigError(f"{path}.output_stride ({stride}) must be 8, 16 or 32 for "
-                                  f"MobileNetV1.")
-            if stride < 1 or (stride > 1 and stride % 2):
-                raise ConfigError(f"{path}.output_stride ({stride}) must be null, 1 or a "
-                                  f"multiple of 2.")
-        if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
-            raise ConfigError(f"{path}.stochastic_depth_drop_rate "
-                              f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
-
-
-@dataclasses.dataclass
-class Backbone(OneOfConfig):
-    """`type`: 'resnet', 'dilated_resnet', 'mobilenet' or 'vit' (TFM's other backbones are
-    not implemented)."""
-
-    type: Optional[str] = None
-    resnet: ResNet = dataclasses.field(default_factory=ResNet)
-    dilated_resnet: DilatedResNet = dataclasses.field(default_factory=DilatedResNet)
-    mobilenet: MobileNet = dataclasses.field(default_factory=MobileNet)
-    vit: "VisionTransformer" = dataclasses.field(default_factory=lambda: VisionTransformer())
-
-
-# ---------------------------------------------------------------------------
-# image_classification.py
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -372,10 +146,10 @@ class ImageClassificationTask(TaskConfig):
 
     def _validate(self):
         super()._validate()
-        _reject_unimplemented(self, "task", (
+        reject_unimplemented(self, "task", (
             "train_input_partition_dims", "eval_input_partition_dims", "model_output_keys"))
         for name in ("train_data", "validation_data"):
-            _reject_unimplemented(getattr(self, name), f"task.{name}", DataConfig.UNIMPLEMENTED)
+            reject_unimplemented(getattr(self, name), f"task.{name}", DataConfig.UNIMPLEMENTED)
         if self.init_checkpoint_modules not in ("all", "backbone"):
             raise ConfigError(
                 f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all' "
@@ -532,125 +306,6 @@ def resnet_rs_imagenet() -> ExperimentConfig:
             "warmup": {"type": "linear", "linear": {
                 "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
         }))
-
-
-# ---------------------------------------------------------------------------
-# Vision Transformer (TFM's backbones.VisionTransformer, vit_specs.VIT_SPECS and the
-# deit_imagenet_pretrain / vit_imagenet_pretrain / vit_imagenet_finetune experiments)
-# ---------------------------------------------------------------------------
-
-# model_name -> the sizes TFM's builder writes over the config's own (TFM's vit_specs).
-VIT_SPECS = {
-    "vit-ti16": dict(hidden_size=192, patch_size=16, mlp_dim=768, num_heads=3, num_layers=12),
-    "vit-s16": dict(hidden_size=384, patch_size=16, mlp_dim=1536, num_heads=6, num_layers=12),
-    "vit-b16": dict(hidden_size=768, patch_size=16, mlp_dim=3072, num_heads=12, num_layers=12),
-    "vit-b32": dict(hidden_size=768, patch_size=32, mlp_dim=3072, num_heads=12, num_layers=12),
-    "vit-l16": dict(hidden_size=1024, patch_size=16, mlp_dim=4096, num_heads=16, num_layers=24),
-    "vit-l32": dict(hidden_size=1024, patch_size=32, mlp_dim=4096, num_heads=16, num_layers=24),
-    "vit-h14": dict(hidden_size=1280, patch_size=14, mlp_dim=5120, num_heads=16, num_layers=32),
-    "vit-g14": dict(hidden_size=1408, patch_size=14, mlp_dim=5632, num_heads=16, num_layers=40),
-    "vit-G14": dict(hidden_size=1664, patch_size=14, mlp_dim=8192, num_heads=16, num_layers=48),
-    "vit-e14": dict(hidden_size=1792, patch_size=14, mlp_dim=15360, num_heads=16,
-                    num_layers=56),
-}
-VIT_POOLERS = ("token", "gap", "none")
-
-
-@dataclasses.dataclass
-class Transformer(Config):
-    """The encoder blocks of a ViT (TFM's backbones.Transformer)."""
-
-    mlp_dim: int = 1
-    num_heads: int = 1
-    num_layers: int = 1
-    attention_dropout_rate: float = 0.0
-    dropout_rate: float = 0.0
-
-
-@dataclasses.dataclass
-class VisionTransformer(Config):
-    """TFM's ViT backbone (backbones.VisionTransformer), built by `vision.vit.build_vit`.
-
-    As in TFM, a `model_name` of `VIT_SPECS` sets hidden_size, patch_size and transformer's
-    mlp_dim / num_heads / num_layers, over what the config says (TFM's ViT-H YAMLs say
-    patch_size 16 and get 14). `model_name: null` (not in TFM, whose builder fails on it) keeps
-    the config's own sizes, for small custom models.
-
-    pooler: 'token' (a class token, its output is `pre_logits`), 'gap' (the mean of the tokens)
-      or 'none' (all tokens, as `encoded_tokens` when output_encoded_tokens).
-    representation_size: > 0: a dense layer with tanh before `pre_logits`.
-    init_stochastic_depth_rate: block i of n drops its residual branches at rate * i / n.
-    original_init: True: lecun_normal patch / pre-logits kernels and glorot_uniform encoder
-      kernels; False: he_uniform and truncated normal (stddev 0.02).
-    pos_embed_shape: (rows, cols) of the learned position-embedding grid; None: the input's
-      patch grid. Another input size then interpolates it bilinearly (TFM's), which is how a
-      model fine-tunes at 384 from a checkpoint trained at 224: set it to the pretraining grid.
-      With the token pooler, the class token's embedding is kept as it is (TFM's layer cannot
-      add an interpolated grid to the class token's sequence, lite keeps TFM's 1 + rows * cols
-      embedding and interpolates the grid part).
-    output_2d_feature_maps: also output the patch tokens as a (rows, cols) feature map under
-      the level round(log2(patch_size)).
-    layer_scale_init_value: > 0: learned per-channel scales (CaiT's LayerScale) on both
-      residual branches of each block.
-    output_attention_scores: also output the last block's attention probabilities.
-    transformer_partition_dims: TFM's TPU spatial partitioning; not implemented (null only).
-    """
-
-    model_name: Optional[str] = "vit-b16"
-    pooler: str = "token"
-    representation_size: int = 0
-    hidden_size: int = 1
-    patch_size: int = 16
-    transformer: Transformer = dataclasses.field(default_factory=Transformer)
-    init_stochastic_depth_rate: float = 0.0
-    original_init: bool = True
-    pos_embed_shape: Optional[Tuple[int, int]] = None
-    output_encoded_tokens: bool = True
-    output_2d_feature_maps: bool = False
-    layer_scale_init_value: float = 0.0
-    transformer_partition_dims: Optional[Tuple[int, int, int, int]] = None
-    output_attention_scores: bool = False
-
-    def _validate(self):
-        path = "task.model.backbone.vit"
-        if self.model_name is not None and self.model_name not in VIT_SPECS:
-            raise ConfigError(
-                f"{path}.model_name {self.model_name!r} is not one of {', '.join(VIT_SPECS)} "
-                f"(or null to use hidden_size, patch_size and transformer as given).")
-        if self.pooler not in VIT_POOLERS:
-            raise ConfigError(f"{path}.pooler {self.pooler!r} must be one of "
-                              f"{', '.join(VIT_POOLERS)}.")
-        if not 0.0 <= self.init_stochastic_depth_rate <= 1.0:
-            raise ConfigError(f"{path}.init_stochastic_depth_rate "
-                              f"({self.init_stochastic_depth_rate}) must be within [0, 1].")
-        if self.pos_embed_shape is not None and (
-                len(self.pos_embed_shape) != 2 or min(self.pos_embed_shape) < 1):
-            raise ConfigError(f"{path}.pos_embed_shape {list(self.pos_embed_shape)} must be "
-                              f"[rows, cols] of the pretraining patch grid (e.g. [14, 14]).")
-        for name in ("representation_size", "layer_scale_init_value"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{path}.{name} ({getattr(self, name)}) must be >= 0.")
-        _reject_unimplemented(self, path, ("transformer_partition_dims",))
-        sizes = self.sizes()
-        for name, value in sizes.items():
-            if value < 1:
-                raise ConfigError(f"{path}: {name} ({value}) must be >= 1.")
-        if sizes["hidden_size"] % sizes["num_heads"]:
-            raise ConfigError(f"{path}: hidden_size {sizes['hidden_size']} must be a multiple of "
-                              f"transformer.num_heads {sizes['num_heads']}.")
-        for name in ("attention_dropout_rate", "dropout_rate"):
-            if not 0.0 <= getattr(self.transformer, name) < 1.0:
-                raise ConfigError(f"{path}.transformer.{name} "
-                                  f"({getattr(self.transformer, name)}) must be in [0, 1).")
-
-    def sizes(self) -> dict:
-        """hidden_size, patch_size, mlp_dim, num_heads, num_layers: `model_name`'s, as TFM's
-        builder writes them over the config, or the config's own for `model_name: null`."""
-        if self.model_name is not None and self.model_name in VIT_SPECS:
-            return dict(VIT_SPECS[self.model_name])
-        t = self.transformer
-        return dict(hidden_size=self.hidden_size, patch_size=self.patch_size,
-                    mlp_dim=t.mlp_dim, num_heads=t.num_heads, num_layers=t.num_layers)
 
 
 def _vit_trainer(steps_per_epoch: int, train_steps: int, eval_batch_size: int,

@@ -13,10 +13,11 @@ import math
 
 import keras
 
-from lite_launcher.vision import configs
-from lite_launcher.vision.layers import NormSettings, get_stochastic_depth_rate
-from lite_launcher.vision.modeling import register_backbone_builder
-from lite_launcher.vision.resnet import BLOCKS, RESNET_SPECS, build_from_plan, stem
+from lite_launcher.vision.configs import backbones as backbone_configs
+from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
+from lite_launcher.vision.modeling.backbones.resnet import (
+    BLOCKS, RESNET_SPECS, build_from_plan, stem)
+from lite_launcher.vision.modeling.layers.nn_layers import NormSettings, get_stochastic_depth_rate
 
 # (block kind, filters, repeats) by model_id: TFM's resnet_deeplab.RESNET_SPECS, the same
 # groups as the plain ResNet's for these depths.
@@ -25,13 +26,13 @@ DILATED_RESNET_SPECS = {model_id: RESNET_SPECS[model_id] for model_id in (50, 10
 STEM_V1 = ((64, 2), (64, 1), (128, 1))
 
 
-def stem_kwargs(config: configs.DilatedResNet) -> dict:
+def stem_kwargs(config: backbone_configs.DilatedResNet) -> dict:
     """The `stem` arguments of `config`."""
     return dict(stem_type=config.stem_type, v1_filters=STEM_V1,
                 replace_max_pool_filters=64 if config.replace_stem_max_pool else 0)
 
 
-def block_plan(config: configs.DilatedResNet):
+def block_plan(config: backbone_configs.DilatedResNet):
     """[(level or None, name, block class, keyword arguments)] of every block, in order; the
     dilated groups have no level of their own (the last map is the final endpoint)."""
     specs = DILATED_RESNET_SPECS[config.model_id]
@@ -59,8 +60,8 @@ def block_plan(config: configs.DilatedResNet):
 
 
 @register_backbone_builder("dilated_resnet")
-def build_dilated_resnet(input_shape, config: configs.DilatedResNet, settings: NormSettings,
-                         name: str = "backbone") -> keras.Model:
+def build_dilated_resnet(input_shape, config: backbone_configs.DilatedResNet,
+                         settings: NormSettings, name: str = "backbone") -> keras.Model:
     """The dilated ResNet as a Functional model {level: feature map}."""
     config.validate()
     inputs = keras.Input(shape=tuple(input_shape))

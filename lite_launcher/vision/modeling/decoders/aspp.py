@@ -1,14 +1,10 @@
-"""Segmentation decoders: ASPP (DeepLab v3) and FPN, as TFM's official/vision/modeling/decoders.
+"""TFM's ASPP decoder (official/vision/modeling/decoders/aspp.py, DeepLab v3).
 
-- `ASPP`: atrous spatial pyramid pooling on one backbone level: a 1x1 branch, one 3x3 branch
+`ASPP`: atrous spatial pyramid pooling on one backbone level: a 1x1 branch, one 3x3 branch
   per dilation rate (depthwise 3x3 + 1x1 with `use_depthwise_convolution`), an image-pooling
   branch (global average pooling, or average pooling of `pool_kernel_size / 2**level`)
   resized back, concatenated and projected by a 1x1 convolution (then dropout). Outputs
   {level: features} (or the tensor with `output_tensor`), as TFM's.
-- `build_fpn`: the feature pyramid network over levels min_level .. max_level (lateral 1x1,
-  top-down nearest upsampling summed or concatenated, 3x3 smoothing, strided 3x3 for the
-  levels above the backbone's, one BatchNormalization per level), a Functional model.
-- `build_decoder`: the decoder `model.decoder.type` chooses ('identity': None).
 
 Sub-layers are attributes of their layer (not list items), so that `tf.train.Checkpoint`
 tracks every variable.
@@ -16,24 +12,17 @@ tracks every variable.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Optional, Sequence
 
 import keras
 import tensorflow as tf
 
 from lite_launcher.base_config import ConfigError
-from lite_launcher.vision.layers import get_activation
-from lite_launcher.vision.modeling import NormSettings
-
-_PACKAGE = "lite_launcher"
+from lite_launcher.vision.modeling.layers.nn_layers import (
+    NormSettings, get_activation, register_serializable, variance_scaling)
 
 
-def _variance_scaling():
-    # TFM's decoders pass the string 'VarianceScaling' (scale 1, fan_in, truncated normal).
-    return keras.initializers.VarianceScaling()
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
+@register_serializable
 class ASPP(keras.layers.Layer):
     """Atrous spatial pyramid pooling on backbone level `level` (TFM's decoders.ASPP with
     layers.deeplab.SpatialPyramidPooling, `spp_layer_version` 'v1', or nn_layers', 'v2').
@@ -69,7 +58,7 @@ class ASPP(keras.layers.Layer):
                           use_depthwise_convolution=use_depthwise_convolution,
                           spp_layer_version=spp_layer_version, output_tensor=output_tensor,
                           interpolation=interpolation)
-        s = self._settings.replace(kernel_initializer=_variance_scaling())
+        s = self._settings.replace(kernel_initializer=variance_scaling())
         self._act = get_activation(s.activation)
         self._num_branches = 2 + len(dilation_rates)
         self.branch_0_conv = s.conv(num_filters, 1, name="aspp_conv_0")
@@ -80,7 +69,7 @@ class ASPP(keras.layers.Layer):
                 if spp_layer_version == "v2":
                     depthwise = keras.layers.DepthwiseConv2D(
                         3, padding="same", dilation_rate=rate, use_bias=False,
-                        depthwise_initializer=_variance_scaling(),
+                        depthwise_initializer=variance_scaling(),
                         depthwise_regularizer=s.kernel_regularizer, name=f"aspp_depthwise_{i}")
                 else:  # TFM's v1: the depthwise kernel keeps Keras's defaults
                     depthwise = keras.layers.DepthwiseConv2D(
@@ -144,8 +133,9 @@ class ASPP(keras.layers.Layer):
         return {**super().get_config(), **self._args, "settings": self._settings.get_config()}
 
 
-def build_aspp(model_config, settings: NormSettings) -> ASPP:
+def build_aspp_decoder(input_specs, model_config, settings: NormSettings) -> ASPP:
     """TFM's `build_aspp_decoder`: ASPP from `model_config.decoder.aspp`."""
+    del input_specs  # ASPP reads its level from the backbone's features when called
     config = model_config.decoder.aspp
     return ASPP(level=config.level, dilation_rates=config.dilation_rates,
                 num_filters=config.num_filters, pool_kernel_size=config.pool_kernel_size,
@@ -153,75 +143,3 @@ def build_aspp(model_config, settings: NormSettings) -> ASPP:
                 use_depthwise_convolution=config.use_depthwise_convolution,
                 spp_layer_version=config.spp_layer_version,
                 output_tensor=config.output_tensor, settings=settings, name="decoder")
-
-
-def build_fpn(input_specs: Dict[str, tuple], min_level: int = 3, max_level: int = 7,
-              num_filters: int = 256, fusion_type: str = "sum",
-              use_separable_conv: bool = False, settings: Optional[NormSettings] = None,
-              name: str = "decoder") -> keras.Model:
-    """TFM's FPN as a Functional model: {level: features} of the backbone levels
-    `input_specs` (level -> shape with batch) in, {level: features} min..max_level out."""
-    settings = NormSettings.of(settings)
-    levels = sorted(int(k) for k in input_specs if str(k).isdigit())
-    if not levels or levels[0] > min_level:
-        raise ConfigError(f"task.model.min_level ({min_level}) is below the backbone's lowest "
-                          f"level ({levels[0] if levels else None}); FPN needs the backbone to "
-                          f"reach it.")
-    if fusion_type not in ("sum", "concat"):
-        raise ConfigError(f"task.model.decoder.fpn.fusion_type {fusion_type!r} must be 'sum' "
-                          f"or 'concat'.")
-    act = get_activation(settings.activation)
-
-    def conv(filters, kernel_size, strides=1, conv_name=None):
-        kwargs = dict(strides=strides, padding="same", name=conv_name)
-        if use_separable_conv:
-            return keras.layers.SeparableConv2D(
-                filters, kernel_size, depthwise_initializer=_variance_scaling(),
-                pointwise_initializer=_variance_scaling(),
-                depthwise_regularizer=settings.kernel_regularizer,
-                pointwise_regularizer=settings.kernel_regularizer, **kwargs)
-        return keras.layers.Conv2D(filters, kernel_size, kernel_initializer=_variance_scaling(),
-                                   kernel_regularizer=settings.kernel_regularizer, **kwargs)
-
-    inputs = {str(level): keras.Input(shape=tuple(input_specs[str(level)][1:]),
-                                      name=str(level))
-              for level in levels}
-    backbone_max = min(levels[-1], max_level)
-    lateral = {level: conv(num_filters, 1, conv_name=f"lateral_{level}")(inputs[str(level)])
-               for level in range(min_level, backbone_max + 1)}
-    feats = {backbone_max: lateral[backbone_max]}
-    for level in range(backbone_max - 1, min_level - 1, -1):
-        upsampled = keras.layers.UpSampling2D(2, interpolation="nearest")(feats[level + 1])
-        if fusion_type == "sum":
-            feats[level] = keras.layers.Add()([upsampled, lateral[level]])
-        else:
-            feats[level] = keras.layers.Concatenate(axis=-1)([upsampled, lateral[level]])
-    for level in range(min_level, backbone_max + 1):
-        feats[level] = conv(num_filters, 3, conv_name=f"post_hoc_{level}")(feats[level])
-    for level in range(backbone_max + 1, max_level + 1):
-        x = feats[level - 1]
-        if level > backbone_max + 1:
-            x = keras.layers.Activation(act)(x)
-        feats[level] = conv(num_filters, 3, strides=2, conv_name=f"coarser_{level}")(x)
-    outputs = {str(level): settings.norm(name=f"norm_{level}")(feats[level])
-               for level in range(min_level, max_level + 1)}
-    # Levels the pyramid does not read stay inputs, so the backbone's dict is passed whole.
-    return keras.Model(inputs, outputs, name=name)
-
-
-def build_decoder(input_specs: Dict[str, tuple], model_config,
-                  settings: NormSettings) -> Optional[keras.layers.Layer]:
-    """The decoder of `model_config.decoder.type`: ASPP, FPN, or None for 'identity'."""
-    decoder_type = model_config.decoder.type
-    if decoder_type == "identity":
-        return None
-    if decoder_type == "aspp":
-        return build_aspp(model_config, settings)
-    if decoder_type == "fpn":
-        config = model_config.decoder.fpn
-        return build_fpn(input_specs, model_config.min_level, model_config.max_level,
-                         num_filters=config.num_filters, fusion_type=config.fusion_type,
-                         use_separable_conv=config.use_separable_conv, settings=settings)
-    raise ConfigError(f"task.model.decoder.type {decoder_type!r} is not implemented; use "
-                      f"identity, aspp or fpn.")
-

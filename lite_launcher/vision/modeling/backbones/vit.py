@@ -22,11 +22,12 @@ import tensorflow as tf
 from absl import logging
 from keras import ops
 
-from lite_launcher.vision import configs
-from lite_launcher.vision.layers import (
+from lite_launcher.base_config import ConfigError
+from lite_launcher.vision.configs import backbones as backbone_configs
+from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
+from lite_launcher.vision.modeling.layers.nn_layers import (
     LayerScale, StochasticDepth, get_stochastic_depth_rate, register_legacy_name,
     register_serializable, use_matmul_projections)
-from lite_launcher.vision.modeling import register_backbone_builder
 
 # Before the shared layers module, ViT's layers were registered under the Keras package
 # 'lite_launcher.vit' (LayerScale in ViT's layout): files saved then keep loading.
@@ -243,7 +244,7 @@ def patch_grid(input_size: Sequence[int], patch_size: int) -> Tuple[int, int]:
     return int(input_size[0]) // patch_size, int(input_size[1]) // patch_size
 
 
-def build_vit(input_shape, config: configs.VisionTransformer, kernel_regularizer=None,
+def build_vit(input_shape, config: backbone_configs.VisionTransformer, kernel_regularizer=None,
               name: str = "backbone") -> keras.Model:
     """TFM's VisionTransformer as a Functional model with TFM's endpoints.
 
@@ -269,7 +270,7 @@ def build_vit(input_shape, config: configs.VisionTransformer, kernel_regularizer
                  config.representation_size)
     rows, cols = patch_grid(input_shape, patch)
     if rows < 1 or cols < 1:
-        raise configs.ConfigError(
+        raise ConfigError(
             f"task.model.input_size {list(input_shape)} is smaller than the ViT patch size "
             f"{patch}.")
 
@@ -327,14 +328,15 @@ def build_vit(input_shape, config: configs.VisionTransformer, kernel_regularizer
     else:
         endpoints["pre_logits"] = keras.layers.Reshape((1, 1, width))(x)
     if not endpoints:
-        raise configs.ConfigError(
+        raise ConfigError(
             "task.model.backbone.vit with pooler 'none' outputs nothing: set "
             "output_encoded_tokens or output_2d_feature_maps.")
     return keras.Model(inputs, endpoints, name=name)
 
 
 @register_backbone_builder("vit")
-def _build_vit_backbone(input_shape, config: configs.VisionTransformer, settings) -> keras.Model:
+def _build_vit_backbone(input_shape, config: backbone_configs.VisionTransformer,
+                        settings) -> keras.Model:
     """The backbone factory's entry: ViT has no BatchNormalization, so of the shared
     `NormSettings` it takes only the L2 regularizer."""
     return build_vit(input_shape, config, settings.kernel_regularizer)

@@ -1,12 +1,12 @@
 """Semantic segmentation configs and experiments with TFM's field names and defaults.
 
-Mirrors official/vision/configs/{semantic_segmentation,decoders}.py of tf-models-official 2.20,
+Mirrors official/vision/configs/semantic_segmentation.py of tf-models-official 2.20,
 so that TFM's segmentation YAMLs load unchanged and the eight experiments
 (`semantic_segmentation`, `seg_deeplabv3_pascal`, `seg_deeplabv3plus_pascal`,
 `seg_resnetfpn_pascal`, `mnv2_deeplabv3_pascal`, `seg_deeplabv3plus_cityscapes`,
 `mnv2_deeplabv3_cityscapes`, `mnv2_deeplabv3plus_cityscapes`) hold TFM's values. The backbone,
-norm-activation and data-decoder configs are the classification ones (`vision.configs`). As
-there, a TFM field lite does not implement keeps its default; any other value is refused by
+norm-activation, data-decoder and decoder configs are the shared ones (`configs.backbones`,
+`configs.common`, `configs.decoders`). As there, a TFM field lite does not implement keeps its default; any other value is refused by
 `validate()` with a `ConfigError` naming the field.
 """
 
@@ -21,85 +21,15 @@ from lite_launcher.base_config import Config, ConfigError, OneOfConfig
 from lite_launcher.config import DataConfig as BaseDataConfig
 from lite_launcher.config import ExperimentConfig, TaskConfig, TrainerConfig
 from lite_launcher.registry import register_config_factory
-from lite_launcher.vision.configs import (
-    Backbone, DataDecoder, DilatedResNet, MobileNet, NormActivation, ResNet,
-    _reject_unimplemented)
+from lite_launcher.vision.configs.backbones import Backbone, DilatedResNet, MobileNet, ResNet
+from lite_launcher.vision.configs.common import (  # noqa: F401  (MEAN_RGB, STDDEV_RGB: old path)
+    MEAN_RGB, STDDEV_RGB, DataDecoder, NormActivation, reject_unimplemented)
+from lite_launcher.vision.configs.decoders import (  # noqa: F401  (re-exported as before)
+    ASPP, DECODER_TYPES, FPN, NASFPN, Decoder, Identity)
 
-# ImageNet's per-channel mean and standard deviation on the 0..255 scale (TFM's MEAN_RGB /
-# STDDEV_RGB): the default normalisation of the image feature.
-MEAN_RGB = [255 * m for m in (0.485, 0.456, 0.406)]
-STDDEV_RGB = [255 * s for s in (0.229, 0.224, 0.225)]
-
-DECODER_TYPES = ("identity", "aspp", "fpn")
 FEATURE_FUSIONS = (None, "deeplabv3plus", "deeplabv3plus_sum_to_merge", "pyramid_fusion",
                    "panoptic_fpn_fusion")
 INIT_CHECKPOINT_MODULES = ("all", "backbone", "decoder")
-
-
-# ---------------------------------------------------------------------------
-# decoders.py
-# ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Identity(Config):
-    """No decoder: the head reads the backbone's endpoints (TFM's decoders.Identity)."""
-
-
-@dataclasses.dataclass
-class FPN(Config):
-    """Feature pyramid network (TFM's decoders.FPN)."""
-
-    num_filters: int = 256
-    fusion_type: str = "sum"
-    use_separable_conv: bool = False
-    use_keras_layer: bool = False
-
-
-@dataclasses.dataclass
-class NASFPN(Config):
-    """TFM's decoders.NASFPN (not implemented: kept so that a YAML naming it loads)."""
-
-    num_filters: int = 256
-    num_repeats: int = 5
-    use_separable_conv: bool = False
-
-
-@dataclasses.dataclass
-class ASPP(Config):
-    """Atrous spatial pyramid pooling (TFM's decoders.ASPP).
-
-    pool_kernel_size: [height, width] of the image-pooling branch's average pool, in input
-      pixels (divided by 2**level); None: global average pooling.
-    spp_layer_version: 'v1' (TFM's layers.deeplab) or 'v2' (TFM's nn_layers; the same
-      weights, the pooled branch resized by a layer that needs a fixed input size).
-    """
-
-    level: int = 4
-    dilation_rates: List[int] = dataclasses.field(default_factory=list)
-    dropout_rate: float = 0.0
-    num_filters: int = 256
-    use_depthwise_convolution: bool = False
-    pool_kernel_size: Optional[List[int]] = None
-    spp_layer_version: str = "v1"
-    output_tensor: bool = False
-
-
-@dataclasses.dataclass
-class Decoder(OneOfConfig):
-    """`type`: 'identity', 'aspp' or 'fpn' (TFM's decoders.Decoder; 'nasfpn' is not
-    implemented)."""
-
-    type: Optional[str] = None
-    fpn: FPN = dataclasses.field(default_factory=FPN)
-    nasfpn: NASFPN = dataclasses.field(default_factory=NASFPN)
-    identity: Identity = dataclasses.field(default_factory=Identity)
-    aspp: ASPP = dataclasses.field(default_factory=ASPP)
-
-
-# ---------------------------------------------------------------------------
-# semantic_segmentation.py
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -151,7 +81,7 @@ class DataConfig(BaseDataConfig):
 
     def check(self, path: str) -> None:
         """The checks of this data config as `path` (task.train_data / validation_data)."""
-        _reject_unimplemented(self, path, self.UNIMPLEMENTED)
+        reject_unimplemented(self, path, self.UNIMPLEMENTED)
         if self.dtype not in ("float32", "float16", "bfloat16"):
             raise ConfigError(f"{path}.dtype {self.dtype!r} must be 'float32', 'float16' or "
                               f"'bfloat16'.")
@@ -298,7 +228,7 @@ class SemanticSegmentationTask(TaskConfig):
 
     def _validate(self):
         super()._validate()
-        _reject_unimplemented(self, "task", (
+        reject_unimplemented(self, "task", (
             "train_input_partition_dims", "eval_input_partition_dims"))
         self.train_data.check("task.train_data")
         self.validation_data.check("task.validation_data")

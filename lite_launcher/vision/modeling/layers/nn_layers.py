@@ -77,6 +77,12 @@ def register_legacy_name(registered_name: str, cls, **config_defaults) -> None:
     keras.saving.get_custom_objects()[registered_name] = LegacyName
 
 
+def variance_scaling():
+    """The decoders' kernel initializer: TFM's pass the string 'VarianceScaling' (scale 1,
+    fan_in, truncated normal)."""
+    return keras.initializers.VarianceScaling()
+
+
 def make_divisible(value: float, divisor: int, min_value: Optional[float] = None,
                    round_down_protect: bool = True) -> int:
     """`value` rounded to a multiple of `divisor` (TFM's nn_layers.make_divisible): at least
