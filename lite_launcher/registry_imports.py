@@ -11,8 +11,10 @@ built-ins. The built-ins: `digits_mlp`, `digits_cnn`, `mlp_tiny`, `cnn_small`, `
 
 import lite_launcher.experiments  # noqa: F401  (registers digits and the workloads)
 # Registers the seven image classification experiments and their task.
-from lite_launcher.vision import configs as vision_configs, image_classification as vision_task  # noqa: F401,E501
+import lite_launcher.vision.configs.image_classification  # noqa: F401
+import lite_launcher.vision.tasks.image_classification  # noqa: F401
 # Registers TFM's eight semantic segmentation experiments and their task.
-from lite_launcher.vision import segmentation_configs, semantic_segmentation  # noqa: F401
+import lite_launcher.vision.configs.semantic_segmentation  # noqa: F401
+import lite_launcher.vision.tasks.semantic_segmentation  # noqa: F401
 from lite_launcher.registry import (  # noqa: F401  (the lookups, built-ins loaded)
     get_exp_config, get_task, get_task_cls, registered_experiments)

@@ -8,11 +8,11 @@ family its `--experiment` needs, `builtin_experiments.modules_for`: issue 31).
 - `mlp_tiny`, `cnn_small`, `mock`: the fixed-batch benchmark workloads (`workloads`).
 - `image_classification`, `resnet_imagenet`, `resnet_rs_imagenet`, `mobilenet_imagenet`,
   `deit_imagenet_pretrain`, `vit_imagenet_pretrain`, `vit_imagenet_finetune`: TFM's image
-  classification experiments (`lite_launcher.vision.configs`).
+  classification experiments (`lite_launcher.vision.configs.image_classification`).
 - `semantic_segmentation`, `seg_deeplabv3_pascal`, `seg_deeplabv3plus_pascal`,
   `seg_resnetfpn_pascal`, `mnv2_deeplabv3_pascal`, `seg_deeplabv3plus_cityscapes`,
   `mnv2_deeplabv3_cityscapes`, `mnv2_deeplabv3plus_cityscapes`: TFM's semantic segmentation
-  experiments (`lite_launcher.vision.segmentation_configs`).
+  experiments (`lite_launcher.vision.configs.semantic_segmentation`).
 """
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)

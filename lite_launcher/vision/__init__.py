@@ -86,10 +86,10 @@ def reexport(package: str, homes):
     module it replaced without importing them, or TensorFlow, until they are asked for."""
 
     def __getattr__(name):
-        if not name.startswith("__"):
+        # `from package import submodule` asks here first: a submodule's name imports nothing.
+        if not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is None:
             for home in homes:
                 value = getattr(importlib.import_module(home), name, None)
-                # A module attribute would shadow a submodule of the same name.
                 if value is not None and not isinstance(value, type(sys)):
                     return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -18,7 +18,10 @@ from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
-from lite_launcher.vision import classification_input, configs, modeling, serving
+from lite_launcher.vision.configs import image_classification as configs
+from lite_launcher.vision.dataloaders import classification_input
+from lite_launcher.vision.modeling import factory
+from lite_launcher.vision.serving import image_classification as serving
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6
@@ -40,7 +43,7 @@ class ImageClassificationTask(Task):
     def build_model(self) -> keras.Model:
         config = self.task_config
         configs.check_buildable(config)
-        model = modeling.build_classification_model(config.model, config.losses.l2_weight_decay)
+        model = factory.build_classification_model(config.model, config.losses.l2_weight_decay)
         if config.freeze_backbone:
             model.backbone.trainable = False
         return model
@@ -70,7 +73,7 @@ class ImageClassificationTask(Task):
         configs.check_buildable(self.task_config)
         return classification_input.build_dataset(params, self.task_config, input_context)
 
-    # TFM's serving input types (official/vision/serving); see lite_launcher.vision.serving.
+    # TFM's serving input types (official/vision/serving/image_classification.py).
     serving_input_types = serving.INPUT_TYPES
 
     def build_serving_fn(self, model: keras.Model, input_type: str, batch_size=None,

@@ -27,9 +27,12 @@ from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
-from lite_launcher.vision import (
-    segmentation_configs, segmentation_input, segmentation_losses, segmentation_metrics,
-    segmentation_model, segmentation_serving)
+from lite_launcher.vision.configs import semantic_segmentation as segmentation_configs
+from lite_launcher.vision.dataloaders import segmentation_input
+from lite_launcher.vision.evaluation import segmentation_metrics
+from lite_launcher.vision.losses import segmentation_losses
+from lite_launcher.vision.modeling import factory
+from lite_launcher.vision.serving import semantic_segmentation as segmentation_serving
 
 
 def _float32_outputs(model_outputs) -> dict:
@@ -50,7 +53,7 @@ class SemanticSegmentationTask(Task):
     def build_model(self) -> keras.Model:
         config = self.task_config
         segmentation_configs.check_buildable(config)
-        return segmentation_model.build_segmentation_model(
+        return factory.build_segmentation_model(
             config.model, config.losses.l2_weight_decay)
 
     def initialize(self, model: keras.Model) -> None:

@@ -2,7 +2,7 @@
 
 Records are in TFM's segmentation format: `image/encoded` (JPEG/PNG bytes), `image/height`,
 `image/width` and `image/segmentation/class/encoded`, a 1-channel PNG of class ids (255 for
-"ignore"). `python -m lite_launcher.vision.make_tfrecords --mask_dir ...` writes them.
+"ignore"). `python -m lite_launcher.vision.data.make_tfrecords --mask_dir ...` writes them.
 
 The parser returns `(image, labels)` with `labels = {'masks': [h, w, 1] float32,
 'valid_masks': [h, w, 1] bool, 'image_info': [4, 2] float32}`, as TFM's:
@@ -22,17 +22,18 @@ The parser returns `(image, labels)` with `labels = {'masks': [h, w, 1] float32,
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
 from lite_launcher.errors import BAD_RECORD_MARKER
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
-from lite_launcher.vision.classification_input import MEAN_RGB, STDDEV_RGB
+from lite_launcher.vision.configs.common import MEAN_RGB, STDDEV_RGB
+from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (the old path's names)
+    IMAGE_DTYPES, binarize_matting_map, normalize_image, pad_image, random_horizontal_flip,
+    resize_and_crop_image, resize_and_crop_masks)
 
 MASK_KEY = "image/segmentation/class/encoded"
-_DTYPES = {"float32": tf.float32, "float16": tf.float16, "bfloat16": tf.bfloat16}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,88 +70,6 @@ class Decoder:
         return tf.io.parse_single_example(serialized_example, self._keys_to_features)
 
 
-def normalize_image(image, mean: Sequence[float], stddev: Sequence[float]):
-    """(image / 255 - mean / 255) / (stddev / 255) of a uint8 image, as TFM computes it (the
-    same value as (image - mean) / stddev up to float rounding; this rounding matches TFM's)."""
-    image = tf.image.convert_image_dtype(image, tf.float32)
-    image -= tf.constant([m / 255.0 for m in mean], tf.float32)
-    return image / tf.constant([s / 255.0 for s in stddev], tf.float32)
-
-
-def _pad(image, padded_size, centered: bool):
-    """`image` ([h, w, c] or [n, h, w, c]) zero-padded to `padded_size`: at the bottom right,
-    or around it when `centered`."""
-    if not centered:
-        return tf.image.pad_to_bounding_box(image, 0, 0, padded_size[0], padded_size[1])
-    size = tf.shape(image)[-3:-1]
-    return tf.image.pad_to_bounding_box(
-        image, tf.maximum((padded_size[0] - size[0]) // 2, 0),
-        tf.maximum((padded_size[1] - size[1]) // 2, 0), padded_size[0], padded_size[1])
-
-
-def resize_and_crop_image(image, desired_size, padded_size, aug_scale_min: float = 1.0,
-                          aug_scale_max: float = 1.0, method: str = "bilinear",
-                          keep_aspect_ratio: bool = True, centered_crop: bool = False):
-    """TFM's `preprocess_ops.resize_and_crop_image`: (image, image_info).
-
-    The image is resized to the largest size within `desired_size` (its aspect kept), the
-    desired size first scaled by a random factor in [aug_scale_min, aug_scale_max) when
-    jittering; a jittered image larger than `desired_size` is cropped at a random offset. The
-    result is zero-padded to `padded_size` (None: no padding).
-    """
-    image_size = tf.cast(tf.shape(image)[0:2], tf.float32)
-    desired = tf.cast(desired_size, tf.float32)
-    jitter = not (math.isclose(aug_scale_min, 1.0) and math.isclose(aug_scale_max, 1.0))
-    scaled_size = desired
-    if jitter:
-        scaled_size = tf.round(tf.random.uniform([], aug_scale_min, aug_scale_max) * desired)
-    if keep_aspect_ratio:
-        scale = tf.minimum(scaled_size[0] / image_size[0], scaled_size[1] / image_size[1])
-        scaled_size = tf.round(image_size * scale)
-    image_scale = scaled_size / image_size
-    offset = tf.zeros((2,), tf.int32)
-    if jitter:
-        max_offset = tf.maximum(scaled_size - desired, 0.0)
-        offset = tf.cast(max_offset * tf.random.uniform([2], 0, 1), tf.int32)
-    output = tf.image.resize(image, tf.cast(scaled_size, tf.int32), method=method)
-    if jitter:
-        output = output[offset[0]:offset[0] + desired_size[0],
-                        offset[1]:offset[1] + desired_size[1], :]
-    if padded_size is not None:
-        output = _pad(output, padded_size, centered_crop)
-    image_info = tf.stack([image_size, desired, image_scale, tf.cast(offset, tf.float32)])
-    return output, image_info
-
-
-def resize_and_crop_masks(masks, image_scale, output_size, offset, centered_crop: bool = False):
-    """TFM's `preprocess_ops.resize_and_crop_masks` of masks [n, h, w, c]: the nearest-neighbour
-    resize, crop and zero padding that `resize_and_crop_image` applied to the image.
-
-    The scaled size is truncated (`int(scale * size)`), as TFM's, so it can be a pixel short of
-    the image's rounded size; that pixel is padding.
-    """
-    mask_size = tf.cast(tf.shape(masks)[1:3], tf.float32)
-    scaled_size = tf.cast(image_scale * mask_size, tf.int32)
-    scaled = tf.image.resize(masks, scaled_size, method="nearest")
-    offset = tf.cast(offset, tf.int32)
-    scaled = scaled[:, offset[0]:offset[0] + output_size[0],
-                    offset[1]:offset[1] + output_size[1], :]
-    return _pad(scaled, output_size, centered_crop)
-
-
-def random_horizontal_flip(image, mask, prob: float = 0.5):
-    """Flips image [h, w, c] and mask [1, h, w] left-right together with probability `prob`."""
-    flip = tf.less(tf.random.uniform([]), prob)
-    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
-    mask = tf.cond(flip, lambda: mask[:, :, ::-1], lambda: mask)
-    return image, mask
-
-
-def binarize_matting_map(matting_map, threshold: float = 0.5):
-    """1.0 where the matting map is above `threshold`, else 0.0."""
-    return tf.cast(tf.greater(matting_map, threshold), tf.float32)
-
-
 class Parser:
     """Turns decoded records into `(image, labels)` for training or evaluation, as TFM's
     segmentation `Parser` (same arguments and defaults)."""
@@ -166,8 +85,8 @@ class Parser:
                              "resize_eval_groundtruth is False.")
         if centered_crop and not resize_eval_groundtruth:
             raise ValueError("centered_crop needs resize_eval_groundtruth=True.")
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}.")
+        if dtype not in IMAGE_DTYPES:
+            raise ValueError(f"dtype {dtype!r} is not one of {', '.join(IMAGE_DTYPES)}.")
         self._output_size = list(output_size) if output_size else None
         self._crop_size = list(crop_size) if crop_size else None
         self._resize_eval_groundtruth = resize_eval_groundtruth
@@ -179,7 +98,7 @@ class Parser:
         self._preserve_aspect_ratio = preserve_aspect_ratio
         self._aug_scale_min = aug_scale_min
         self._aug_scale_max = aug_scale_max
-        self._dtype = _DTYPES[dtype]
+        self._dtype = IMAGE_DTYPES[dtype]
         self._image_feature = image_feature or DenseFeature()
         self._additional_dense_features = list(additional_dense_features or ())
         self._centered_crop = centered_crop
@@ -274,7 +193,7 @@ class Parser:
             label = resize_and_crop_masks(label, image_info[2, :], self._output_size,
                                           image_info[3, :], centered_crop=self._centered_crop)
         else:
-            label = _pad(self._check_fits_padded_size(data, label),
+            label = pad_image(self._check_fits_padded_size(data, label),
                          self._groundtruth_padded_size, centered=False)
         label, valid_mask = self._finish_label(label)
         labels = {"masks": label, "valid_masks": valid_mask, "image_info": image_info}

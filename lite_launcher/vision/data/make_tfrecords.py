@@ -2,9 +2,9 @@
 sub-folder per class) or, with `--mask_dir`, semantic segmentation (an image folder and a
 mask folder).
 
-    python -m lite_launcher.vision.make_tfrecords --image_dir DIR --output_prefix OUT \
+    python -m lite_launcher.vision.data.make_tfrecords --image_dir DIR --output_prefix OUT \
         [--num_shards N] [--keep_format] [--seed S]
-    python -m lite_launcher.vision.make_tfrecords --image_dir IMAGES --mask_dir MASKS \
+    python -m lite_launcher.vision.data.make_tfrecords --image_dir IMAGES --mask_dir MASKS \
         --num_classes C --output_prefix OUT [--num_shards N] [--keep_format] [--seed S]
 
 Class sub-folders are sorted by name and numbered from 0 (`image/class/label`); the names are
@@ -235,7 +235,7 @@ def make_segmentation_tfrecords(image_dir: str, mask_dir: str, num_classes: int,
 
 def main(argv: Sequence[str] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lite_launcher.vision.make_tfrecords",
+        prog="python -m lite_launcher.vision.data.make_tfrecords",
         description="Folder of images (one sub-folder per class) -> TFRecord shards in "
                     "TFM's image classification format; with --mask_dir, images + masks -> "
                     "shards in TFM's semantic segmentation format.")

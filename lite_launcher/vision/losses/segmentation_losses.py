@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from lite_launcher.vision.segmentation_input import binarize_matting_map
+from lite_launcher.vision.ops.preprocess_ops import binarize_matting_map
 
 EPSILON = 1e-5
 

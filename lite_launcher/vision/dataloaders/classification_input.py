@@ -16,12 +16,9 @@ from typing import Optional, Sequence, Tuple
 import tensorflow as tf
 
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
-
-CENTER_CROP_FRACTION = 0.875
-MEAN_RGB = tuple(255 * m for m in (0.485, 0.456, 0.406))
-STDDEV_RGB = tuple(255 * s for s in (0.229, 0.224, 0.225))
-ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
-_DTYPES = {"float32": tf.float32, "float16": tf.float16, "bfloat16": tf.bfloat16}
+from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (crops: the old path's names)
+    CENTER_CROP_FRACTION, IMAGE_DTYPES, center_crop, decode_and_center_crop_jpeg,
+    decode_and_random_crop_jpeg, decode_image, normalize_image, random_crop)
 
 
 def make_decoder(image_field_key: str = "image/encoded",
@@ -42,87 +39,11 @@ def make_decoder(image_field_key: str = "image/encoded",
     return decode
 
 
-@tf.autograph.experimental.do_not_convert
-def _crop_window(offset, size):
-    offset_y, offset_x, _ = tf.unstack(offset)
-    height, width, _ = tf.unstack(size)
-    return tf.stack([offset_y, offset_x, height, width])
-
-
-@tf.autograph.experimental.do_not_convert
-def _sample_crop(image_shape, area_range):
-    """A random box of `area_range` of the image area and aspect 3/4..4/3 (offset, size)."""
-    # Op seed 1, as TFM's random_crop_image: the op refuses to run unseeded under
-    # runtime.deterministic_ops (tf.config.experimental.enable_op_determinism).
-    offset, size, _ = tf.image.sample_distorted_bounding_box(
-        image_shape, tf.constant([0.0, 0.0, 1.0, 1.0], tf.float32, shape=[1, 1, 4]),
-        min_object_covered=area_range[0], aspect_ratio_range=ASPECT_RATIO_RANGE,
-        area_range=area_range, max_attempts=10, seed=1)
-    return offset, size
-
-
-@tf.autograph.experimental.do_not_convert
-def _center_box(image_shape, fraction):
-    """Offset (y, x) and side of the centred square `fraction` of the short side."""
-    shape = tf.cast(image_shape[:2], tf.float32)
-    side = fraction * tf.minimum(shape[0], shape[1])
-    offset = tf.cast((shape - side) / 2.0, tf.int32)
-    return offset, tf.cast(side, tf.int32)
-
-
-@tf.autograph.experimental.do_not_convert
-def center_crop(image, fraction: float = CENTER_CROP_FRACTION):
-    """The centred square of side `fraction` x the short side of a decoded image."""
-    offset, side = _center_box(tf.shape(image), fraction)
-    return image[offset[0]:offset[0] + side, offset[1]:offset[1] + side, :]
-
-
-@tf.autograph.experimental.do_not_convert
-def decode_and_center_crop_jpeg(image_bytes, fraction: float = CENTER_CROP_FRACTION):
-    """`center_crop` of a JPEG, decoding only the crop window."""
-    offset, side = _center_box(tf.image.extract_jpeg_shape(image_bytes), fraction)
-    window = tf.stack([offset[0], offset[1], side, side])
-    return tf.image.decode_and_crop_jpeg(image_bytes, window, channels=3)
-
-
-@tf.autograph.experimental.do_not_convert
-def random_crop(image, area_range=(0.08, 1.0)):
-    """A random crop of a decoded image; the centre crop when no box fits (TFM's fallback)."""
-    offset, size = _sample_crop(tf.shape(image), area_range)
-    cropped = tf.slice(image, offset, size)
-    return tf.cond(tf.reduce_all(tf.equal(tf.shape(cropped), tf.shape(image))),
-                   lambda: center_crop(image), lambda: cropped)
-
-
-@tf.autograph.experimental.do_not_convert
-def decode_and_random_crop_jpeg(image_bytes, area_range=(0.08, 1.0)):
-    """`random_crop` of a JPEG, decoding only the crop window."""
-    image_shape = tf.image.extract_jpeg_shape(image_bytes)
-    offset, size = _sample_crop(image_shape, area_range)
-    cropped = tf.image.decode_and_crop_jpeg(image_bytes, _crop_window(offset, size), channels=3)
-    return tf.cond(tf.reduce_all(tf.equal(tf.shape(cropped), image_shape)),
-                   lambda: decode_and_center_crop_jpeg(image_bytes), lambda: cropped)
-
-
-@tf.autograph.experimental.do_not_convert
-def normalize_image(image):
-    """(image - ImageNet mean) / ImageNet std, on a float image in 0..255."""
-    image = tf.cast(image, tf.float32)
-    return (image - tf.constant(MEAN_RGB, tf.float32)) / tf.constant(STDDEV_RGB, tf.float32)
-
-
-@tf.autograph.experimental.do_not_convert
-def _decode_any(image_bytes):
-    image = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
-    image.set_shape([None, None, 3])
-    return image
-
-
 class Parser:
     """Turns decoded tensors into (image [h, w, 3] of `dtype`, label), as TFM's Parser.
 
     The augmentations (`aug_type`, `color_jitter`, `random_erasing`) come from
-    `lite_launcher.vision.augment`, imported only when one is asked for.
+    `lite_launcher.vision.ops.augment`, imported only when one is asked for.
     """
 
     def __init__(self, output_size: Sequence[int], num_classes: int,
@@ -134,8 +55,8 @@ class Parser:
                  crop_area_range: Optional[Tuple[float, float]] = (0.08, 1.0),
                  center_crop_fraction: Optional[float] = CENTER_CROP_FRACTION,
                  tf_resize_method: str = "bilinear"):
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype {dtype!r} is not one of {', '.join(_DTYPES)}.")
+        if dtype not in IMAGE_DTYPES:
+            raise ValueError(f"dtype {dtype!r} is not one of {', '.join(IMAGE_DTYPES)}.")
         self._output_size = list(output_size)[:2]
         self._num_classes = num_classes
         self._image_key = image_field_key
@@ -145,7 +66,7 @@ class Parser:
         self._aug_crop = aug_crop
         self._color_jitter = color_jitter
         self._is_multilabel = is_multilabel
-        self._dtype = _DTYPES[dtype]
+        self._dtype = IMAGE_DTYPES[dtype]
         self._crop_area_range = tuple(crop_area_range or (0.08, 1.0))
         self._center_crop_fraction = (CENTER_CROP_FRACTION if center_crop_fraction is None
                                       else center_crop_fraction)
@@ -154,14 +75,14 @@ class Parser:
         self._random_erasing = self._make_random_erasing(random_erasing)
         self._color_jitter_fn = None
         if color_jitter > 0:
-            from lite_launcher.vision import augment  # pylint: disable=import-outside-toplevel
+            from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
             self._color_jitter_fn = augment.color_jitter
 
     @staticmethod
     def _make_augmenter(aug_type):
         if aug_type is None or aug_type.type is None:
             return None
-        from lite_launcher.vision import augment  # pylint: disable=import-outside-toplevel
+        from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
         if aug_type.type == "randaug":
             c = aug_type.randaug
             return augment.RandAugment(
@@ -179,7 +100,7 @@ class Parser:
     def _make_random_erasing(config):
         if config is None:
             return None
-        from lite_launcher.vision import augment  # pylint: disable=import-outside-toplevel
+        from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
         return augment.RandomErasing(
             probability=config.probability, min_area=config.min_area,
             max_area=config.max_area, min_aspect=config.min_aspect,
@@ -212,7 +133,7 @@ class Parser:
             image = decode_and_random_crop_jpeg(image, self._crop_area_range)
         else:
             if self._needs_decoding(image):
-                image = _decode_any(image)
+                image = decode_image(image)
             if self._aug_crop:
                 image = random_crop(image, self._crop_area_range)
         if self._aug_rand_hflip:
@@ -225,7 +146,7 @@ class Parser:
             # The augmenters work on uint8 pixels.
             pixels = tf.cast(tf.clip_by_value(image, 0.0, 255.0), tf.uint8)
             image = tf.cast(self._augmenter.distort(pixels), tf.float32)
-        image = normalize_image(image)
+        image = normalize_image(tf.cast(image, tf.float32))
         if self._random_erasing is not None:
             image = self._random_erasing.distort(image)
         return tf.cast(image, self._dtype)
@@ -236,10 +157,10 @@ class Parser:
             image = decode_and_center_crop_jpeg(image, self._center_crop_fraction)
         else:
             if self._needs_decoding(image):
-                image = _decode_any(image)
+                image = decode_image(image)
             if self._aug_crop:
                 image = center_crop(image, self._center_crop_fraction)
-        return tf.cast(normalize_image(self._resize(image)), self._dtype)
+        return tf.cast(normalize_image(tf.cast(self._resize(image), tf.float32)), self._dtype)
 
     def parse_train_data(self, decoded):
         """(augmented training image, label)."""
@@ -263,7 +184,7 @@ def make_mixup_and_cutmix(config, num_classes: int):
     """The batch-level MixUp/CutMix function for `config` (None when `config` is None)."""
     if config is None:
         return None
-    from lite_launcher.vision import augment  # pylint: disable=import-outside-toplevel
+    from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
     return augment.MixupAndCutmix(
         mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha, prob=config.prob,
         switch_prob=config.switch_prob, label_smoothing=config.label_smoothing,
