@@ -1,8 +1,9 @@
 """The semantic segmentation task (TFM's official/vision/tasks/semantic_segmentation.py).
 
-It wires the pieces: the model (`modeling.segmentation_model`: backbone -> decoder -> head), the input
-(`segmentation_input`: TFM's TFRecord format and parser), the loss (`segmentation_losses`),
-the train `mean_iou` (`segmentation_metrics.MeanIoU`) and the evaluation's per-class IoU.
+It wires the pieces: the model (`modeling.segmentation_model`: backbone -> decoder -> head),
+the input (`segmentation_input`: TFM's TFRecord format and parser), the loss
+(`segmentation_losses`), the train `mean_iou` (`segmentation_metrics.MeanIoU`) and the
+evaluation's per-class IoU.
 
 Evaluation: each step adds its batch to one `PerClassIoU` confusion matrix (variables summed
 over replicas); `aggregate_logs` / `reduce_aggregated_logs` turn it into `iou/<class>` and
