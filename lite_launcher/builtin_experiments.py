@@ -16,27 +16,29 @@ BUILTIN_EXPERIMENTS: Dict[str, str] = {
     "mlp_tiny": "lite_launcher.experiments.workloads",
     "cnn_small": "lite_launcher.experiments.workloads",
     "mock": "lite_launcher.experiments.workloads",
-    "image_classification": "lite_launcher.vision.configs",
-    "resnet_imagenet": "lite_launcher.vision.configs",
-    "resnet_rs_imagenet": "lite_launcher.vision.configs",
-    "mobilenet_imagenet": "lite_launcher.vision.configs",
-    "deit_imagenet_pretrain": "lite_launcher.vision.configs",
-    "vit_imagenet_pretrain": "lite_launcher.vision.configs",
-    "vit_imagenet_finetune": "lite_launcher.vision.configs",
-    "semantic_segmentation": "lite_launcher.vision.segmentation_configs",
-    "seg_deeplabv3_pascal": "lite_launcher.vision.segmentation_configs",
-    "seg_deeplabv3plus_pascal": "lite_launcher.vision.segmentation_configs",
-    "seg_resnetfpn_pascal": "lite_launcher.vision.segmentation_configs",
-    "mnv2_deeplabv3_pascal": "lite_launcher.vision.segmentation_configs",
-    "seg_deeplabv3plus_cityscapes": "lite_launcher.vision.segmentation_configs",
-    "mnv2_deeplabv3_cityscapes": "lite_launcher.vision.segmentation_configs",
-    "mnv2_deeplabv3plus_cityscapes": "lite_launcher.vision.segmentation_configs",
+    "image_classification": "lite_launcher.vision.configs.image_classification",
+    "resnet_imagenet": "lite_launcher.vision.configs.image_classification",
+    "resnet_rs_imagenet": "lite_launcher.vision.configs.image_classification",
+    "mobilenet_imagenet": "lite_launcher.vision.configs.image_classification",
+    "deit_imagenet_pretrain": "lite_launcher.vision.configs.image_classification",
+    "vit_imagenet_pretrain": "lite_launcher.vision.configs.image_classification",
+    "vit_imagenet_finetune": "lite_launcher.vision.configs.image_classification",
+    "semantic_segmentation": "lite_launcher.vision.configs.semantic_segmentation",
+    "seg_deeplabv3_pascal": "lite_launcher.vision.configs.semantic_segmentation",
+    "seg_deeplabv3plus_pascal": "lite_launcher.vision.configs.semantic_segmentation",
+    "seg_resnetfpn_pascal": "lite_launcher.vision.configs.semantic_segmentation",
+    "mnv2_deeplabv3_pascal": "lite_launcher.vision.configs.semantic_segmentation",
+    "seg_deeplabv3plus_cityscapes": "lite_launcher.vision.configs.semantic_segmentation",
+    "mnv2_deeplabv3_cityscapes": "lite_launcher.vision.configs.semantic_segmentation",
+    "mnv2_deeplabv3plus_cityscapes": "lite_launcher.vision.configs.semantic_segmentation",
 }
 
 # The module registering the task of a module's experiments, where it is another module.
 TASK_MODULES: Dict[str, str] = {
-    "lite_launcher.vision.configs": "lite_launcher.vision.image_classification",
-    "lite_launcher.vision.segmentation_configs": "lite_launcher.vision.semantic_segmentation",
+    "lite_launcher.vision.configs.image_classification":
+        "lite_launcher.vision.tasks.image_classification",
+    "lite_launcher.vision.configs.semantic_segmentation":
+        "lite_launcher.vision.tasks.semantic_segmentation",
 }
 
 

@@ -1,0 +1,1 @@
+"""Vision losses (TFM's official/vision/losses/)."""

@@ -1,0 +1,1 @@
+"""Vision decoders and their factory (TFM's modeling/decoders/)."""

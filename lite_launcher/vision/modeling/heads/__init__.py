@@ -1,0 +1,1 @@
+"""Vision heads (TFM's modeling/heads/)."""

@@ -1,0 +1,1 @@
+"""The layers and blocks the vision models share (TFM's modeling/layers/)."""

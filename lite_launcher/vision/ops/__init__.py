@@ -1,0 +1,1 @@
+"""Image ops: preprocessing and augmentation (TFM's official/vision/ops/)."""

@@ -1,0 +1,1 @@
+"""Vision tasks, one per family: each wires model, input, loss, metrics (TFM's vision/tasks/)."""
