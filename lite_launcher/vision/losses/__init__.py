@@ -1,0 +1,1 @@
+"""Vision task losses (TFM's official/vision/losses)."""

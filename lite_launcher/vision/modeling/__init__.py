@@ -1,0 +1,1 @@
+"""Vision models and their building blocks (TFM's official/vision/modeling)."""

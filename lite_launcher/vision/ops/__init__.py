@@ -1,0 +1,1 @@
+"""Detection and preprocessing ops (TFM's official/vision/ops)."""
