@@ -126,6 +126,16 @@ def test_rpn_labeler_samples_at_most_the_batch_with_the_foreground_fraction():
     assert negatives.max() < 40  # the first negatives, not random ones
     flat_boxes = np.concatenate([b.numpy().reshape(-1, 4) for b in boxes.values()])
     assert (flat_boxes[flat == 0] == 0).all()
+    # The random path samples the same counts, and only among the candidates.
+    sampled = anchor.RpnAnchorLabeler(0.5, 0.3, rpn_batch_size_per_im=32, rpn_fg_fraction=0.25,
+                                      seed=1).label_anchors(
+        anchors, tf.constant(DATA["gt_boxes"][:6]), tf.constant(DATA["gt_labels"][:6]))[0]
+    random_flat = np.concatenate([s.numpy().reshape(-1) for s in sampled.values()])
+    assert (random_flat == 1).sum() == 8 and (random_flat == 0).sum() == 24
+    positive = anchor.AnchorLabeler(0.5, 0.3).label_anchors(
+        anchors, tf.constant(DATA["gt_boxes"][:6]), tf.constant(DATA["gt_labels"][:6]))[4] > 0
+    assert positive.numpy()[random_flat == 1].all()
+    assert not positive.numpy()[random_flat == 0].any()
 
 
 # ----- box coding, IoU, matcher, NMS --------------------------------------------------------
