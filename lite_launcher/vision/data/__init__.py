@@ -1,0 +1,1 @@
+"""Data-preparation tools: TFRecord writers (TFM's official/vision/data/)."""

@@ -1,0 +1,1 @@
+"""Decoders and parsers from records to model inputs (TFM's official/vision/dataloaders/)."""

@@ -1,0 +1,1 @@
+"""Vision metrics and evaluators (TFM's official/vision/evaluation/)."""
