@@ -16,6 +16,9 @@ from lite_launcher import errors
 from lite_launcher.vision.data import create_coco_tf_record, tfrecord_lib
 from lite_launcher.vision.dataloaders import tf_example_decoder, tf_example_label_map_decoder
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from missing_module import block_import  # noqa: E402
+
 REFERENCE = os.path.join(os.path.dirname(__file__), "data", "tfm_coco_reference.json")
 with open(REFERENCE) as _f:
     REF = json.load(_f)
@@ -240,3 +243,15 @@ def test_convert_to_feature_infers_the_type(value, kind, expected):
     feature = tfrecord_lib.convert_to_feature(value)
     assert feature.WhichOneof("kind") == kind
     assert list(getattr(feature, kind).value) == expected
+
+
+def test_include_masks_without_pycocotools_names_the_extra(tmp_path, capsys, monkeypatch):
+    image_dir, instances, _ = _write_coco(tmp_path)
+    block_import(monkeypatch, "pycocotools")
+    code = create_coco_tf_record.main([
+        f"--image_dir={image_dir}", f"--object_annotations_file={instances}",
+        f"--output_file_prefix={tmp_path / 'out'}", "--num_shards=1", "--include_masks"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--include_masks:" in err and "pip install 'lite_launcher[detection]'" in err
+    assert not list(tmp_path.glob("out*"))

@@ -1,11 +1,15 @@
 """visualization_utils draws boxes, labels and masks where the detections are."""
 
-import builtins
+import os
+import sys
 
 import numpy as np
 import pytest
 
 from lite_launcher.vision.utils.object_detection import visualization_utils as vis
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from missing_module import block_import  # noqa: E402
 
 CATEGORIES = {1: {"id": 1, "name": "cat"}, 2: {"id": 2, "name": "dog"}}
 
@@ -45,14 +49,7 @@ def test_labels_need_pillow_and_sit_above_the_box():
 
 
 def test_without_pillow_boxes_are_drawn_and_labels_left_out(monkeypatch):
-    real_import = builtins.__import__
-
-    def no_pil(name, *args, **kwargs):
-        if name.split(".")[0] == "PIL":
-            raise ImportError("No module named 'PIL'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pil)
+    block_import(monkeypatch, "PIL")
     image = np.zeros((60, 80, 3), np.uint8)
     vis.visualize_boxes_and_labels_on_image_array(
         image, np.array([[30, 10, 55, 70]]), np.array([2]), np.array([0.8]), CATEGORIES)
