@@ -554,8 +554,10 @@ def test_vision_configs_load_without_tensorflow(module):
 
 VISION = os.path.join(PACKAGE, "vision")
 # Role folder -> its floor: a module imports vision modules of its own folder or lower floors.
-VISION_FLOORS = {"configs": 0, "ops": 1, "evaluation": 1, "data": 1, "modeling": 2,
-                 "dataloaders": 2, "losses": 3, "serving": 3, "tasks": 4}
+# `data` (the record writers, scripts) and `utils` (TFM's visualization helpers) stand on
+# ops / evaluation (the converter takes pycocotools' mask codec through coco_utils).
+VISION_FLOORS = {"configs": 0, "ops": 1, "evaluation": 1, "data": 2, "modeling": 2,
+                 "dataloaders": 2, "utils": 2, "losses": 3, "serving": 3, "tasks": 4}
 # Each task family's own modules: none imports another family's.
 VISION_TASK_FAMILIES = {
     "image_classification": {
