@@ -753,3 +753,16 @@ def test_the_private_keras_scan_lets_a_classs_own_attributes_through():
     own = ("class A:\n    def __init__(self):\n        self._dtype = 1\n"
            "    def f(self):\n        return self._dtype")
     assert keras_private_uses(ast.parse(own), "x.py", _keras_private_names()) == []
+
+
+def test_tests_build_the_lite_train_command_in_one_place():
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    by_hand = []
+    for directory, _, files in os.walk(tests_dir):
+        for name in files:
+            path = os.path.join(directory, name)
+            if name.endswith(".py") and name != "cli.py" and path != os.path.abspath(__file__):
+                with open(path) as f:
+                    if '"-m", "lite_launcher.main"' in f.read():
+                        by_hand.append(os.path.relpath(path, tests_dir))
+    assert not by_hand, f"use tests/cli.py's lite_train_command: {by_hand}"

@@ -32,6 +32,7 @@ from lite_launcher.trainer import ExactMean
 
 import tiny
 import xla_checks
+import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CAPTURE_SCRIPT = ROOT / "tests" / "dist_workers" / "lite_train_capture.py"
@@ -384,8 +385,7 @@ def free_ports(count):
 
 
 def lite_train_command():
-    script = pathlib.Path(sys.executable).with_name("lite-train")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "lite_launcher.main"]
+    return cli.lite_train_command(installed=True)
 
 
 def process_env(tf_config, tmpdir=None):

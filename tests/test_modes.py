@@ -42,7 +42,7 @@ def lite_train_command():
     script = os.path.join(os.path.dirname(sys.executable), "lite-train")
     if os.path.exists(script):
         return [script]
-    return [sys.executable, "-m", "lite_launcher.main"]
+    return lite_train_command()
 
 
 def subprocess_env(extra_pythonpath=None):
@@ -348,6 +348,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.experiments import workloads
+from cli import lite_train_command
 
 
 @dataclasses.dataclass

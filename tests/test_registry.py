@@ -237,8 +237,7 @@ def test_a_broken_entry_point_plugin_is_a_clear_error(clean_registry, tmp_path, 
 
 def _lite_train():
     """The installed `lite-train` script next to this Python, else the module."""
-    script = os.path.join(os.path.dirname(sys.executable), "lite-train")
-    return [script] if os.path.exists(script) else [sys.executable, "-m", "lite_launcher.main"]
+    return lite_train_command(installed=True)
 
 
 def _env(*paths):
@@ -304,6 +303,7 @@ import os
 import gin
 
 import lite_launcher as ll
+from cli import lite_train_command
 
 
 @gin.configurable

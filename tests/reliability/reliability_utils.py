@@ -24,6 +24,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 import lite_launcher.registry_imports  # noqa: F401  (the built-ins, for registry.get_exp_config)
+import cli
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ERROR_PREFIX = "lite-train: error: "
@@ -71,7 +72,7 @@ def subprocess_env() -> Dict[str, str]:
 
 
 def lite_train_command(args: Sequence[str]) -> List[str]:
-    return [sys.executable, "-m", "lite_launcher.main", *args]
+    return cli.lite_train_command(*args)
 
 
 def run_lite_train(args: Sequence[str], timeout: float = 180, cwd: Optional[str] = None,

@@ -43,6 +43,7 @@ from reliability_utils import (ERROR_PREFIX, REPO_ROOT, checkpoint_global_step,
                                read_checkpoint, read_text,
                                restored_checkpoints, stop_if_running, subprocess_env, wait_for)
 from test_distribution import free_ports
+from cli import lite_train_command
 
 PREEMPTION_EXIT_CODE = 143
 WAIT_S = 180  # bound on every wait for a cluster of two processes on a loaded machine
@@ -70,7 +71,7 @@ def start_worker(hosts, index, flags, log_path, scratch):
     env["TMPDIR"] = str(scratch)  # where the non-chief's throwaway checkpoints go
     os.makedirs(scratch, exist_ok=True)
     with open(log_path, "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "lite_launcher.main", *flags],
+        return subprocess.Popen(lite_train_command(*flags),
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
 
 
@@ -399,7 +400,7 @@ def start_evaluator(hosts, model_dir, train_steps, log_path, scratch):
         "trainer.continuous_eval_all_checkpoints": True, "trainer.validation_steps": 2})
     flags[flags.index("train")] = "continuous_eval"
     with open(log_path, "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "lite_launcher.main", *flags],
+        return subprocess.Popen(lite_train_command(*flags),
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
 
 
@@ -476,7 +477,7 @@ def start_ps_task(cluster, task, flags, log_path):
                                    "task": {"type": task[0], "index": task[1]}})
     env["CUDA_VISIBLE_DEVICES"] = ""
     with open(log_path, "w") as log:
-        return subprocess.Popen([sys.executable, "-m", "lite_launcher.main", *flags],
+        return subprocess.Popen(lite_train_command(*flags),
                                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
 
 

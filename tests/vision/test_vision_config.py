@@ -10,6 +10,7 @@ import yaml
 import lite_launcher as ll
 from lite_launcher.base_config import ConfigError, load_config_file
 from lite_launcher.vision import configs
+from cli import lite_train_command
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -171,8 +172,8 @@ def test_defaults_of_unimplemented_fields_are_accepted():
 
 def test_cli_rejects_an_unimplemented_field_in_one_line():
     result = subprocess.run(
-        [sys.executable, "-m", "lite_launcher.main", "--experiment", "resnet_imagenet",
-         "--dry_run", "--params_override", "task.train_data.three_augment=true"],
+        lite_train_command("--experiment", "resnet_imagenet", "--dry_run", "--params_override",
+                           "task.train_data.three_augment=true"),
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 2, result.stderr[-2000:]

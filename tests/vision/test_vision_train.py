@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from digits_images import digits_tfrecords  # noqa: E402
 from test_modes import read_scalars, subprocess_env  # noqa: E402
 from tfm_yaml import scaled_learning_rate_override  # noqa: E402
+from cli import lite_train_command
 
 TFM_YAML = os.path.join(HERE, "data", "imagenet_resnet50_gpu.yaml")
 TIMEOUT = 600
@@ -23,7 +24,7 @@ STEPS = 150
 
 
 def lite_train(*args):
-    result = subprocess.run([sys.executable, "-m", "lite_launcher.main"] + [str(a) for a in args],
+    result = subprocess.run(lite_train_command(*args),
                             cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                             timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-4000:]

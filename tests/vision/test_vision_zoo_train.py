@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from digits_images import write_digit_folders  # noqa: E402
 from test_modes import read_scalars, subprocess_env  # noqa: E402
 from tfm_yaml import scaled_learning_rate_override  # noqa: E402
+from cli import lite_train_command
 
 DATA = os.path.join(HERE, "data")
 TIMEOUT = 600
@@ -62,7 +63,7 @@ FAMILIES = [
 
 
 def lite_train(*args):
-    return subprocess.run([sys.executable, "-m", "lite_launcher.main"] + [str(a) for a in args],
+    return subprocess.run(lite_train_command(*args),
                           cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                           timeout=TIMEOUT)
 

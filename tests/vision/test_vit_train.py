@@ -19,6 +19,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from digits_images import write_digit_folders  # noqa: E402
 from test_modes import read_scalars, subprocess_env  # noqa: E402
+from cli import lite_train_command
 
 DEIT_YAML = os.path.join(HERE, "data", "imagenet_vitti16_i224_deit_gpu.yaml")
 FINETUNE_YAML = os.path.join(HERE, "data", "imagenet_vitti16_i384_finetune_gpu.yaml")
@@ -29,7 +30,7 @@ TINY_VIT = {"model_name": None, "hidden_size": 16, "patch_size": 8,
 
 
 def lite_train(*args):
-    result = subprocess.run([sys.executable, "-m", "lite_launcher.main"] + [str(a) for a in args],
+    result = subprocess.run(lite_train_command(*args),
                             cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                             timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-4000:]
