@@ -1,0 +1,1 @@
+"""Vision utilities (TFM's official/vision/utils/)."""

@@ -1,0 +1,1 @@
+"""Object-detection display helpers (TFM's official/vision/utils/object_detection/)."""
