@@ -2,15 +2,18 @@
 (data/tfm_coco_reference.json, made by data/make_tfm_coco_reference.py in TFM's venv)."""
 
 import base64
-import builtins
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 
 from lite_launcher.errors import ConfigError
 from lite_launcher.vision.evaluation import coco_evaluator, coco_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from missing_module import block_import  # noqa: E402
 
 pytest.importorskip("pycocotools")
 
@@ -126,14 +129,7 @@ def test_missing_annotation_file_is_one_line(tmp_path):
 
 
 def test_without_pycocotools_the_evaluator_names_the_extra(monkeypatch):
-    real_import = builtins.__import__
-
-    def no_pycocotools(name, *args, **kwargs):
-        if name.startswith("pycocotools"):
-            raise ImportError("No module named 'pycocotools'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pycocotools)
+    block_import(monkeypatch, "pycocotools")
     with pytest.raises(coco_utils.MissingExtraError) as error:
         coco_evaluator.COCOEvaluator(annotation_file=None, include_mask=False)
     message = str(error.value)
