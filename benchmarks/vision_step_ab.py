@@ -51,7 +51,7 @@ def patched(names):
     import keras
 
     from lite_launcher.optimization import optimizers
-    from lite_launcher.vision import modeling
+    from lite_launcher.vision.modeling.layers import nn_layers
 
     saved = []
 
@@ -60,9 +60,9 @@ def patched(names):
         setattr(owner, attr, value)
 
     if "keras_l2" in names:
-        swap(modeling.L2KernelRegularizer, "__call__", keras.regularizers.L2.__call__)
+        swap(nn_layers.L2KernelRegularizer, "__call__", keras.regularizers.L2.__call__)
     if "keras_bn" in names:
-        swap(modeling.FusedBatchNormalization, "call", keras.layers.BatchNormalization.call)
+        swap(nn_layers.FusedBatchNormalization, "call", keras.layers.BatchNormalization.call)
     if "keras_momentum" in names:
         swap(optimizers.SGD, "update_step", keras.optimizers.SGD.update_step)
     try:

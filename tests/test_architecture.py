@@ -65,8 +65,9 @@ def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
 
 # ----- vision: the families build on one shared layers module (TFM's nn_layers / nn_blocks) --
 
-VISION_FAMILIES = ["vision/resnet.py", "vision/resnet_deeplab.py", "vision/mobilenet.py",
-                   "vision/vit.py"]
+VISION_FAMILIES = ["vision/modeling/backbones/resnet.py",
+                   "vision/modeling/backbones/resnet_deeplab.py",
+                   "vision/modeling/backbones/mobilenet.py", "vision/modeling/backbones/vit.py"]
 SHARED_VISION_LAYERS = {"SettingsBlock", "_Block", "LayerScale", "StochasticDepth",
                         "SqueezeExcitation", "NormSettings", "FusedBatchNormalization",
                         "get_stochastic_depth_rate", "add_residual", "make_divisible",
@@ -173,7 +174,7 @@ def _names_in(node):
 @pytest.mark.parametrize("module", VISION_FAMILIES)
 def test_vision_families_take_their_shared_blocks_from_the_layers_module(module):
     tree = _tree(module)
-    assert "lite_launcher.vision.layers" in _lite_modules(module)
+    assert "lite_launcher.vision.modeling.layers.nn_layers" in _lite_modules(module)
     defined = {n.name for n in ast.walk(tree)
                if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
     assert not defined & SHARED_VISION_LAYERS
@@ -188,7 +189,8 @@ def test_vision_families_take_their_shared_blocks_from_the_layers_module(module)
     assert not inline, f"{module}: stochastic-depth rate computed inline at lines {inline}"
 
 
-@pytest.mark.parametrize("module", ["vision/resnet.py", "vision/mobilenet.py"])
+@pytest.mark.parametrize("module", ["vision/modeling/backbones/resnet.py",
+                                    "vision/modeling/backbones/mobilenet.py"])
 def test_convnet_blocks_serialise_through_the_one_block_base(module):
     # Every layer class of a convnet family derives from layers.SettingsBlock (directly or
     # through a class of its module) and none writes its own get_config.
@@ -208,7 +210,7 @@ def test_convnet_blocks_serialise_through_the_one_block_base(module):
 
 def test_mobilenet_dispatches_blocks_through_its_table():
     # As ResNet's BLOCKS: block_fn -> builder in BLOCK_BUILDERS, no if/elif on the name.
-    [builder] = [n for n in _tree("vision/mobilenet.py").body
+    [builder] = [n for n in _tree("vision/modeling/backbones/mobilenet.py").body
                  if isinstance(n, ast.FunctionDef) and n.name == "build_mobilenet"]
     compared = [node.lineno for node in ast.walk(builder) if isinstance(node, ast.Compare)
                 and "block_fn" in _names_in(node)
@@ -218,9 +220,10 @@ def test_mobilenet_dispatches_blocks_through_its_table():
 
 
 def test_dilated_resnet_builds_on_resnets_stem_and_blocks():
-    tree = _tree("vision/resnet_deeplab.py")
+    tree = _tree("vision/modeling/backbones/resnet_deeplab.py")
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                and node.module == "lite_launcher.vision.resnet" for alias in node.names}
+                and node.module == "lite_launcher.vision.modeling.backbones.resnet"
+                for alias in node.names}
     assert {"BLOCKS", "stem", "build_from_plan"} <= imported
     assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
 
@@ -419,22 +422,158 @@ def test_controller_py_stays_near_orbits_size():
         assert len(f.read().splitlines()) <= 500
 
 
-@pytest.mark.parametrize("module", ["vision/decoders.py", "vision/segmentation_heads.py",
-                                    "vision/segmentation_model.py"])
+@pytest.mark.parametrize("module", ["vision/modeling/decoders/aspp.py",
+                                    "vision/modeling/decoders/fpn.py",
+                                    "vision/modeling/decoders/factory.py",
+                                    "vision/modeling/heads/segmentation_heads.py",
+                                    "vision/modeling/segmentation_model.py"])
 def test_segmentation_model_pieces_know_no_task_data_or_metrics(module):
     # TFM's cut: the model pieces are reusable layers; only the task wires them to the input,
     # the loss and the metrics.
-    wiring = {"lite_launcher.task", "lite_launcher.vision.semantic_segmentation",
-              "lite_launcher.vision.segmentation_input", "lite_launcher.vision.segmentation_losses",
-              "lite_launcher.vision.segmentation_metrics", "lite_launcher.input_reader",
+    wiring = {"lite_launcher.task", "lite_launcher.vision.tasks.semantic_segmentation",
+              "lite_launcher.vision.dataloaders.segmentation_input",
+              "lite_launcher.vision.losses.segmentation_losses",
+              "lite_launcher.vision.evaluation.segmentation_metrics", "lite_launcher.input_reader",
               "lite_launcher.trainer"}
+    assert not _vision_imports(module) & wiring
     assert not _lite_modules(module) & wiring
 
 
-def test_segmentation_configs_load_without_tensorflow():
-    # The driver validates a segmentation config before TensorFlow is imported.
-    assert not {n for n in _imports("vision/segmentation_configs.py")
-                if n.split(".")[0] in ("tensorflow", "keras")}
-    assert not {n for n in _lite_modules("vision/segmentation_configs.py")
+@pytest.mark.parametrize("module", ["common", "backbones", "decoders", "image_classification",
+                                    "semantic_segmentation"])
+def test_vision_configs_load_without_tensorflow(module):
+    # The driver validates a vision config before TensorFlow is imported.
+    path = f"vision/configs/{module}.py"
+    assert not {n for n in _imports(path) if n.split(".")[0] in ("tensorflow", "keras")}
+    assert not {n for n in _lite_modules(path)
                 if n not in ("lite_launcher.base_config", "lite_launcher.config",
-                             "lite_launcher.registry", "lite_launcher.vision.configs")}
+                             "lite_launcher.registry")
+                and not n.startswith("lite_launcher.vision.configs")}
+
+
+# ---------------------------------------------------------------------------------------------
+# vision/ is laid out by role, as TFM's official/vision/, in floors that import only downwards.
+# ---------------------------------------------------------------------------------------------
+
+VISION = os.path.join(PACKAGE, "vision")
+# Role folder -> its floor: a module imports vision modules of its own folder or lower floors.
+VISION_FLOORS = {"configs": 0, "ops": 1, "evaluation": 1, "data": 1, "modeling": 2,
+                 "dataloaders": 2, "losses": 3, "serving": 3, "tasks": 4}
+# Each task family's own modules: none imports another family's.
+VISION_TASK_FAMILIES = {
+    "image_classification": {
+        "configs/image_classification.py", "dataloaders/classification_input.py",
+        "modeling/classification_model.py", "serving/image_classification.py",
+        "tasks/image_classification.py"},
+    "semantic_segmentation": {
+        "configs/semantic_segmentation.py", "dataloaders/segmentation_input.py",
+        "modeling/segmentation_model.py", "modeling/heads/segmentation_heads.py",
+        "losses/segmentation_losses.py", "evaluation/segmentation_metrics.py",
+        "serving/semantic_segmentation.py", "tasks/semantic_segmentation.py"},
+}
+
+
+def _vision_module_path(name):
+    """'lite_launcher.vision.a.b' -> 'a/b.py' or 'a/b/__init__.py' under vision/ (None if
+    neither exists, e.g. a name imported from a module)."""
+    relative = name.split(".")[2:]
+    for candidate in (os.path.join(*relative) + ".py" if relative else None,
+                      os.path.join(*relative, "__init__.py") if relative else "__init__.py"):
+        if candidate and os.path.exists(os.path.join(VISION, candidate)):
+            return candidate
+    return None
+
+
+def _vision_imports(relative_path):
+    """The lite_launcher.vision modules a file imports anywhere (function bodies too), by
+    module name: `from lite_launcher.vision.x import y` counts `x.y` when y is a module."""
+    names = set()
+    for node in ast.walk(_tree(relative_path)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names
+                         if a.name.startswith("lite_launcher.vision"))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "lite_launcher.vision"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                names.add(full if _vision_module_path(full) else node.module)
+    return names
+
+
+def vision_layer_violations(imports_by_file):
+    """Imports that go up or sideways across vision's floors, or from one task family's
+    module into another's. `imports_by_file`: {path under vision/: {imported module names}}."""
+    found = []
+    family_of = {path: family for family, paths in VISION_TASK_FAMILIES.items()
+                 for path in paths}
+    for path, imported in sorted(imports_by_file.items()):
+        folder = path.split(os.sep)[0]
+        for name in sorted(imported):
+            target = _vision_module_path(name) or name
+            target_folder = name.split(".")[2] if len(name.split(".")) > 2 else None
+            if folder in VISION_FLOORS and target_folder in VISION_FLOORS and (
+                    target_folder != folder
+                    and VISION_FLOORS[target_folder] >= VISION_FLOORS[folder]):
+                found.append(f"vision/{path} (floor {VISION_FLOORS[folder]}) imports {name} "
+                             f"(floor {VISION_FLOORS[target_folder]})")
+            if path in family_of and family_of.get(target, family_of[path]) != family_of[path]:
+                found.append(f"vision/{path} ({family_of[path]}) imports {name} "
+                             f"({family_of[target]})")
+            if folder != "__init__.py" and target_folder in _MOVED_NAMES:
+                found.append(f"vision/{path} imports {name} by its old name")
+    return found
+
+
+def _moved_module_names():
+    """The old module names the alias finder in vision/__init__.py serves (its `_MOVED`)."""
+    [table] = [node.value for node in _tree("vision/__init__.py").body
+               if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "_MOVED"]
+    return set(ast.literal_eval(table))
+
+
+# Code inside vision/ imports the new names; only users' code relies on the old ones.
+_MOVED_NAMES = _moved_module_names()
+
+
+def _vision_files():
+    return [os.path.relpath(path, VISION) for path in
+            (os.path.join(PACKAGE, p) for p in _package_files())
+            if os.path.commonpath([path, VISION]) == VISION]
+
+
+def test_vision_is_laid_out_by_role_with_at_most_three_loose_modules():
+    for folder in VISION_FLOORS:
+        assert os.path.isfile(os.path.join(VISION, folder, "__init__.py")), folder
+    for folder in ("backbones", "decoders", "heads", "layers"):
+        assert os.path.isfile(os.path.join(VISION, "modeling", folder, "__init__.py")), folder
+    # Each model role picks its piece by the config's `type` in one factory module.
+    for folder in ("backbones", "decoders"):
+        assert os.path.isfile(os.path.join(VISION, "modeling", folder, "factory.py")), folder
+    loose = [name for name in os.listdir(VISION) if name.endswith(".py")]
+    assert len(loose) <= 3, loose
+    assert not set(os.listdir(VISION)) - set(VISION_FLOORS) - set(loose) - {"__pycache__"}
+
+
+def test_vision_families_are_where_the_tree_puts_them():
+    for path in VISION_FAMILIES + [f"vision/{p}" for paths in VISION_TASK_FAMILIES.values()
+                                   for p in paths]:
+        assert os.path.isfile(os.path.join(PACKAGE, path)), path
+
+
+def test_vision_modules_import_only_downwards_and_within_their_family():
+    imports = {path: _vision_imports(os.path.join("vision", path)) for path in _vision_files()}
+    assert imports["tasks/semantic_segmentation.py"]  # the scan sees the imports
+    found = vision_layer_violations(imports)
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("path, imported", [
+    ("ops/preprocess_ops.py", "lite_launcher.vision.modeling.layers.nn_layers"),  # up
+    ("modeling/backbones/resnet.py", "lite_launcher.vision.dataloaders.classification_input"),
+    ("configs/common.py", "lite_launcher.vision.ops.preprocess_ops"),
+    ("serving/image_classification.py", "lite_launcher.vision.serving.semantic_segmentation"),
+    ("tasks/semantic_segmentation.py", "lite_launcher.vision.tasks.image_classification"),
+    ("modeling/segmentation_model.py", "lite_launcher.vision.resnet"),  # an old name
+])
+def test_the_vision_layer_scan_finds_each_kind_of_violation(path, imported):
+    assert vision_layer_violations({path: {imported}})

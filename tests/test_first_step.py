@@ -58,7 +58,7 @@ def test_a_classification_experiment_does_not_load_segmentation(tmp_path):
     result = _modules_after(["--experiment", "resnet_imagenet", "--mode", "train",
                              "--model_dir", str(tmp_path / "m"), "--dry_run"], tmp_path)
     assert result["code"] in (0, None)
-    assert "lite_launcher.vision.image_classification" in result["modules"]
+    assert "lite_launcher.vision.tasks.image_classification" in result["modules"]
     assert [m for m in result["modules"] if "segmentation" in m] == []
 
 

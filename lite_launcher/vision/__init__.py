@@ -4,7 +4,7 @@
   `decoders`, one module per task family).
 - `ops/`: image ops (`preprocess_ops`, `augment`); `evaluation/`: metrics.
 - `modeling/`: `backbones/`, `decoders/`, `heads/` (each with a `factory` keyed by the config's
-  `type`), `layers/` (the shared blocks), the model classes and the model `factory`.
+  `type`), `layers/` (the shared blocks), each family's model with its builder.
 - `dataloaders/`: decoders and parsers into `tf.data`; `losses/`; `serving/` (one export base,
   a module per family); `tasks/` (one per family: wires the pieces); `data/`: TFRecord writers.
 
@@ -34,8 +34,7 @@ _MOVED = {
     "vit": "modeling.backbones.vit",
     "decoders": "modeling.decoders.factory",
     "segmentation_heads": "modeling.heads.segmentation_heads",
-    # The builder moved to the model factory, which holds the model class too.
-    "segmentation_model": "modeling.factory",
+    "segmentation_model": "modeling.segmentation_model",
     "augment": "ops.augment",
     "classification_input": "dataloaders.classification_input",
     "segmentation_input": "dataloaders.segmentation_input",

@@ -545,7 +545,8 @@ SEGMENTATION = INDEX["segmentation"]["models"]
 def segmentation_params(monkeypatch, name, **task):
     """The experiment's config with the model TFM's checkpoint holds; a narrow dilated ResNet
     gets TFM's block widths (index.json) in lite's spec table too."""
-    from lite_launcher.vision import configs, resnet_deeplab
+    from lite_launcher.vision import resnet_deeplab
+    from lite_launcher.vision.configs import backbones as configs  # where the ids are checked
 
     entry = SEGMENTATION[name]
     for model_id, specs in entry.get("dilated_resnet_specs", {}).items():

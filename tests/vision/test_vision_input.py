@@ -311,16 +311,17 @@ class _FakeMixup(_Recorder):
 
 def _fake_augment_module(monkeypatch):
     import types  # pylint: disable=import-outside-toplevel
-    from lite_launcher import vision  # pylint: disable=import-outside-toplevel
-    module = types.ModuleType("lite_launcher.vision.augment")
+    from lite_launcher.vision import ops  # pylint: disable=import-outside-toplevel
+    module = types.ModuleType("lite_launcher.vision.ops.augment")
     module.RandAugment = type("RandAugment", (_FakeRandAugment,), {})
     module.AutoAugment = type("AutoAugment", (_FakeRandAugment,), {})
     module.RandomErasing = type("RandomErasing", (_FakeRandomErasing,), {})
     module.MixupAndCutmix = type("MixupAndCutmix", (_FakeMixup,), {})
     module.color_jitter = lambda image, b, c, s, seed=None: (
         _Recorder.calls.append(("color_jitter", (b, c, s))) or image)
-    monkeypatch.setitem(sys.modules, "lite_launcher.vision.augment", module)
-    monkeypatch.setattr(vision, "augment", module, raising=False)
+    # The parser imports the augmentations from their home when it needs them.
+    monkeypatch.setitem(sys.modules, "lite_launcher.vision.ops.augment", module)
+    monkeypatch.setattr(ops, "augment", module, raising=False)
     _Recorder.calls = []
 
 

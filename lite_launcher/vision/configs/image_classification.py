@@ -1,8 +1,8 @@
 """Image classification configs with TFM's field names and defaults.
 
 Mirrors official/vision/configs/image_classification.py of tf-models-official 2.20 (the
-backbone and shared configs are `configs.backbones` and `configs.common`), so that a TFM YAML for `image_classification`, `resnet_imagenet` or
-`mobilenet_imagenet` loads unchanged. A TFM field that lite_launcher does not implement is kept
+backbone and shared configs are `configs.backbones` and `configs.common`), so that a TFM YAML
+for `image_classification`, `resnet_imagenet` or `mobilenet_imagenet` loads unchanged. A TFM field that lite_launcher does not implement is kept
 (so a YAML naming it with its default still loads) but any other value is rejected by
 `validate()` with a `ConfigError` naming the field, never silently ignored.
 """

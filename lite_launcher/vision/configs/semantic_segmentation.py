@@ -6,8 +6,8 @@ so that TFM's segmentation YAMLs load unchanged and the eight experiments
 `seg_resnetfpn_pascal`, `mnv2_deeplabv3_pascal`, `seg_deeplabv3plus_cityscapes`,
 `mnv2_deeplabv3_cityscapes`, `mnv2_deeplabv3plus_cityscapes`) hold TFM's values. The backbone,
 norm-activation, data-decoder and decoder configs are the shared ones (`configs.backbones`,
-`configs.common`, `configs.decoders`). As there, a TFM field lite does not implement keeps its default; any other value is refused by
-`validate()` with a `ConfigError` naming the field.
+`configs.common`, `configs.decoders`). As there, a TFM field lite does not implement keeps its
+default; any other value is refused by `validate()` with a `ConfigError` naming the field.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import math
 import os
 from typing import List, Optional, Sequence, Union
 
-from lite_launcher.base_config import Config, ConfigError, OneOfConfig
+from lite_launcher.base_config import Config, ConfigError
 from lite_launcher.config import DataConfig as BaseDataConfig
 from lite_launcher.config import ExperimentConfig, TaskConfig, TrainerConfig
 from lite_launcher.registry import register_config_factory

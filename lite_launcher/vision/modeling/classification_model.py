@@ -1,6 +1,6 @@
 """TFM's ClassificationModel (official/vision/modeling/classification_model.py): backbone ->
 [BN] -> global average pool -> dropout -> dense; `model.backbone` and `model.checkpoint_items`
-as TFM's. `factory.build_classification_model` builds it from a config.
+as TFM's; `build_classification_model` builds it from a config (TFM's factory function).
 
 Every layer has `get_config` (and `from_config` where its arguments are not plain values), so
 `model.save("m.keras")` / `keras.models.load_model` and `keras.models.clone_model` round-trip.
@@ -14,6 +14,9 @@ from typing import Dict, Optional
 
 import keras
 
+from lite_launcher.vision.configs.image_classification import ImageClassificationModel
+from lite_launcher.vision.modeling.backbones.factory import build_backbone
+from lite_launcher.vision.modeling.factory import norm_settings
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, register_serializable, serialize_value)
 
@@ -77,3 +80,22 @@ class ClassificationModel(keras.Model):
         model = cls(**config)
         model.trainable = trainable
         return model
+
+
+def build_classification_model(model_config: ImageClassificationModel,
+                               l2_weight_decay: float = 0.0) -> ClassificationModel:
+    """The classifier `model_config` describes (TFM's `build_classification_model`)."""
+    settings = norm_settings(model_config, l2_weight_decay)
+    input_shape = list(model_config.input_size)
+    backbone = build_backbone(input_shape, model_config.backbone, settings)
+    norm = model_config.norm_activation
+    # TFM's head batch norm takes no activation and no regularizer.
+    head_settings = NormSettings(momentum=norm.norm_momentum, epsilon=norm.norm_epsilon,
+                                 synchronized=norm.use_sync_bn)
+    return ClassificationModel(
+        backbone, model_config.num_classes, input_shape,
+        dropout_rate=model_config.dropout_rate,
+        kernel_initializer=model_config.kernel_initializer,
+        kernel_regularizer=settings.kernel_regularizer,
+        add_head_batch_norm=model_config.add_head_batch_norm,
+        norm_settings=head_settings, name="classification_model")

@@ -20,7 +20,7 @@ from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
 from lite_launcher.vision.configs import image_classification as configs
 from lite_launcher.vision.dataloaders import classification_input
-from lite_launcher.vision.modeling import factory
+from lite_launcher.vision.modeling import classification_model
 from lite_launcher.vision.serving import image_classification as serving
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
@@ -43,7 +43,8 @@ class ImageClassificationTask(Task):
     def build_model(self) -> keras.Model:
         config = self.task_config
         configs.check_buildable(config)
-        model = factory.build_classification_model(config.model, config.losses.l2_weight_decay)
+        model = classification_model.build_classification_model(
+            config.model, config.losses.l2_weight_decay)
         if config.freeze_backbone:
             model.backbone.trainable = False
         return model

@@ -1,8 +1,9 @@
 """The semantic segmentation task (TFM's official/vision/tasks/semantic_segmentation.py).
 
-It wires the pieces: the model (`segmentation_model`: backbone -> decoder -> head), the input
-(`segmentation_input`: TFM's TFRecord format and parser), the loss (`segmentation_losses`),
-the train `mean_iou` (`segmentation_metrics.MeanIoU`) and the evaluation's per-class IoU.
+It wires the pieces: the model (`modeling.segmentation_model`: backbone -> decoder -> head),
+the input (`segmentation_input`: TFM's TFRecord format and parser), the loss
+(`segmentation_losses`), the train `mean_iou` (`segmentation_metrics.MeanIoU`) and the
+evaluation's per-class IoU.
 
 Evaluation: each step adds its batch to one `PerClassIoU` confusion matrix (variables summed
 over replicas); `aggregate_logs` / `reduce_aggregated_logs` turn it into `iou/<class>` and
@@ -31,7 +32,7 @@ from lite_launcher.vision.configs import semantic_segmentation as segmentation_c
 from lite_launcher.vision.dataloaders import segmentation_input
 from lite_launcher.vision.evaluation import segmentation_metrics
 from lite_launcher.vision.losses import segmentation_losses
-from lite_launcher.vision.modeling import factory
+from lite_launcher.vision.modeling import segmentation_model
 from lite_launcher.vision.serving import semantic_segmentation as segmentation_serving
 
 
@@ -53,7 +54,7 @@ class SemanticSegmentationTask(Task):
     def build_model(self) -> keras.Model:
         config = self.task_config
         segmentation_configs.check_buildable(config)
-        return factory.build_segmentation_model(
+        return segmentation_model.build_segmentation_model(
             config.model, config.losses.l2_weight_decay)
 
     def initialize(self, model: keras.Model) -> None:
