@@ -1,6 +1,6 @@
 """The RetinaNet task (TFM's official/vision/tasks/retinanet.py).
 
-It wires the pieces: the model (`factory.build_retinanet`: backbone -> decoder -> dense
+It wires the pieces: the model (`retinanet_model.build_retinanet`: backbone -> decoder -> dense
 prediction head -> detection generator), the input (`tf_example_decoder` or its label-map
 variant, then `retinanet_input.Parser`), the loss (`retinanet_losses`: focal + Huber box loss,
 plus the model's L2) and the COCO evaluator (`coco_evaluator`, through pycocotools).
@@ -35,7 +35,7 @@ from lite_launcher.vision.dataloaders import retinanet_input, tf_example_decoder
 from lite_launcher.vision.dataloaders import tf_example_label_map_decoder
 from lite_launcher.vision.evaluation import coco_evaluator
 from lite_launcher.vision.losses import retinanet_losses
-from lite_launcher.vision.modeling import factory
+from lite_launcher.vision.modeling import retinanet_model
 from lite_launcher.vision.serving import detection as detection_serving
 
 LOSS_NAMES = ("total_loss", "cls_loss", "box_loss", "model_loss")
@@ -73,7 +73,7 @@ class RetinaNetTask(Task):
 
     def build_model(self) -> keras.Model:
         config = self.task_config
-        model = factory.build_retinanet(config.model, config.losses.l2_weight_decay)
+        model = retinanet_model.build_retinanet(config.model, config.losses.l2_weight_decay)
         if config.freeze_backbone:
             model.backbone.trainable = False
         return model
