@@ -27,9 +27,9 @@ STEPS = 4
 COCO_NAMES = ["AP", "AP50", "AP75", "APs", "APm", "APl", "ARmax1", "ARmax10", "ARmax100",
               "ARs", "ARm", "ARl"]
 # TFM's experiment shrunk for a CPU: ResNet-18, 64x64, levels 3-5, one anchor per place, a
-# one-conv 32-filter head, no pretrained checkpoint (TFM's is on GCS), float32 inputs.
+# one-conv 32-filter head, no pretrained checkpoint (TFM's is on GCS), float32 (TFM: bfloat16).
 OVERRIDE = {
-    "runtime": {"distribution_strategy": "off"},
+    "runtime": {"distribution_strategy": "off", "mixed_precision_dtype": "float32"},
     "task": {
         "init_checkpoint": "",
         "model": {"num_classes": 3, "input_size": [SIZE, SIZE, 3], "min_level": 3,

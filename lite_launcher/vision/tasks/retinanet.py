@@ -150,6 +150,9 @@ class RetinaNetTask(Task):
         refused in one line without pycocotools)."""
         metrics = [keras.metrics.Mean(name, dtype=tf.float32) for name in LOSS_NAMES]
         config = self.task_config
+        if not training and getattr(config, "use_wod_metrics", False):
+            raise ConfigError("task.use_wod_metrics (the Waymo Open Dataset evaluator) is not "
+                              "supported by lite_launcher; set it to false.")
         if not training and config.use_coco_metrics:
             self.coco_metric = coco_evaluator.COCOEvaluator(
                 annotation_file=config.annotation_file, include_mask=False,
