@@ -1,1 +1,5 @@
+<<<<<<< HEAD
 """Vision losses (TFM's official/vision/losses/)."""
+=======
+"""Vision task losses (TFM's official/vision/losses)."""
+>>>>>>> detops
