@@ -1,5 +1,1 @@
-<<<<<<< HEAD
 """Vision losses (TFM's official/vision/losses/)."""
-=======
-"""Vision task losses (TFM's official/vision/losses)."""
->>>>>>> detops

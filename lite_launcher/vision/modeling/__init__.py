@@ -1,4 +1,3 @@
-<<<<<<< HEAD
 """Vision models (TFM's official/vision/modeling/): `backbones/`, `decoders/`, `heads/`,
 `layers/`, each family's model with its builder, and `factory` (what the builders share). The
 names of the former `modeling.py` (the classification model and builder, the backbone factory,
@@ -9,6 +8,3 @@ from lite_launcher.vision import reexport
 __getattr__ = reexport(__name__, ("lite_launcher.vision.modeling.classification_model",
                                   "lite_launcher.vision.modeling.backbones.factory",
                                   "lite_launcher.vision.modeling.layers.nn_layers"))
-=======
-"""Vision models and their building blocks (TFM's official/vision/modeling)."""
->>>>>>> detops

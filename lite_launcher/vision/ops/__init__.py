@@ -1,1 +1,2 @@
-"""Image and detection ops: preprocessing, augmentation, anchors, boxes, NMS (TFM's official/vision/ops/)."""
+"""Image and detection ops: preprocessing, augmentation, anchors, boxes, NMS (TFM's
+official/vision/ops/)."""

@@ -1,5 +1,1 @@
-<<<<<<< HEAD
 """The layers and blocks the vision models share (TFM's modeling/layers/)."""
-=======
-"""Reusable Keras layers of the vision models (TFM's official/vision/modeling/layers)."""
->>>>>>> detops
