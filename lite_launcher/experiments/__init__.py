@@ -13,6 +13,8 @@ family its `--experiment` needs, `builtin_experiments.modules_for`: issue 31).
   `seg_resnetfpn_pascal`, `mnv2_deeplabv3_pascal`, `seg_deeplabv3plus_cityscapes`,
   `mnv2_deeplabv3_cityscapes`, `mnv2_deeplabv3plus_cityscapes`: TFM's semantic segmentation
   experiments (`lite_launcher.vision.configs.semantic_segmentation`).
+- `retinanet`, `retinanet_resnetfpn_coco`, `retinanet_spinenet_coco`, `retinanet_mobile_coco`:
+  TFM's RetinaNet (object detection) experiments (`lite_launcher.vision.configs.retinanet`).
 """
 
 from lite_launcher.experiments import digits  # noqa: F401  (registers digits_mlp, digits_cnn)
