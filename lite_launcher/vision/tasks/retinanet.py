@@ -73,6 +73,7 @@ class RetinaNetTask(Task):
 
     def build_model(self) -> keras.Model:
         config = self.task_config
+        retinanet_configs.check_buildable(config)
         model = retinanet_model.build_retinanet(config.model, config.losses.l2_weight_decay)
         if config.freeze_backbone:
             model.backbone.trainable = False
@@ -85,8 +86,7 @@ class RetinaNetTask(Task):
         path = self.task_config.init_checkpoint
         if not path:
             return
-        modules = self.task_config.init_checkpoint_modules
-        modules = [modules] if isinstance(modules, str) else list(modules)
+        modules = self.task_config.init_modules()
         if "all" in modules:
             items = dict(model.checkpoint_items)
         else:
@@ -103,6 +103,7 @@ class RetinaNetTask(Task):
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's detection records, parsed for training or evaluation by `params`."""
+        retinanet_configs.check_buildable(self.task_config)
         model = self.task_config.model
         parser_config = params.parser
         parser = retinanet_input.Parser(
@@ -150,9 +151,6 @@ class RetinaNetTask(Task):
         refused in one line without pycocotools)."""
         metrics = [keras.metrics.Mean(name, dtype=tf.float32) for name in LOSS_NAMES]
         config = self.task_config
-        if not training and getattr(config, "use_wod_metrics", False):
-            raise ConfigError("task.use_wod_metrics (the Waymo Open Dataset evaluator) is not "
-                              "supported by lite_launcher; set it to false.")
         if not training and config.use_coco_metrics:
             self.coco_metric = coco_evaluator.COCOEvaluator(
                 annotation_file=config.annotation_file, include_mask=False,
