@@ -77,7 +77,7 @@ def _run_main(monkeypatch, *args):
     try:
         main_lib.run()
     except SystemExit as exit_request:
-        return exit_request.code
+        return exit_request.code or 0
     finally:
         std_logging.disable(std_logging.NOTSET)  # the driver silences logging for its exit
     return 0
@@ -152,8 +152,9 @@ def test_lite_export_serves_detections_loaded_with_tensorflow_alone(trained, dat
     # The same checkpoint's Keras model on the same preprocessed image gives the same boxes.
     task = ll.get_task(config.task)
     model = task.build_model()
+    model(tf.zeros([1, SIZE, SIZE, 3]), training=False)  # built before the restore
     tf.train.Checkpoint(model=model).read(
-        os.path.join(export_dir, "checkpoint", "ckpt")).expect_partial()
+        tf.train.latest_checkpoint(model_dir)).expect_partial().assert_existing_objects_matched()
     image = (tf.cast(pixels, tf.float32) - [123.675, 116.28, 103.53]) / [58.395, 57.12, 57.375]
     outputs = model(image[None], training=False)
     np.testing.assert_allclose(outputs["detection_boxes"].numpy(),
