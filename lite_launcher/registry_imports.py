@@ -18,7 +18,8 @@ import lite_launcher.vision.tasks.image_classification  # noqa: F401
 # Registers TFM's eight semantic segmentation experiments and their task.
 import lite_launcher.vision.configs.semantic_segmentation  # noqa: F401
 import lite_launcher.vision.tasks.semantic_segmentation  # noqa: F401
-# Registers TFM's four RetinaNet experiments.
+# Registers TFM's four RetinaNet experiments and their task.
 import lite_launcher.vision.configs.retinanet  # noqa: F401
+import lite_launcher.vision.tasks.retinanet  # noqa: F401
 from lite_launcher.registry import (  # noqa: F401  (the lookups, built-ins loaded)
     get_exp_config, get_task, get_task_cls, registered_experiments)

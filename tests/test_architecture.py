@@ -473,7 +473,9 @@ VISION_TASK_FAMILIES = {
         "serving/semantic_segmentation.py", "tasks/semantic_segmentation.py"},
     # The detection ops, losses, decoders and COCO evaluator are shared (Mask R-CNN's too).
     "retinanet": {
-        "dataloaders/retinanet_input.py", "serving/detection.py", "tasks/retinanet.py"},
+        "configs/retinanet.py", "dataloaders/retinanet_input.py",
+        "modeling/retinanet_model.py", "modeling/heads/dense_prediction_heads.py",
+        "serving/detection.py", "tasks/retinanet.py"},
 }
 
 
