@@ -31,6 +31,10 @@ BUILTIN_EXPERIMENTS: Dict[str, str] = {
     "seg_deeplabv3plus_cityscapes": "lite_launcher.vision.configs.semantic_segmentation",
     "mnv2_deeplabv3_cityscapes": "lite_launcher.vision.configs.semantic_segmentation",
     "mnv2_deeplabv3plus_cityscapes": "lite_launcher.vision.configs.semantic_segmentation",
+    "retinanet": "lite_launcher.vision.configs.retinanet",
+    "retinanet_resnetfpn_coco": "lite_launcher.vision.configs.retinanet",
+    "retinanet_spinenet_coco": "lite_launcher.vision.configs.retinanet",
+    "retinanet_mobile_coco": "lite_launcher.vision.configs.retinanet",
 }
 
 # The module registering the task of a module's experiments, where it is another module.
@@ -39,6 +43,7 @@ TASK_MODULES: Dict[str, str] = {
         "lite_launcher.vision.tasks.image_classification",
     "lite_launcher.vision.configs.semantic_segmentation":
         "lite_launcher.vision.tasks.semantic_segmentation",
+    "lite_launcher.vision.configs.retinanet": "lite_launcher.vision.tasks.retinanet",
 }
 
 

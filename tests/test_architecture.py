@@ -569,6 +569,11 @@ VISION_TASK_FAMILIES = {
         "modeling/segmentation_model.py", "modeling/heads/segmentation_heads.py",
         "losses/segmentation_losses.py", "evaluation/segmentation_metrics.py",
         "serving/semantic_segmentation.py", "tasks/semantic_segmentation.py"},
+    # The detection ops, losses, decoders and COCO evaluator are shared (Mask R-CNN's too).
+    "retinanet": {
+        "configs/retinanet.py", "dataloaders/retinanet_input.py",
+        "modeling/retinanet_model.py", "modeling/heads/dense_prediction_heads.py",
+        "serving/detection.py", "tasks/retinanet.py"},
 }
 
 

@@ -26,6 +26,8 @@ import pytest
 import tensorflow as tf
 import yaml
 
+from cli import lite_train_command
+
 import lite_launcher as ll
 from lite_launcher.experiments import workloads
 
@@ -348,7 +350,6 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.experiments import workloads
-from cli import lite_train_command
 
 
 @dataclasses.dataclass

@@ -13,6 +13,7 @@ import pytest
 import lite_launcher as ll
 from lite_launcher import registry
 from lite_launcher.registry import RegistryError
+from cli import lite_train_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -303,7 +304,6 @@ import os
 import gin
 
 import lite_launcher as ll
-from cli import lite_train_command
 
 
 @gin.configurable

@@ -119,15 +119,65 @@ class MobileNet(Config):
 
 
 @dataclasses.dataclass
+class SpineNet(Config):
+    """TFM's SpineNet backbone config (backbones.SpineNet; not built yet)."""
+
+    model_id: str = "49"
+    stochastic_depth_drop_rate: float = 0.0
+    min_level: int = 3
+    max_level: int = 7
+
+
+@dataclasses.dataclass
+class SpineNetMobile(Config):
+    """TFM's mobile SpineNet backbone config (backbones.SpineNetMobile; not built yet)."""
+
+    model_id: str = "49"
+    stochastic_depth_drop_rate: float = 0.0
+    se_ratio: float = 0.2
+    expand_ratio: int = 6
+    min_level: int = 3
+    max_level: int = 7
+    use_keras_upsampling_2d: bool = False
+
+
+@dataclasses.dataclass
+class MobileDet(Config):
+    """TFM's MobileDet backbone config (backbones.MobileDet; not built yet)."""
+
+    model_id: str = "MobileDetCPU"
+    filter_size_scale: float = 1.0
+
+
+# The backbone types lite builds; the other fields of `Backbone` are TFM's configs only.
+BUILT_BACKBONE_TYPES = ("resnet", "dilated_resnet", "mobilenet", "vit")
+
+
+@dataclasses.dataclass
 class Backbone(OneOfConfig):
-    """`type`: 'resnet', 'dilated_resnet', 'mobilenet' or 'vit' (TFM's other backbones are
-    not implemented)."""
+    """`type`: 'resnet', 'dilated_resnet', 'mobilenet' or 'vit' (`BUILT_BACKBONE_TYPES`);
+    'spinenet', 'spinenet_mobile' and 'mobiledet' hold TFM's fields so that TFM's detection
+    configs load, and are refused by `check_built` (TFM's other backbones are absent)."""
 
     type: Optional[str] = None
     resnet: ResNet = dataclasses.field(default_factory=ResNet)
     dilated_resnet: DilatedResNet = dataclasses.field(default_factory=DilatedResNet)
+    spinenet: SpineNet = dataclasses.field(default_factory=SpineNet)
+    spinenet_mobile: SpineNetMobile = dataclasses.field(default_factory=SpineNetMobile)
     mobilenet: MobileNet = dataclasses.field(default_factory=MobileNet)
+    mobiledet: MobileDet = dataclasses.field(default_factory=MobileDet)
     vit: "VisionTransformer" = dataclasses.field(default_factory=lambda: VisionTransformer())
+
+    def check_built(self, path: str = "task.model.backbone") -> None:
+        """Raises ConfigError (one line) unless `type` is one lite builds."""
+        if self.type in BUILT_BACKBONE_TYPES:
+            return
+        if self.type in self.choices():
+            raise ConfigError(
+                f"{path}: backbone type {self.type!r} is not built yet: lite_launcher builds "
+                f"{', '.join(BUILT_BACKBONE_TYPES)}; set {path}.type to one of them.")
+        raise ConfigError(f"{path}.type {self.type!r} must be one of "
+                          f"{', '.join(BUILT_BACKBONE_TYPES)}.")
 
 
 # model_name -> the sizes TFM's builder writes over the config's own (TFM's vit_specs).

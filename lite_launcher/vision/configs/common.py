@@ -7,7 +7,7 @@ TensorFlow-free, as all of `configs/`: the driver validates a config before Tens
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from lite_launcher.base_config import Config, ConfigError, OneOfConfig
 
@@ -26,6 +26,18 @@ def reject_unimplemented(config: Config, path: str, names: Sequence[str]) -> Non
             raise ConfigError(
                 f"{path}.{name} = {value!r} is not implemented by lite_launcher; remove it "
                 f"or set it back to {default!r}.")
+
+
+DATA_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def check_data_config(data: Config, path: str) -> None:
+    """The checks every vision DataConfig shares, as `path` (task.train_data, ...): its
+    `UNIMPLEMENTED` fields keep their defaults and `dtype` is one of `DATA_DTYPES`."""
+    reject_unimplemented(data, path, data.UNIMPLEMENTED)
+    if data.dtype not in DATA_DTYPES:
+        raise ConfigError(f"{path}.dtype {data.dtype!r} must be 'float32', 'float16' or "
+                          f"'bfloat16'.")
 
 
 @dataclasses.dataclass
@@ -62,12 +74,45 @@ class AutoAugment(Config):
 
 
 @dataclasses.dataclass
+class SSDRandomCropParam(Config):
+    """One of SSD's random-crop choices (TFM's common.SSDRandomCropParam)."""
+
+    min_object_covered: float = 0.0
+    min_box_overlap: float = 0.5
+    prob_to_apply: float = 0.85
+
+
+@dataclasses.dataclass
+class SSDRandomCrop(Config):
+    """SSD's random crop (TFM's common.SSDRandomCrop; no lite parser implements it: kept so
+    that a config naming it loads)."""
+
+    ssd_random_crop_params: Sequence[SSDRandomCropParam] = dataclasses.field(
+        default_factory=lambda: tuple(SSDRandomCropParam(min_object_covered=covered)
+                                      for covered in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)))
+    aspect_ratio_range: Tuple[float, float] = (0.5, 2.0)
+    area_range: Tuple[float, float] = (0.1, 1.0)
+
+
+@dataclasses.dataclass
 class Augmentation(OneOfConfig):
-    """`type`: None (no policy), 'randaug' or 'autoaug' (TFM's common.Augmentation)."""
+    """`type`: None (no policy), 'randaug', 'autoaug' or 'ssd_random_crop' (TFM's
+    common.Augmentation; each family says which it implements)."""
 
     type: Optional[str] = None
     randaug: RandAugment = dataclasses.field(default_factory=RandAugment)
     autoaug: AutoAugment = dataclasses.field(default_factory=AutoAugment)
+    ssd_random_crop: SSDRandomCrop = dataclasses.field(default_factory=SSDRandomCrop)
+
+
+@dataclasses.dataclass
+class RandJpegQuality(Config):
+    """Re-encodes a training image as JPEG of a random quality (TFM's
+    common.RandJpegQuality)."""
+
+    min_quality: int = 20
+    max_quality: int = 100
+    prob_to_apply: float = 0.6
 
 
 @dataclasses.dataclass
@@ -109,8 +154,40 @@ class TfExampleDecoder(Config):
 
 
 @dataclasses.dataclass
+class TfExampleDecoderLabelMap(Config):
+    """TFM's common.TfExampleDecoderLabelMap: class ids from the text labels of the records
+    through `label_map` (a file of `id,name` rows); detection only."""
+
+    regenerate_source_id: bool = False
+    mask_binarize_threshold: Optional[float] = None
+    label_map: str = ""
+
+
+@dataclasses.dataclass
 class DataDecoder(OneOfConfig):
-    """TFM's common.DataDecoder; classification reads only the simple decoder."""
+    """TFM's common.DataDecoder: 'simple_decoder' or 'label_map_decoder' (the latter read by
+    detection only)."""
 
     type: Optional[str] = "simple_decoder"
     simple_decoder: TfExampleDecoder = dataclasses.field(default_factory=TfExampleDecoder)
+    label_map_decoder: TfExampleDecoderLabelMap = dataclasses.field(
+        default_factory=TfExampleDecoderLabelMap)
+
+
+@dataclasses.dataclass
+class TFLitePostProcessingConfig(Config):
+    """TFM's common.TFLitePostProcessingConfig (the `tflite` NMS of TFLite exports; lite
+    does not implement that NMS: kept so that a config naming it loads)."""
+
+    max_detections: int = 200
+    max_classes_per_detection: int = 5
+    use_regular_nms: bool = False
+    nms_score_threshold: float = 0.1
+    nms_iou_threshold: float = 0.5
+    normalize_anchor_coordinates: Optional[bool] = False
+    omit_nms: Optional[bool] = False
+    detections_per_class: Optional[int] = 5
+    y_scale: float = 1.0
+    x_scale: float = 1.0
+    w_scale: float = 1.0
+    h_scale: float = 1.0

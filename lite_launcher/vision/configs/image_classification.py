@@ -154,10 +154,7 @@ class ImageClassificationTask(TaskConfig):
             raise ConfigError(
                 f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all' "
                 f"or 'backbone'.")
-        if self.model.backbone.type not in Backbone().choices():
-            raise ConfigError(
-                f"task.model.backbone.type {self.model.backbone.type!r} must be one of "
-                f"{', '.join(Backbone().choices())}.")
+        self.model.backbone.check_built()
         losses = self.losses
         if not 0.0 <= losses.label_smoothing < 1.0:
             raise ConfigError(

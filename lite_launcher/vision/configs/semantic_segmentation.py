@@ -23,7 +23,7 @@ from lite_launcher.config import ExperimentConfig, TaskConfig, TrainerConfig
 from lite_launcher.registry import register_config_factory
 from lite_launcher.vision.configs.backbones import Backbone, DilatedResNet, MobileNet, ResNet
 from lite_launcher.vision.configs.common import (  # noqa: F401  (MEAN_RGB, STDDEV_RGB: old path)
-    MEAN_RGB, STDDEV_RGB, DataDecoder, NormActivation, reject_unimplemented)
+    MEAN_RGB, STDDEV_RGB, DataDecoder, NormActivation, check_data_config, reject_unimplemented)
 from lite_launcher.vision.configs.decoders import (  # noqa: F401  (re-exported as before)
     ASPP, DECODER_TYPES, FPN, NASFPN, Decoder, Identity)
 
@@ -81,10 +81,7 @@ class DataConfig(BaseDataConfig):
 
     def check(self, path: str) -> None:
         """The checks of this data config as `path` (task.train_data / validation_data)."""
-        reject_unimplemented(self, path, self.UNIMPLEMENTED)
-        if self.dtype not in ("float32", "float16", "bfloat16"):
-            raise ConfigError(f"{path}.dtype {self.dtype!r} must be 'float32', 'float16' or "
-                              f"'bfloat16'.")
+        check_data_config(self, path)
         for name in ("output_size", "crop_size", "groundtruth_padded_size"):
             size = getattr(self, name)
             if size and (len(size) != 2 or min(size) < 1):
@@ -238,9 +235,7 @@ class SemanticSegmentationTask(TaskConfig):
                 f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all', "
                 f"'backbone', 'decoder' or a list of 'backbone' / 'decoder'.")
         model = self.model
-        if model.backbone.type not in Backbone().choices():
-            raise ConfigError(f"task.model.backbone.type {model.backbone.type!r} must be one "
-                              f"of {', '.join(Backbone().choices())}.")
+        model.backbone.check_built()
         if model.decoder.type not in DECODER_TYPES:
             raise ConfigError(f"task.model.decoder.type {model.decoder.type!r} is not "
                               f"implemented; use one of {', '.join(DECODER_TYPES)}.")

@@ -1,1 +1,2 @@
-"""Image ops: preprocessing and augmentation (TFM's official/vision/ops/)."""
+"""Image and detection ops: preprocessing, augmentation, anchors, boxes, NMS (TFM's
+official/vision/ops/)."""

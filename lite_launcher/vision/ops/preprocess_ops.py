@@ -1,6 +1,7 @@
 """Image preprocessing ops the vision input pipelines and serving signatures share (TFM's
 official/vision/ops/preprocess_ops.py): decoding, crops, the normalisation, resize-and-crop
-with its `image_info`, flips.
+with its `image_info` (and its box counterpart, `box_ops.resize_and_crop_boxes`, re-exported
+here under TFM's name), flips, padding to a stride and to a fixed number of instances.
 
 Functions marked `do_not_convert` are graph-safe as written (no Python control flow on
 tensors, no user code called): AutoGraph's conversion would only add time to the first trace
@@ -15,6 +16,8 @@ from typing import Sequence
 import tensorflow as tf
 
 from lite_launcher.vision.configs.common import MEAN_RGB, STDDEV_RGB
+from lite_launcher.vision.ops.box_ops import (  # noqa: F401  (TFM's preprocess_ops names)
+    horizontal_flip_boxes, resize_and_crop_boxes)
 
 CENTER_CROP_FRACTION = 0.875
 ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
@@ -176,6 +179,45 @@ def random_horizontal_flip(image, mask, prob: float = 0.5):
     image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
     mask = tf.cond(flip, lambda: mask[:, :, ::-1], lambda: mask)
     return image, mask
+
+
+def random_horizontal_flip_with_boxes(image, normalized_boxes, prob: float = 0.5):
+    """Flips image [h, w, c] and its boxes [N, 4] (yxyx in [0, 1]) left-right together with
+    probability `prob` (TFM's `random_horizontal_flip` with boxes)."""
+    flip = tf.less(tf.random.uniform([]), prob)
+    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
+    boxes = tf.cond(flip, lambda: horizontal_flip_boxes(normalized_boxes),
+                    lambda: normalized_boxes)
+    return image, boxes
+
+
+def random_jpeg_quality(image, min_quality: int = 20, max_quality: int = 100,
+                        prob_to_apply: float = 0.6):
+    """With probability `prob_to_apply`, uint8 `image` re-encoded as a JPEG of a random
+    quality in [min_quality, max_quality) and decoded (TFM's augmentation)."""
+    quality = tf.random.uniform([], minval=min_quality, maxval=max_quality, dtype=tf.int32)
+    return tf.cond(tf.random.uniform([], maxval=1.0) > prob_to_apply, lambda: image,
+                   lambda: tf.image.adjust_jpeg_quality(image, quality))
+
+
+def compute_padded_size(desired_size, stride: int):
+    """The smallest [height, width] at or above `desired_size` that `stride` divides (a list
+    of ints for a list, an int32 tensor for a tensor), as TFM's."""
+    if isinstance(desired_size, (list, tuple)):
+        return [int(math.ceil(d / stride) * stride) for d in desired_size]
+    return tf.cast(tf.math.ceil(tf.cast(desired_size, tf.float32) / stride) * stride, tf.int32)
+
+
+def clip_or_pad_to_fixed_size(tensor, size: int, constant_values=0):
+    """`tensor` cut or padded with `constant_values` along its first axis to `size` rows (its
+    static shape then starts with `size`)."""
+    length = tf.minimum(tf.shape(tensor)[0], size)
+    tensor = tensor[:length]
+    padding = tf.fill(tf.concat([[size - length], tf.shape(tensor)[1:]], axis=0),
+                      tf.cast(constant_values, tensor.dtype))
+    padded = tf.concat([tensor, padding], axis=0)
+    padded.set_shape([size] + tensor.shape.as_list()[1:])
+    return padded
 
 
 def binarize_matting_map(matting_map, threshold: float = 0.5):

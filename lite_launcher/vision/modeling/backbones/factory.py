@@ -40,6 +40,16 @@ def register_backbone_builder(backbone_type: str):
     return decorator
 
 
+def output_specs(backbone: keras.Model) -> Dict[str, tuple]:
+    """{level: shape with batch} of the endpoints a decoder reads (TFM's
+    `backbone.output_specs`): every endpoint, except MobileNet's final map (the family sets
+    `output_specs` on the models it builds)."""
+    specs = getattr(backbone, "output_specs", None)
+    if specs is None:
+        specs = {key: tuple(tensor.shape) for key, tensor in backbone.output.items()}
+    return dict(specs)
+
+
 def build_backbone(input_shape, backbone_config: Backbone,
                    settings: NormSettings) -> keras.Model:
     """The backbone `backbone_config` chooses, as a Functional model {level: feature map}."""

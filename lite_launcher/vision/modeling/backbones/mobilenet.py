@@ -753,7 +753,11 @@ def build_mobilenet(input_shape, config: backbone_configs.MobileNet, settings: N
                 endpoints[f"{level}/{key}"] = tensor
             if current_stride != output_stride:
                 level += 1
+    # TFM's output_specs: the endpoints a decoder reads, not the final map added next.
+    output_specs = {key: tuple(tensor.shape) for key, tensor in endpoints.items()}
     if str(level) in endpoints:
         level += 1
     endpoints[str(level)] = net
-    return keras.Model(inputs, endpoints, name=name)
+    model = keras.Model(inputs, endpoints, name=name)
+    model.output_specs = output_specs
+    return model

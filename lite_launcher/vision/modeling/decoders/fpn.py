@@ -2,7 +2,8 @@
 
 `build_fpn`: the feature pyramid network over levels min_level .. max_level (lateral 1x1,
 top-down nearest upsampling summed or concatenated, 3x3 smoothing, strided 3x3 for the levels
-above the backbone's, one BatchNormalization per level), a Functional model.
+above the backbone's, one BatchNormalization per level), a Functional model. TFM's
+`use_keras_layer` changes nothing here (the upsampling and sums are Keras layers either way).
 """
 
 from __future__ import annotations
@@ -36,11 +37,9 @@ def build_fpn(input_specs: Dict[str, tuple], min_level: int = 3, max_level: int 
     def conv(filters, kernel_size, strides=1, conv_name=None):
         kwargs = dict(strides=strides, padding="same", name=conv_name)
         if use_separable_conv:
-            return keras.layers.SeparableConv2D(
-                filters, kernel_size, depthwise_initializer=variance_scaling(),
-                pointwise_initializer=variance_scaling(),
-                depthwise_regularizer=settings.kernel_regularizer,
-                pointwise_regularizer=settings.kernel_regularizer, **kwargs)
+            # TFM hands SeparableConv2D `kernel_*` arguments, which it ignores: its separable
+            # FPN keeps Keras's Glorot initializers and has no L2.
+            return keras.layers.SeparableConv2D(filters, kernel_size, **kwargs)
         return keras.layers.Conv2D(filters, kernel_size, kernel_initializer=variance_scaling(),
                                    kernel_regularizer=settings.kernel_regularizer, **kwargs)
 

@@ -1,0 +1,202 @@
+"""RetinaNet input: TFM's detection parser (official/vision/dataloaders/retinanet_input.py).
+
+Records are TFM's detection `tf.train.Example`s, decoded by `tf_example_decoder` (or its
+label-map variant) into `image`, `groundtruth_boxes` (normalised yxyx), `groundtruth_classes`,
+`groundtruth_is_crowd`, `groundtruth_area`, `source_id`, `height`, `width`. The parser returns
+`(image, labels)`:
+
+- training: crowd annotations dropped (`skip_crowd_during_training`), optional random JPEG
+  quality, mean/std normalisation, random horizontal flip of image and boxes together, scale
+  jitter in [aug_scale_min, aug_scale_max) with `resize_and_crop_image` (boxes follow with
+  `resize_and_crop_boxes`), zero padding to a multiple of 2**max_level (`pad`), empty boxes
+  dropped, and per-level anchor targets from `anchor.AnchorLabeler`.
+- evaluation: the same without augmentation, plus `labels['groundtruths']` for the COCO
+  evaluator (`source_id`, `height`, `width`, `num_detections`, `image_info`, `boxes` in
+  original-image pixels, `classes`, `areas`, `is_crowds`), padded to `max_num_instances`.
+
+`labels`: `cls_targets` / `box_targets` (dicts `str(level)` -> [h_l, w_l, A] / [h_l, w_l, A*4]),
+`anchor_boxes` (dict of [h_l, w_l, A*4]), `cls_weights` / `box_weights` ([num_anchors]),
+`image_info` ([4, 2]: original size, scaled size, scale, offset).
+
+Lite's additions: with `num_classes`, a class id outside [0, num_classes) fails the pipeline at
+its record (one line naming its source_id, exit code 2 from `lite-train`); `aug_type`
+(AutoAugment / RandAugment / SSD crop on boxes) is refused in one line, not yet ported.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow as tf
+
+from lite_launcher.base_config import ConfigError
+from lite_launcher.errors import BAD_RECORD_MARKER
+from lite_launcher.vision.dataloaders import utils
+from lite_launcher.vision.ops import anchor, box_ops
+from lite_launcher.vision.ops.preprocess_ops import (
+    IMAGE_DTYPES, compute_padded_size, normalize_image, random_horizontal_flip_with_boxes,
+    random_jpeg_quality, resize_and_crop_boxes, resize_and_crop_image)
+
+
+class Parser:
+    """Turns decoded detection records into `(image, labels)` (see the module docstring), with
+    TFM's arguments and defaults.
+
+    Args:
+      output_size: [height, width] the image is resized into (then padded to a multiple of
+        2**max_level when `pad`).
+      min_level, max_level, num_scales, aspect_ratios, anchor_size: the anchors
+        (`anchor.build_anchor_generator`).
+      match_threshold, unmatched_threshold, box_coder_weights: the anchor labeler's.
+      aug_type: must be None here (see the module docstring).
+      aug_rand_hflip: random horizontal flips in training.
+      aug_rand_jpeg: None, or an object with `min_quality`, `max_quality`, `prob_to_apply`.
+      aug_scale_min, aug_scale_max: the scale jitter range of training.
+      skip_crowd_during_training: drop `is_crowd` annotations from the training targets.
+      max_num_instances: instances the evaluation ground truths are padded (or cut) to.
+      dtype: the image dtype ('float32', 'float16', 'bfloat16').
+      pad: pad to a multiple of 2**max_level (FPN needs each level twice the next).
+      keep_aspect_ratio: keep the aspect ratio when resizing.
+      num_classes: if set, class ids must lie in [0, num_classes) (checked per record).
+    """
+
+    def __init__(self, output_size, min_level: Optional[int], max_level: int,
+                 num_scales: Optional[int], aspect_ratios, anchor_size: Optional[float],
+                 match_threshold: float = 0.5, unmatched_threshold: float = 0.5,
+                 box_coder_weights=None, aug_type=None, aug_rand_hflip: bool = False,
+                 aug_rand_jpeg=None, aug_scale_min: float = 1.0, aug_scale_max: float = 1.0,
+                 skip_crowd_during_training: bool = True, max_num_instances: int = 100,
+                 dtype: str = "bfloat16", pad: bool = True, keep_aspect_ratio: bool = True,
+                 num_classes: Optional[int] = None):
+        if aug_type is not None and getattr(aug_type, "type", aug_type) is not None:
+            raise ConfigError(
+                f"parser.aug_type {getattr(aug_type, 'type', aug_type)!r} (AutoAugment / "
+                f"RandAugment / SSD crop on boxes) is not supported for RetinaNet yet: leave "
+                f"it unset and use aug_rand_hflip and aug_scale_min / aug_scale_max.")
+        if dtype not in IMAGE_DTYPES:
+            raise ConfigError(f"data dtype {dtype!r} is not one of "
+                              f"{', '.join(IMAGE_DTYPES)}.")
+        if len(output_size) != 2 or min(output_size) < 1:
+            raise ConfigError(f"model.input_size {list(output_size)} must start with a "
+                              f"positive height and width, e.g. [640, 640, 3].")
+        self._output_size = [int(s) for s in output_size]
+        self._max_level = max_level
+        self._anchor_generator = anchor.build_anchor_generator(
+            min_level=min_level, max_level=max_level, num_scales=num_scales,
+            aspect_ratios=aspect_ratios, anchor_size=anchor_size)
+        self._anchor_labeler = anchor.AnchorLabeler(
+            match_threshold=match_threshold, unmatched_threshold=unmatched_threshold,
+            box_coder_weights=box_coder_weights)
+        self._aug_rand_hflip = aug_rand_hflip
+        self._aug_rand_jpeg = aug_rand_jpeg
+        self._aug_scale_min = aug_scale_min
+        self._aug_scale_max = aug_scale_max
+        self._skip_crowd_during_training = skip_crowd_during_training
+        self._max_num_instances = max_num_instances
+        self._dtype = IMAGE_DTYPES[dtype]
+        self._pad = pad
+        self._keep_aspect_ratio = keep_aspect_ratio
+        self._num_classes = num_classes
+
+    @property
+    def padded_size(self):
+        """[height, width] of every parsed image."""
+        if self._pad:
+            return compute_padded_size(self._output_size, 2 ** self._max_level)
+        return list(self._output_size)
+
+    def _checked_classes(self, data):
+        """`groundtruth_classes`, after checking they fit `num_classes`."""
+        classes = data["groundtruth_classes"]
+        if self._num_classes is None:
+            return classes
+        bad = (classes < 0) | (classes >= self._num_classes)
+        check = tf.debugging.Assert(
+            tf.logical_not(tf.reduce_any(bad)),
+            [BAD_RECORD_MARKER, "record", data["source_id"], "has class ids",
+             tf.boolean_mask(classes, bad), "in image/object/class/label, outside 0 ..",
+             self._num_classes - 1, "(task.model.num_classes", self._num_classes,
+             "): raise num_classes or fix the labels."],
+            summarize=8)
+        with tf.control_dependencies([check]):
+            return tf.identity(classes)
+
+    def _resize(self, image, boxes):
+        """(image resized, cropped and padded to `padded_size`, pixel boxes following it,
+        image_info)."""
+        image, image_info = resize_and_crop_image(
+            image, self._output_size, self.padded_size, aug_scale_min=self._aug_scale_min,
+            aug_scale_max=self._aug_scale_max, keep_aspect_ratio=self._keep_aspect_ratio)
+        image = tf.ensure_shape(image, self.padded_size + [3])
+        boxes = resize_and_crop_boxes(boxes, image_info[2, :], image_info[1, :],
+                                      image_info[3, :])
+        return image, boxes, image_info
+
+    def _anchor_targets(self, boxes, classes):
+        """(anchor boxes, and the labeler's cls / box targets and weights) of the pixel boxes
+        of one `padded_size` image; empty boxes are dropped first."""
+        keep = box_ops.get_non_empty_box_indices(boxes)
+        boxes, classes = tf.gather(boxes, keep), tf.gather(classes, keep)
+        anchor_boxes = self._anchor_generator(image_size=self.padded_size)
+        cls_targets, box_targets, _, cls_weights, box_weights = (
+            self._anchor_labeler.label_anchors(anchor_boxes, boxes,
+                                               tf.expand_dims(classes, axis=1)))
+        return {"cls_targets": cls_targets, "box_targets": box_targets,
+                "anchor_boxes": anchor_boxes, "cls_weights": cls_weights,
+                "box_weights": box_weights}
+
+    def parse_train_data(self, data):
+        """(augmented training image, labels)."""
+        classes = self._checked_classes(data)
+        boxes = data["groundtruth_boxes"]
+        if self._skip_crowd_during_training:
+            keep = tf.where(tf.logical_not(data["groundtruth_is_crowd"]))[:, 0]
+            classes, boxes = tf.gather(classes, keep), tf.gather(boxes, keep)
+        image = data["image"]
+        if self._aug_rand_jpeg is not None:
+            image = random_jpeg_quality(image, self._aug_rand_jpeg.min_quality,
+                                        self._aug_rand_jpeg.max_quality,
+                                        self._aug_rand_jpeg.prob_to_apply)
+        image_shape = tf.shape(image)[0:2]
+        image = normalize_image(image)
+        if self._aug_rand_hflip:
+            image, boxes = random_horizontal_flip_with_boxes(image, boxes)
+        boxes = box_ops.denormalize_boxes(boxes, image_shape)
+        image, boxes, image_info = self._resize(image, boxes)
+        labels = self._anchor_targets(boxes, classes)
+        labels["image_info"] = image_info
+        return tf.cast(image, self._dtype), labels
+
+    def parse_eval_data(self, data):
+        """(evaluation image, labels with `groundtruths` for the COCO evaluator)."""
+        classes = self._checked_classes(data)
+        image = data["image"]
+        image_shape = tf.shape(image)[0:2]
+        boxes = box_ops.denormalize_boxes(data["groundtruth_boxes"], image_shape)
+        # No jitter in evaluation, whatever the training range.
+        image, image_info = resize_and_crop_image(
+            normalize_image(image), self._output_size, self.padded_size,
+            keep_aspect_ratio=self._keep_aspect_ratio)
+        image = tf.ensure_shape(image, self.padded_size + [3])
+        scaled_boxes = resize_and_crop_boxes(boxes, image_info[2, :], image_info[1, :],
+                                             image_info[3, :])
+        labels = self._anchor_targets(scaled_boxes, classes)
+        groundtruths = {
+            "source_id": utils.process_source_id(data["source_id"]),
+            "height": data["height"],
+            "width": data["width"],
+            "num_detections": tf.shape(classes),
+            "image_info": image_info,
+            "boxes": boxes,
+            "classes": classes,
+            "areas": data["groundtruth_area"],
+            "is_crowds": tf.cast(data["groundtruth_is_crowd"], tf.int32),
+        }
+        labels["image_info"] = image_info
+        labels["groundtruths"] = utils.pad_groundtruths_to_fixed_size(
+            groundtruths, self._max_num_instances)
+        return tf.cast(image, self._dtype), labels
+
+    def parse_fn(self, is_training: bool):
+        """The map function for a training or an evaluation dataset."""
+        return self.parse_train_data if is_training else self.parse_eval_data

@@ -1,0 +1,221 @@
+"""The RetinaNet head (TFM's official/vision/modeling/heads/dense_prediction_heads.py).
+
+`RetinaNetHead` reads the pyramid levels min_level .. max_level and predicts, per level and
+anchor, class logits (`num_classes` per anchor, class 0 the background) and 4 box offsets,
+each through its own tower of `num_convs` x (3x3 convolution, BatchNormalization, activation)
+and a 3x3 predictor. As in TFM:
+- `share_level_convs` (default): one set of tower convolutions and one predictor serve every
+  level; the normalisations are per level either way. False: one set per level.
+- `use_separable_conv`: separable convolutions; their tower convolutions keep Keras's default
+  initializers and no kernel regulariser (TFM's), the predictors are initialised
+  N(0, 0.03) and regularised.
+- The class predictor's bias starts at -log((1 - 0.01) / 0.01): every anchor starts at a
+  foreground probability of 0.01 (the focal-loss prior).
+- Attribute heads: each predicts `size` values per anchor through its own tower (always shared
+  across levels), one tower per `prediction_tower_name` (the first head naming it defines it),
+  or, with `share_classification_heads`, a classification attribute reads the class tower.
+
+Sub-layers are attributes (not list items), so that `tf.train.Checkpoint` tracks every
+variable; only the layers a call uses are created, so every weight is built by one call.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import keras
+
+from lite_launcher.vision.modeling.layers.nn_layers import (
+    NormSettings, get_activation, register_serializable)
+
+# The focal-loss prior: a new class predictor says "foreground" with this probability.
+PRIOR_PROBABILITY = 0.01
+ATTRIBUTE_TYPES = ("regression", "classification")
+
+
+def _normal(stddev: float):
+    return keras.initializers.RandomNormal(stddev=stddev)
+
+
+def _prior_bias():
+    return keras.initializers.Constant(-math.log((1 - PRIOR_PROBABILITY) / PRIOR_PROBABILITY))
+
+
+@register_serializable
+class RetinaNetHead(keras.layers.Layer):
+    """TFM's RetinaNetHead: `head(features)` with features {str(level): [B, h, w, C]} returns
+    `(scores, boxes, attributes)`: scores {str(level): [B, h, w, num_classes * A]}, boxes
+    {str(level): [B, h, w, 4 * A]}, attributes {name: {str(level): [B, h, w, size * A]}}
+    ({} without attribute heads), A = num_anchors_per_location.
+
+    Args:
+      min_level, max_level: the levels read and predicted.
+      num_classes: classes per anchor, background included.
+      num_anchors_per_location: A, anchors per feature-map cell.
+      num_convs, num_filters: each tower's 3x3 convolutions and their filters.
+      attribute_heads: dicts with `name`, `type` ('regression' / 'classification'), `size`,
+        and optionally `prediction_tower_name`, `num_convs`, `num_filters` (None / 0: the
+        head's).
+      share_classification_heads: classification attributes read the class tower.
+      use_separable_conv: separable convolutions everywhere.
+      share_level_convs: one tower and predictor for all levels (True) or one per level.
+      num_params_per_anchor: box values per anchor (4).
+      settings: normalisation (momentum, epsilon, synchronized), activation and the kernel
+        regulariser.
+    """
+
+    def __init__(self, min_level: int, max_level: int, num_classes: int,
+                 num_anchors_per_location: int, num_convs: int = 4, num_filters: int = 256,
+                 attribute_heads: Optional[Sequence[Dict[str, Any]]] = None,
+                 share_classification_heads: bool = False, use_separable_conv: bool = False,
+                 share_level_convs: bool = True, num_params_per_anchor: int = 4,
+                 settings: Optional[NormSettings] = None, **kwargs):
+        super().__init__(**kwargs)
+        attribute_heads = [dict(head) for head in attribute_heads or []]
+        for head in attribute_heads:
+            if head.get("type", "regression") not in ATTRIBUTE_TYPES:
+                raise ValueError(f"attribute head {head.get('name')!r}: type "
+                                 f"{head.get('type')!r} must be 'regression' or "
+                                 f"'classification'.")
+            if head.get("prediction_tower_name") and share_classification_heads:
+                raise ValueError(f"attribute head {head.get('name')!r}: prediction_tower_name "
+                                 f"cannot be set with share_classification_heads.")
+        self._settings = NormSettings.of(settings)
+        self._args = dict(
+            min_level=min_level, max_level=max_level, num_classes=num_classes,
+            num_anchors_per_location=num_anchors_per_location, num_convs=num_convs,
+            num_filters=num_filters, attribute_heads=attribute_heads,
+            share_classification_heads=share_classification_heads,
+            use_separable_conv=use_separable_conv, share_level_convs=bool(share_level_convs),
+            num_params_per_anchor=num_params_per_anchor)
+        self._activation = get_activation(self._settings.activation)
+        self._levels = list(range(min_level, max_level + 1))
+        # TFM's build order: the class tower and predictor, the box tower and predictor, then
+        # the attribute towers and predictors.
+        self._build_tower("classnet", num_convs, num_filters, self._args["share_level_convs"])
+        self._build_predictor("scores", num_classes * num_anchors_per_location,
+                              _prior_bias, self._args["share_level_convs"])
+        self._build_tower("boxnet", num_convs, num_filters, self._args["share_level_convs"])
+        self._build_predictor("boxes", num_params_per_anchor * num_anchors_per_location,
+                              keras.initializers.Zeros, self._args["share_level_convs"])
+        # Attribute i's tower: `_towers[i]` (None: the class tower), built by its first user.
+        self._towers: List[Optional[str]] = []
+        owners: Dict[str, str] = {}
+        for i, head in enumerate(attribute_heads):
+            if share_classification_heads and head["type"] == "classification":
+                self._towers.append(None)
+            else:
+                key = head.get("prediction_tower_name") or f"attribute_{i}"
+                if key not in owners:
+                    owners[key] = f"attribute_{i}"
+                    self._build_tower(owners[key], head.get("num_convs") or num_convs,
+                                      head.get("num_filters") or num_filters, shared=True)
+                self._towers.append(owners[key])
+            bias = _prior_bias if head["type"] == "classification" else keras.initializers.Zeros
+            self._build_predictor(f"attribute_{i}_predictor",
+                                  head.get("size", 1) * num_anchors_per_location, bias,
+                                  shared=True, tower_conv=False)
+
+    # ----- layers ----------------------------------------------------------------------
+
+    def _conv(self, filters, name, kernel_stddev, bias_initializer, tower_conv):
+        """A 3x3 convolution with TFM's initialisers and regularisers for its role."""
+        regularizer = self._settings.kernel_regularizer
+        common = dict(kernel_size=3, padding="same", bias_initializer=bias_initializer(),
+                      name=name)
+        if not self._args["use_separable_conv"]:
+            return keras.layers.Conv2D(filters, kernel_initializer=_normal(kernel_stddev),
+                                       kernel_regularizer=regularizer, **common)
+        if tower_conv:
+            return keras.layers.SeparableConv2D(filters, **common)
+        return keras.layers.SeparableConv2D(
+            filters, depthwise_initializer=_normal(0.03), pointwise_initializer=_normal(0.03),
+            depthwise_regularizer=regularizer, pointwise_regularizer=regularizer, **common)
+
+    def _build_tower(self, net, num_convs, num_filters, shared):
+        for level in self._levels:
+            for i in range(num_convs):
+                if not shared or level == self._levels[0]:
+                    name = f"{net}_conv_{i}" if shared else f"{net}_conv_{level}_{i}"
+                    setattr(self, name, self._conv(num_filters, name, 0.01,
+                                                   keras.initializers.Zeros, tower_conv=True))
+                setattr(self, f"{net}_norm_{level}_{i}",
+                        self._settings.norm(name=f"{net}_norm_{level}_{i}"))
+
+    def _build_predictor(self, name, filters, bias_initializer, shared, tower_conv=False):
+        # Attribute predictors without separable convolutions: N(0, 1e-5), regularised; with
+        # them, Keras's defaults (TFM passes no initializer there).
+        separable_attribute = self._args["use_separable_conv"] and name.startswith("attribute")
+        for level in ([None] if shared else self._levels):
+            layer_name = name if level is None else f"{name}_{level}"
+            if separable_attribute:
+                layer = keras.layers.SeparableConv2D(filters, 3, padding="same",
+                                                     bias_initializer=bias_initializer(),
+                                                     name=layer_name)
+            else:
+                layer = self._conv(filters, layer_name, 1e-5, bias_initializer, tower_conv)
+            setattr(self, layer_name, layer)
+
+    # ----- call ------------------------------------------------------------------------
+
+    def _tower(self, net, x, level, shared, num_convs, training):
+        for i in range(num_convs):
+            conv = getattr(self, f"{net}_conv_{i}" if shared else f"{net}_conv_{level}_{i}")
+            x = conv(x)
+            x = getattr(self, f"{net}_norm_{level}_{i}")(x, training=training)
+            x = self._activation(x)
+        return x
+
+    def _predictor(self, name, level, shared):
+        return getattr(self, name if shared else f"{name}_{level}")
+
+    def call(self, features, training=None):
+        args = self._args
+        shared = args["share_level_convs"]
+        scores, boxes = {}, {}
+        heads = args["attribute_heads"]
+        attributes = {head["name"]: {} for head in heads}
+        for level in self._levels:
+            key = str(level)
+            x = features[key]
+            class_x = self._tower("classnet", x, level, shared, args["num_convs"], training)
+            scores[key] = self._predictor("scores", level, shared)(class_x)
+            box_x = self._tower("boxnet", x, level, shared, args["num_convs"], training)
+            boxes[key] = self._predictor("boxes", level, shared)(box_x)
+            tower_outputs = {}
+            for i, (head, tower) in enumerate(zip(heads, self._towers)):
+                if tower is None:
+                    head_x = class_x
+                else:
+                    if tower not in tower_outputs:
+                        owner = heads[int(tower.rsplit("_", 1)[1])]
+                        tower_outputs[tower] = self._tower(
+                            tower, x, level, True, owner.get("num_convs") or args["num_convs"],
+                            training)
+                    head_x = tower_outputs[tower]
+                attributes[head["name"]][key] = getattr(self, f"attribute_{i}_predictor")(head_x)
+        return scores, boxes, attributes
+
+    def get_config(self):
+        return {**super().get_config(), **self._args, "settings": self._settings.get_config()}
+
+
+def build_retinanet_head(model_config, settings: NormSettings,
+                         num_anchors_per_location: Optional[int] = None) -> RetinaNetHead:
+    """TFM's factory call of `RetinaNetHead` for a `RetinaNet` model config: A is
+    num_scales * len(aspect_ratios) unless `num_anchors_per_location` is given."""
+    head = model_config.head
+    anchor = model_config.anchor
+    return RetinaNetHead(
+        min_level=model_config.min_level, max_level=model_config.max_level,
+        num_classes=model_config.num_classes,
+        num_anchors_per_location=(num_anchors_per_location
+                                  or anchor.num_scales * len(anchor.aspect_ratios)),
+        num_convs=head.num_convs, num_filters=head.num_filters,
+        attribute_heads=[attribute.as_dict() for attribute in head.attribute_heads],
+        share_classification_heads=head.share_classification_heads,
+        use_separable_conv=head.use_separable_conv,
+        # TFM tests the value's truth: null shares nothing, as False.
+        share_level_convs=bool(head.share_level_convs), settings=settings,
+        name="head")
