@@ -195,7 +195,9 @@ def test_without_pycocotools_lite_train_refuses_before_training(data, tmp_path, 
 LEARNING_STEPS = 300
 
 
-@pytest.mark.release
+@pytest.mark.release(sibling="tests/vision/test_retinanet_train.py::"
+                             "test_lite_train_retinanet_reports_the_coco_numbers_and_writes_"
+                             "a_checkpoint")
 def test_retinanet_learns_the_drawn_shapes(tmp_path, monkeypatch):
     """300 steps on 64 drawn images reach AP50 >= 0.5 on 16 held-out ones (210 s on the
     loaded 2-core machine; AP50 0.965, AP 0.478 in one run). The fast sibling is

@@ -5,8 +5,8 @@ make_tfm_segmentation_models.py); TFM's two segmentation YAMLs load unchanged; t
 and head options build and run."""
 
 import json
-import math
 import os
+import sys
 
 import keras
 import numpy as np
@@ -19,6 +19,9 @@ from lite_launcher.vision import decoders, segmentation_configs, segmentation_mo
 from lite_launcher.vision.modeling import NormSettings
 from lite_launcher.vision.segmentation_heads import SegmentationHead
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tfm_compare import as_plain_dict, differences  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "data", "tfm_2_20_segmentation_models.json")) as f:
     TFM = json.load(f)["experiments"]
@@ -26,30 +29,6 @@ EXPERIMENTS = sorted(TFM)
 BUILDABLE = sorted(name for name, entry in TFM.items() if "params" in entry)
 YAMLS = ["deeplabv3plus_resnet101_cityscapes_gpu.yaml",
          "deeplabv3plus_resnet101_cityscapes_gpu_multiworker_mirrored.yaml"]
-
-
-def _differences(tfm, lite, path, missing, different):
-    if isinstance(tfm, dict):
-        if not isinstance(lite, dict):
-            different.append((path, tfm, lite))
-            return
-        for key, value in tfm.items():
-            if key not in lite:
-                missing.append(f"{path}.{key}")
-            else:
-                _differences(value, lite[key], f"{path}.{key}", missing, different)
-    elif isinstance(tfm, list):
-        if not isinstance(lite, (list, tuple)) or len(tfm) != len(lite):
-            different.append((path, tfm, lite))
-            return
-        for i, (a, b) in enumerate(zip(tfm, lite)):
-            _differences(a, b, f"{path}[{i}]", missing, different)
-    elif isinstance(tfm, float) and isinstance(lite, (int, float)) and not isinstance(lite, bool):
-        if not math.isclose(tfm, lite, rel_tol=1e-12, abs_tol=0.0):
-            different.append((path, tfm, lite))
-    elif tfm != lite or type(tfm) is not type(lite) and not (
-            isinstance(tfm, int) and isinstance(lite, float)):
-        different.append((path, tfm, lite))
 
 
 def test_the_eight_experiments_are_registered_and_seven_build():
@@ -62,10 +41,7 @@ def test_the_eight_experiments_are_registered_and_seven_build():
 def test_config_values_are_tfms(name):
     config = ll.get_exp_config(name)
     config.validate()
-    lite = json.loads(json.dumps({"task": config.task.as_dict(),
-                                  "trainer": config.trainer.as_dict()}, default=list))
-    missing, different = [], []
-    _differences(TFM[name]["config"], lite, "", missing, different)
+    missing, different = differences(TFM[name]["config"], as_plain_dict(config, "task", "trainer"))
     assert different == []
     # Every TFM task field exists in lite (the trainer's TFM-only options are the trainer's).
     assert [m for m in missing if m.startswith(".task")] == []
@@ -76,10 +52,8 @@ def test_a_tfm_config_value_that_differs_is_found():
     config = ll.get_exp_config("mnv2_deeplabv3_pascal")
     config.task.model.decoder.aspp.level = 3
     config.task.train_data.output_size = [512, 513]
-    lite = json.loads(json.dumps({"task": config.task.as_dict(),
-                                  "trainer": config.trainer.as_dict()}, default=list))
-    missing, different = [], []
-    _differences(TFM["mnv2_deeplabv3_pascal"]["config"], lite, "", missing, different)
+    _, different = differences(TFM["mnv2_deeplabv3_pascal"]["config"],
+                               as_plain_dict(config, "task", "trainer"))
     assert {d[0] for d in different} == {".task.model.decoder.aspp.level",
                                          ".task.train_data.output_size[1]"}
 

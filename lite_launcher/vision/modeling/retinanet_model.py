@@ -76,14 +76,32 @@ class RetinaNetModel(keras.Model):
             anchor_size=anchor_size)
 
     def build(self, input_shape):
-        """Builds every part with a symbolic pass (a Keras 3 subclassed model must be built
-        before a checkpoint restores into it)."""
+        """Builds the head on the symbolic features of the (Functional) backbone and decoder,
+        without tracing them again (a Keras 3 subclassed model must be built before a
+        checkpoint restores into it)."""
+        del input_shape  # the backbone's own input fixes the features' shapes
         if not self._head.built:
-            features = self._backbone(keras.Input(shape=tuple(input_shape[1:])))
-            if self._decoder is not None:
-                features = self._decoder(features)
-            self._head(features)
+            self._head(self.feature_specs())
         self.built = True
+
+    def feature_specs(self) -> Dict[str, keras.KerasTensor]:
+        """{str(level): symbolic features} the head reads: the decoder's outputs (the
+        backbone's with no decoder)."""
+        features = self._decoder_inputs(self._backbone.output)
+        if self._decoder is None:
+            return features
+        if isinstance(self._decoder, keras.Model):
+            return dict(self._decoder.output)
+        return self._decoder.compute_output_spec(features)
+
+    def _decoder_inputs(self, features):
+        """The backbone features the decoder takes (a Functional decoder is given exactly
+        its inputs: MobileNet's final map is not one)."""
+        inputs = getattr(self._decoder, "input", None) if isinstance(
+            self._decoder, keras.Model) else None
+        if isinstance(inputs, dict):
+            return {key: features[key] for key in inputs}
+        return dict(features)
 
     def _anchors(self, images, anchor_boxes):
         """{str(level): [B, h_l, w_l, 4 * A]}: the fixed, the given or generated anchors."""
@@ -108,7 +126,7 @@ class RetinaNetModel(keras.Model):
         if output_intermediate_features:
             outputs.update({f"backbone_{k}": v for k, v in features.items()})
         if self._decoder is not None:
-            features = self._decoder(features, training=training)
+            features = self._decoder(self._decoder_inputs(features), training=training)
         if output_intermediate_features:
             outputs.update({f"decoder_{k}": v for k, v in features.items()})
         scores, boxes, attributes = self._head(features, training=training)

@@ -157,6 +157,13 @@ class RetinaNetHead(keras.layers.Layer):
                 layer = self._conv(filters, layer_name, 1e-5, bias_initializer, tower_conv)
             setattr(self, layer_name, layer)
 
+    def build(self, input_shape):
+        """Builds every sub-layer by a symbolic call on {str(level): shape} (Keras calls it
+        before the first call, and when a `.keras` file is loaded)."""
+        features = {str(k): keras.KerasTensor(tuple(shape)) for k, shape in input_shape.items()}
+        self.built = True  # the symbolic call below must not build again
+        self(features)
+
     # ----- call ------------------------------------------------------------------------
 
     def _tower(self, net, x, level, shared, num_convs, training):

@@ -19,6 +19,7 @@ import contextlib
 import keras
 import tensorflow as tf
 
+from lite_launcher.vision.modeling.layers.nn_layers import register_serializable
 from lite_launcher.vision.ops import box_ops
 from lite_launcher.vision.ops import nms
 
@@ -175,6 +176,7 @@ def generate_detections_batched(boxes, scores, pre_nms_score_threshold, nms_iou_
     return nms_boxes, nms_scores, tf.cast(nms_classes, tf.int32), num_detections
 
 
+@register_serializable
 class MultilevelDetectionGenerator(keras.layers.Layer):
     """Turns a one-stage detector's per-level outputs into final detections.
 

@@ -1,0 +1,43 @@
+"""Compares a config's `as_dict()` with TFM's (the JSON a `make_tfm_*.py` generator wrote)."""
+
+import json
+import math
+
+
+def as_plain_dict(config, *sections):
+    """`{section: config.<section>.as_dict()}` as JSON would hold it (tuples as lists)."""
+    return json.loads(json.dumps({name: getattr(config, name).as_dict() for name in sections},
+                                 default=list))
+
+
+def differences(tfm, lite, path=""):
+    """(missing, different): the dotted paths of TFM's keys that lite lacks, and
+    (path, tfm value, lite value) for every value that differs (floats to 1e-12 relative;
+    an int where TFM has a float is equal)."""
+    missing, different = [], []
+    _walk(tfm, lite, path, missing, different)
+    return missing, different
+
+
+def _walk(tfm, lite, path, missing, different):
+    if isinstance(tfm, dict):
+        if not isinstance(lite, dict):
+            different.append((path, tfm, lite))
+            return
+        for key, value in tfm.items():
+            if key not in lite:
+                missing.append(f"{path}.{key}")
+            else:
+                _walk(value, lite[key], f"{path}.{key}", missing, different)
+    elif isinstance(tfm, list):
+        if not isinstance(lite, (list, tuple)) or len(tfm) != len(lite):
+            different.append((path, tfm, lite))
+            return
+        for i, (a, b) in enumerate(zip(tfm, lite)):
+            _walk(a, b, f"{path}[{i}]", missing, different)
+    elif isinstance(tfm, float) and isinstance(lite, (int, float)) and not isinstance(lite, bool):
+        if not math.isclose(tfm, lite, rel_tol=1e-12, abs_tol=0.0):
+            different.append((path, tfm, lite))
+    elif tfm != lite or type(tfm) is not type(lite) and not (
+            isinstance(tfm, int) and isinstance(lite, float)):
+        different.append((path, tfm, lite))
