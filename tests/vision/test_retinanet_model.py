@@ -317,3 +317,19 @@ def test_keras_file_round_trips(tmp_path):
                                       model(images, training=False)[key])
     assert sorted(loaded.checkpoint_items) == ["backbone", "decoder", "head"]
     assert len(loaded.losses) == len(model.losses)
+
+
+def test_mixed_bfloat16_raw_outputs_and_float32_detections():
+    task = _config("small_shared").task
+    task.model.detection_generator.pre_nms_score_threshold = 0.005
+    keras.backend.clear_session()  # before the policy: it resets Keras's global state
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = retinanet_model.build_retinanet(task.model)
+        outputs = model(_small_images(), training=False)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert outputs["cls_outputs"]["3"].dtype == tf.bfloat16
+    assert outputs["detection_boxes"].dtype == tf.float32
+    assert outputs["detection_scores"].dtype == tf.float32
+    assert int(outputs["num_detections"][0]) == 100
