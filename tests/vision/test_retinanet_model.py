@@ -22,6 +22,7 @@ from lite_launcher.base_config import ConfigError, load_config_file
 from lite_launcher.vision.configs import retinanet as retinanet_configs
 from lite_launcher.vision.modeling import retinanet_model
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import RetinaNetHead
+from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 from lite_launcher.vision.ops import anchor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -212,6 +213,40 @@ def test_small_model_counts_and_outputs_are_tfms(name):
     assert _shapes(outputs) == expected["inference_outputs"]
 
 
+# TFM's RetinaNetHead arguments of the heads in tfm_retinanet_heads.npz (the generator's
+# HEADS): every weight drawn there, so equal outputs pin the wiring, not the initialisation.
+HEADS = TFM["heads"]
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_head_outputs_equal_tfms_with_tfms_weights(name):
+    tfm = np.load(os.path.join(DATA, "tfm_retinanet_heads.npz"))
+    arguments = dict(HEADS[name])
+    settings = NormSettings(activation=arguments.pop("activation"))
+    head = RetinaNetHead(min_level=3, max_level=4, num_classes=3, num_anchors_per_location=2,
+                         num_convs=2, num_filters=8, settings=settings, **arguments)
+    features = {level: tfm[f"{name}/features/{level}"] for level in ("3", "4")}
+    head(features)
+    weights = {key.split("/weight/")[1]: tfm[key] for key in tfm.files
+               if key.startswith(f"{name}/weight/")}
+    assert len(head.weights) == len(weights)
+    for weight in head.weights:  # the layers carry TFM's names
+        weight.assign(weights.pop("/".join(weight.path.split("/")[-2:])))
+    assert weights == {}
+    scores, boxes, attributes = head(features, training=False)
+    expected = {key.split(f"{name}/", 1)[1]: tfm[key] for key in tfm.files
+                if key.startswith(f"{name}/") and "/weight/" not in key
+                and "/features/" not in key}
+    got = {f"scores/{k}": v for k, v in scores.items()}
+    got.update({f"boxes/{k}": v for k, v in boxes.items()})
+    got.update({f"attributes/{a}/{k}": v for a, levels in attributes.items()
+                for k, v in levels.items()})
+    assert sorted(got) == sorted(expected)
+    for key, value in expected.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-5 * np.abs(value).max(),
+                                   err_msg=key)
+
+
 def test_head_starts_at_the_focal_prior():
     # Every anchor's class logit starts at -log(99) (probability 0.01), the box offsets at 0.
     head = RetinaNetHead(min_level=3, max_level=4, num_classes=3, num_anchors_per_location=2,
@@ -284,3 +319,19 @@ def test_keras_file_round_trips(tmp_path):
                                       model(images, training=False)[key])
     assert sorted(loaded.checkpoint_items) == ["backbone", "decoder", "head"]
     assert len(loaded.losses) == len(model.losses)
+
+
+def test_mixed_bfloat16_raw_outputs_and_float32_detections():
+    task = _config("small_shared").task
+    task.model.detection_generator.pre_nms_score_threshold = 0.005
+    keras.backend.clear_session()  # before the policy: it resets Keras's global state
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = retinanet_model.build_retinanet(task.model)
+        outputs = model(_small_images(), training=False)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert outputs["cls_outputs"]["3"].dtype == tf.bfloat16
+    assert outputs["detection_boxes"].dtype == tf.float32
+    assert outputs["detection_scores"].dtype == tf.float32
+    assert int(outputs["num_detections"][0]) == 100

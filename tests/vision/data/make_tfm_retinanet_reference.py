@@ -14,6 +14,11 @@ applied by TFM), what TFM's task `build_model` makes of it: `params` (all weight
 (len(model.losses)), and the training outputs' shapes per level at the model's input size
 (a symbolic call, batch 2); for the small variants also the inference outputs' keys and
 shapes on one zero image.
+
+`heads`: `HEADS`, the arguments of the heads in `tfm_retinanet_heads.npz`: for each, TFM's
+RetinaNetHead with every weight set from a fixed normal draw
+(`<head>/weight/<layer>/<weight>`, the moving variances made positive), its inputs `<head>/features/<level>` and its inference outputs
+(`<head>/scores/<level>`, `<head>/boxes/<level>`, `<head>/attributes/<name>/<level>`).
 """
 
 import json
@@ -25,6 +30,7 @@ import tf_keras
 from official.core import exp_factory, task_factory
 from official.modeling import hyperparams
 from official.vision import registry_imports  # noqa: F401  (registers the experiments)
+from official.vision.modeling.heads import dense_prediction_heads
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPERIMENTS = ["retinanet", "retinanet_resnetfpn_coco", "retinanet_spinenet_coco",
@@ -82,6 +88,50 @@ VARIANTS = {
 }
 
 
+# name -> RetinaNetHead arguments: per-level towers with own and shared attribute towers
+# (swish), and separable shared towers with the class tower read by an attribute (relu6).
+HEADS = {
+    "per_level_attributes": dict(
+        share_level_convs=False, activation="swish", attribute_heads=[
+            {"name": "depth", "type": "regression", "size": 1, "prediction_tower_name": ""},
+            {"name": "heading", "type": "regression", "size": 2,
+             "prediction_tower_name": "pose", "num_convs": 1, "num_filters": 4},
+            {"name": "pitch", "type": "classification", "size": 3,
+             "prediction_tower_name": "pose"}]),
+    "separable_class_tower": dict(
+        use_separable_conv=True, activation="relu6", share_classification_heads=True,
+        attribute_heads=[
+            {"name": "kind", "type": "classification", "size": 2, "prediction_tower_name": ""},
+            {"name": "depth", "type": "regression", "size": 1, "prediction_tower_name": ""}]),
+}
+HEAD_LEVELS = (3, 4)
+
+
+def head_numbers(name, arguments):
+    """TFM's head `name` with drawn weights on drawn features: the npz entries."""
+    rng = np.random.default_rng(len(name))
+    features = {str(level): rng.normal(size=(2, 32 // 2**level, 32 // 2**level, 6))
+                .astype(np.float32) for level in HEAD_LEVELS}
+    head = dense_prediction_heads.RetinaNetHead(
+        min_level=HEAD_LEVELS[0], max_level=HEAD_LEVELS[-1], num_classes=3,
+        num_anchors_per_location=2, num_convs=2, num_filters=8, **arguments)
+    head(features)
+    out = {f"{name}/features/{k}": v for k, v in features.items()}
+    for weight in head.weights:
+        layer, variable = weight.name.split(":")[0].split("/")[-2:]
+        value = rng.normal(scale=0.3, size=weight.shape).astype(np.float32)
+        if variable == "moving_variance":
+            value = np.abs(value) + 0.5
+        weight.assign(value)
+        out[f"{name}/weight/{layer}/{variable}"] = value
+    scores, boxes, attributes = head(features, training=False)
+    out.update({f"{name}/scores/{k}": v.numpy() for k, v in scores.items()})
+    out.update({f"{name}/boxes/{k}": v.numpy() for k, v in boxes.items()})
+    for attribute, levels in attributes.items():
+        out.update({f"{name}/attributes/{attribute}/{k}": v.numpy() for k, v in levels.items()})
+    return out
+
+
 def count(weights):
     return int(sum(tf.size(w).numpy() for w in weights))
 
@@ -125,7 +175,8 @@ def model_entry(name, config):
 
 
 def main():
-    out = {"tfm_version": "2.20", "experiments": {}, "yamls": {}, "models": {}}
+    out = {"tfm_version": "2.20", "experiments": {}, "yamls": {}, "models": {},
+           "heads": HEADS}
     for name in EXPERIMENTS:
         config = exp_factory.get_exp_config(name)
         out["experiments"][name] = {"task": config.task.as_dict(),
@@ -140,6 +191,11 @@ def main():
         entry = model_entry(name, config)
         entry.update(experiment=experiment, yamls=yamls, overrides=overrides)
         out["models"][name] = entry
+    heads = {}
+    for name, arguments in HEADS.items():
+        tf_keras.backend.clear_session()
+        heads.update(head_numbers(name, arguments))
+    np.savez_compressed(os.path.join(HERE, "tfm_retinanet_heads.npz"), **heads)
     path = os.path.join(HERE, "tfm_retinanet_reference.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True, default=list)

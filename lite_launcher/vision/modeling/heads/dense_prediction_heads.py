@@ -93,11 +93,14 @@ class RetinaNetHead(keras.layers.Layer):
         self._levels = list(range(min_level, max_level + 1))
         # TFM's build order: the class tower and predictor, the box tower and predictor, then
         # the attribute towers and predictors.
-        self._build_tower("classnet", num_convs, num_filters, self._args["share_level_convs"])
-        self._build_predictor("scores", num_classes * num_anchors_per_location,
+        self._build_tower("classnet", "classnet", num_convs, num_filters,
+                          self._args["share_level_convs"])
+        self._build_predictor("scores", "scores", num_classes * num_anchors_per_location,
                               _prior_bias, self._args["share_level_convs"])
-        self._build_tower("boxnet", num_convs, num_filters, self._args["share_level_convs"])
-        self._build_predictor("boxes", num_params_per_anchor * num_anchors_per_location,
+        self._build_tower("boxnet", "boxnet", num_convs, num_filters,
+                          self._args["share_level_convs"])
+        self._build_predictor("boxes", "boxes",
+                              num_params_per_anchor * num_anchors_per_location,
                               keras.initializers.Zeros, self._args["share_level_convs"])
         # Attribute i's tower: `_towers[i]` (None: the class tower), built by its first user.
         self._towers: List[Optional[str]] = []
@@ -109,15 +112,20 @@ class RetinaNetHead(keras.layers.Layer):
                 key = head.get("prediction_tower_name") or f"attribute_{i}"
                 if key not in owners:
                     owners[key] = f"attribute_{i}"
-                    self._build_tower(owners[key], head.get("num_convs") or num_convs,
+                    self._build_tower(owners[key], head["name"],
+                                      head.get("num_convs") or num_convs,
                                       head.get("num_filters") or num_filters, shared=True)
                 self._towers.append(owners[key])
             bias = _prior_bias if head["type"] == "classification" else keras.initializers.Zeros
-            self._build_predictor(f"attribute_{i}_predictor",
+            self._build_predictor(f"attribute_{i}_predictor", f"{head['name']}_attributes",
                                   head.get("size", 1) * num_anchors_per_location, bias,
-                                  shared=True, tower_conv=False)
+                                  shared=True, attribute=True)
 
     # ----- layers ----------------------------------------------------------------------
+    # Sub-layers are attributes named `{net}_conv_{i}` / `{net}_conv_{level}_{i}` /
+    # `{net}_norm_{level}_{i}` / predictors; the layers carry TFM's names ('classnet-conv_0',
+    # 'classnet-conv-norm_3_0', 'scores', 'boxes-3', '<attribute>_attributes', ...), so that
+    # TFM's weights map onto them by layer name.
 
     def _conv(self, filters, name, kernel_stddev, bias_initializer, tower_conv):
         """A 3x3 convolution with TFM's initialisers and regularisers for its role."""
@@ -133,29 +141,32 @@ class RetinaNetHead(keras.layers.Layer):
             filters, depthwise_initializer=_normal(0.03), pointwise_initializer=_normal(0.03),
             depthwise_regularizer=regularizer, pointwise_regularizer=regularizer, **common)
 
-    def _build_tower(self, net, num_convs, num_filters, shared):
+    def _build_tower(self, net, tfm_net, num_convs, num_filters, shared):
         for level in self._levels:
             for i in range(num_convs):
                 if not shared or level == self._levels[0]:
-                    name = f"{net}_conv_{i}" if shared else f"{net}_conv_{level}_{i}"
-                    setattr(self, name, self._conv(num_filters, name, 0.01,
-                                                   keras.initializers.Zeros, tower_conv=True))
+                    suffix = f"{i}" if shared else f"{level}_{i}"
+                    setattr(self, f"{net}_conv_{suffix}",
+                            self._conv(num_filters, f"{tfm_net}-conv_{suffix}", 0.01,
+                                       keras.initializers.Zeros, tower_conv=True))
                 setattr(self, f"{net}_norm_{level}_{i}",
-                        self._settings.norm(name=f"{net}_norm_{level}_{i}"))
+                        self._settings.norm(name=f"{tfm_net}-conv-norm_{level}_{i}"))
 
-    def _build_predictor(self, name, filters, bias_initializer, shared, tower_conv=False):
+    def _build_predictor(self, name, tfm_name, filters, bias_initializer, shared,
+                         attribute=False):
         # Attribute predictors without separable convolutions: N(0, 1e-5), regularised; with
         # them, Keras's defaults (TFM passes no initializer there).
-        separable_attribute = self._args["use_separable_conv"] and name.startswith("attribute")
         for level in ([None] if shared else self._levels):
-            layer_name = name if level is None else f"{name}_{level}"
-            if separable_attribute:
+            suffix = "" if level is None else f"_{level}"
+            layer_name = tfm_name if level is None else f"{tfm_name}-{level}"
+            if attribute and self._args["use_separable_conv"]:
                 layer = keras.layers.SeparableConv2D(filters, 3, padding="same",
                                                      bias_initializer=bias_initializer(),
                                                      name=layer_name)
             else:
-                layer = self._conv(filters, layer_name, 1e-5, bias_initializer, tower_conv)
-            setattr(self, layer_name, layer)
+                layer = self._conv(filters, layer_name, 1e-5, bias_initializer,
+                                   tower_conv=False)
+            setattr(self, name + suffix, layer)
 
     def build(self, input_shape):
         """Builds every sub-layer by a symbolic call on {str(level): shape} (Keras calls it
