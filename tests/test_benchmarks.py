@@ -415,8 +415,12 @@ def test_vision_suite_plans_every_row_interleaved_and_sets_each_sides_environmen
             assert "--eval_steps" not in argv
 
 
-def test_vision_suite_list_prints_probes_rounds_and_the_estimated_time(capsys):
+def test_vision_suite_list_prints_probes_rounds_and_the_estimated_time(capsys, monkeypatch):
     import vision_suite
+
+    # A CPU where TensorFlow turns oneDNN on by itself (AVX-512 VNNI / BF16, AMX): as shipped
+    # serves like for like. Fixed here, so the listing does not depend on this machine's CPU.
+    monkeypatch.setattr(vision_suite, "shipped_is_like", lambda cpu_flags: True)
 
     assert vision_suite.main(["--list", "--rounds", "3", "--models", "resnet18", "resnet50",
                               "--dtypes", "float32", "--input_models", "--probe_dtypes",

@@ -12,6 +12,7 @@ import yaml
 
 import lite_launcher as ll
 from lite_launcher import registry
+from lite_launcher.vision.configs.backbones import BUILT_BACKBONE_TYPES
 from lite_launcher.base_config import (Config, ConfigError, OneOfConfig, load_config_file,
                                        override_config, parse_params_override)
 from lite_launcher.config import (DataConfig, ExperimentConfig, RuntimeConfig, TaskConfig,
@@ -551,6 +552,14 @@ def test_validate_accepts_defaults_and_every_registered_experiment():
     assert {"image_classification", "resnet_imagenet", "resnet_rs_imagenet",
             "mobilenet_imagenet", "deit_imagenet_pretrain"} <= set(names)
     for name in names:
+        backbone = getattr(getattr(ll.get_exp_config(name).task, "model", None), "backbone",
+                           None)
+        if backbone is not None and backbone.type not in BUILT_BACKBONE_TYPES:
+            # An experiment on a backbone lite does not build yet (SpineNet, MobileDet): its
+            # defaults are refused in one line naming the backbone.
+            with pytest.raises(ConfigError, match="not built yet"):
+                ll.get_exp_config(name).validate()
+            continue
         _accepted_unchanged(ll.get_exp_config(name))
         # Each experiment's validate runs its checks (a bad runtime value is refused).
         broken = ll.get_exp_config(name)

@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 DATA = os.path.join(HERE, "data")
 sys.path.insert(0, HERE)
 from tfm_compare import as_plain_dict, differences  # noqa: E402
+from cli import lite_train_command
 
 with open(os.path.join(DATA, "tfm_retinanet_reference.json")) as f:
     TFM = json.load(f)
@@ -129,15 +130,16 @@ def test_unbuilt_backbones_are_refused_in_one_line(name, backbone):
         config.validate()
 
 
-def test_lite_train_refuses_spinenet_with_exit_2_and_writes_nothing(tmp_path):
+def test_lite_train_refuses_an_unbuilt_backbone_with_exit_2_and_writes_nothing(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "lite_launcher.main", "--experiment", "retinanet_spinenet_coco",
-         "--mode", "train", "--model_dir", str(tmp_path / "model")],
+        lite_train_command("--experiment", "retinanet_resnetfpn_coco", "--params_override",
+                           "task.model.backbone.type=mobiledet", "--mode", "train",
+                           "--model_dir", tmp_path / "model"),
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 2
     errors = [l for l in result.stderr.splitlines() if l.startswith("lite-train: error:")]
-    assert len(errors) == 1 and "backbone type 'spinenet' is not built yet" in errors[0]
+    assert len(errors) == 1 and "backbone type 'mobiledet' is not built yet" in errors[0]
     assert result.stderr.strip().splitlines()[-1] == errors[0]
     assert not os.path.exists(tmp_path / "model")
 

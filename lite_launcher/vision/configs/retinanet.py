@@ -435,7 +435,7 @@ def retinanet_spinenet_coco() -> ExperimentConfig:
     model = RetinaNet(
         backbone=Backbone(type="spinenet", spinenet=SpineNet(
             model_id="49", stochastic_depth_drop_rate=0.2, min_level=3, max_level=7)),
-        decoder=Decoder(type="identity", identity=Identity()), anchor=Anchor(anchor_size=3),
+        decoder=Decoder(type="identity", identity=Identity()), anchor=Anchor(anchor_size=3.0),
         norm_activation=NormActivation(use_sync_bn=True, activation="swish"),
         num_classes=91, input_size=[640, 640, 3], min_level=3, max_level=7)
     return _coco_experiment(model, 500, (475, 490), 2000, 4e-5, (0.1, 2.0), "float32")
@@ -452,7 +452,7 @@ def retinanet_mobile_coco() -> ExperimentConfig:
             use_keras_upsampling_2d=False)),
         decoder=Decoder(type="identity", identity=Identity()),
         head=RetinaNetHead(num_filters=48, use_separable_conv=True),
-        anchor=Anchor(anchor_size=3),
+        anchor=Anchor(anchor_size=3.0),
         norm_activation=NormActivation(use_sync_bn=True, activation="swish"),
         num_classes=91, input_size=[384, 384, 3], min_level=3, max_level=7)
     return _coco_experiment(model, 600, (575, 590), 2000, 3e-5, (0.1, 2.0), "float32")
