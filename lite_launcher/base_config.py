@@ -54,7 +54,20 @@ _SEQUENCE_ORIGINS = (list, tuple, collections.abc.Sequence, collections.abc.Muta
 _MAPPING_ORIGINS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 
 
+# TFM task fields that only some task configs have: where an unknown key is one of them, the
+# error says which tasks take it (TFM's tutorials set them on the task they train).
+_TASK_FIELD_HOMES = {
+    "freeze_backbone": "TFM has task.freeze_backbone on image classification, RetinaNet, "
+                       "Mask R-CNN, video classification and (newer TFM) semantic "
+                       "segmentation; lite on image classification, RetinaNet and semantic "
+                       "segmentation.",
+}
+
+
 def _closest(name: str, candidates) -> str:
+    """A hint for the unknown key `name`: the valid key it is closest to, or where it exists."""
+    if str(name) in _TASK_FIELD_HOMES:
+        return " " + _TASK_FIELD_HOMES[str(name)]
     match = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=1)
     return f" Did you mean {match[0]!r}?" if match else ""
 

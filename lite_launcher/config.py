@@ -42,10 +42,10 @@ class DataConfig(Config):
     # tf.data options TFM sets on the dataset (InputReader applies them).
     autotune_algorithm: Optional[str] = None
     ram_budget: Optional[int] = None
-    # TFM's TensorFlow Datasets and tf.data service fields. lite reads files only: TFM uses
-    # the tfds_* fields only with tfds_name (refused by InputReader) and the service only
-    # when both enable_tf_data_service and tf_data_service_address are set (refused here),
-    # so every other value is accepted and changes nothing, as in TFM.
+    # TFM's TensorFlow Datasets and tf.data service fields. The tfds_* fields are read with
+    # tfds_name (InputReader, the `tfds` extra); the service only when both
+    # enable_tf_data_service and tf_data_service_address are set (refused here), so every
+    # other value is accepted and changes nothing, as in TFM.
     enable_tf_data_service: bool = False
     tf_data_service_address: Optional[str] = None
     tf_data_service_job_name: Optional[str] = None

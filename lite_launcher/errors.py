@@ -40,6 +40,11 @@ class ClusterTaskLostError(RuntimeError):
     """A multi-worker peer died, hung or never started (exit code 1); restart the cluster."""
 
 
+class MissingExtraError(ConfigError):
+    """An optional dependency (an extra of lite_launcher) is not installed: one line naming
+    the extra to install, exit code 2."""
+
+
 class InputRecordError(ConfigError):
     """An input record the task cannot use (a mask of another size than its image, ...): the
     user's data, so one line naming the record and exit code 2; checkpoints stay intact."""

@@ -4,13 +4,20 @@ official/vision/serving/export_saved_model.py and export_saved_model_lib.py).
     lite-export --experiment resnet_imagenet --checkpoint_path /tmp/resnet \
       --export_dir /tmp/resnet_export --input_type image_bytes --input_image_size 224,224
 
-writes TFM's layout into `--export_dir`:
+writes into `--export_dir` (TFM's `export_inference_graph` layout):
 
-    saved_model/     the SavedModel (`--export_saved_model_subdir`; empty: export_dir itself)
+    saved_model.pb, variables/, ...   the SavedModel, in export_dir itself (TFM's default;
+                     `--export_saved_model_subdir saved_model` puts it in export_dir/saved_model/,
+                     lite's layout before issue 45)
     checkpoint/      the exported weights as a `tf.train.Checkpoint(model=...)` (`ckpt-1`;
                      `--export_checkpoint_subdir`, empty: none)
     params.yaml      the experiment config the model was built from
     model_params.txt, model_flops.txt   with --log_model_flops_and_params
+
+`lite-export` and `export_saved_model` take the same defaults (TFM's own command puts the
+SavedModel in `saved_model/`, its library in export_dir: lite follows the library, which TFM's
+tutorials call). `lite_launcher.vision.serving.export_saved_model_lib.export_inference_graph`
+is TFM's function with TFM's arguments and defaults (no checkpoint subdirectory unless asked).
 
 The SavedModel is written with Keras 3's `keras.export.ExportArchive`; its `serving_default`
 signature is the task's serving function (`Task.build_serving_fn`): for image classification
@@ -50,7 +57,9 @@ from lite_launcher.errors import (ConfigError, ENVIRONMENT_FAILURES, ModelDirWri
 
 FLAGS = flags.FLAGS
 PROG = "lite-export"
-SAVED_MODEL_SUBDIR = "saved_model"
+# The subdirectories' defaults: the SavedModel in export_dir itself (TFM's library), the
+# checkpoint in checkpoint/ (TFM's command).
+SAVED_MODEL_SUBDIR = ""
 CHECKPOINT_SUBDIR = "checkpoint"
 # What a SavedModel directory holds (checked when it is export_dir itself).
 _SAVED_MODEL_ENTRIES = ("saved_model.pb", "variables", "assets", "fingerprint.pb")
@@ -59,7 +68,8 @@ _HELP_INTRO = """\
 USAGE: lite-export --experiment=NAME --checkpoint_path=CKPT --export_dir=DIR [flags]
 
 Exports a trained checkpoint as a SavedModel for serving (TFM's export_saved_model.py): the
-SavedModel under DIR/saved_model, the weights under DIR/checkpoint, DIR/params.yaml. The config
+SavedModel in DIR itself (--export_saved_model_subdir=saved_model: DIR/saved_model), the
+weights under DIR/checkpoint, DIR/params.yaml. The config
 is built as lite-train's: the experiment's defaults, each --config_file, --params_override.
 Exit codes: 0 done, 1 the environment failed (disk), 2 bad input (one line on stderr).
 """
@@ -85,7 +95,8 @@ def define_flags() -> None:
     flags.DEFINE_string("export_checkpoint_subdir", CHECKPOINT_SUBDIR, "The subdirectory for "
                         "the exported checkpoint (empty: none).")
     flags.DEFINE_string("export_saved_model_subdir", SAVED_MODEL_SUBDIR, "The subdirectory for "
-                        "the SavedModel (empty: export_dir itself).")
+                        "the SavedModel (empty, the default: export_dir itself, as TFM's "
+                        "export_inference_graph; 'saved_model': lite's layout before issue 45).")
     flags.DEFINE_bool("log_model_flops_and_params", False, "Also write model_params.txt and "
                       "model_flops.txt (FLOPs of one image) into export_dir.")
     flags.DEFINE_string("function_keys", "", "Several signatures in one SavedModel: "
@@ -336,7 +347,8 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
                for key, name in signatures.items()}
 
     staging = atomic_write.temporary_path(export_dir) if local else export_dir
-    saved_model_dir = os.path.join(staging, export_saved_model_subdir)
+    saved_model_dir = (os.path.join(staging, export_saved_model_subdir)
+                       if export_saved_model_subdir else staging)
     try:
         archive = keras.export.ExportArchive()
         archive.track(model)
@@ -363,7 +375,8 @@ def export_saved_model(params, checkpoint_path: str, export_dir: str,
         if local:
             shutil.rmtree(staging, ignore_errors=True)
         raise
-    saved_model_dir = os.path.join(export_dir, export_saved_model_subdir)
+    saved_model_dir = (os.path.join(export_dir, export_saved_model_subdir)
+                       if export_saved_model_subdir else export_dir)
     logging.info("Exported %s as %s (signatures: %s).", prefix, saved_model_dir,
                  ", ".join(f"{name} <- {key}" for key, name in signatures.items()))
     return saved_model_dir

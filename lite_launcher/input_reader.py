@@ -5,8 +5,12 @@ Follows the behaviour of TFM's official/core/input_reader.py for file inputs:
   files -> [shard] -> [shuffle files] -> read (interleave) -> [shuffle] -> decode -> parse
         -> [cache] -> batch per replica -> postprocess -> prefetch
 
-with training data repeated forever and evaluation data read once. TFDS and tf.data service
-are not supported (TensorFlow Datasets is not a dependency).
+with training data repeated forever and evaluation data read once. With `tfds_name` the
+source is a TensorFlow Datasets split instead of files (TFM's `_read_tfds`: `tfds_split`,
+`tfds_data_dir`, `tfds_as_supervised`, `tfds_skip_decoding_feature`), read through the
+optional extra `lite_launcher[tfds]`; `decoder_fn` then receives TFDS's elements (a dict of
+its feature names, or `(input, label)` with `tfds_as_supervised`). The tf.data service is not
+supported.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import tensorflow as tf
 
 from lite_launcher import autograph_policy
 from lite_launcher.base_config import ConfigError
+from lite_launcher.errors import MissingExtraError
 
 _GLOB_CHARS = ("*", "?", "[")
 
@@ -115,14 +120,15 @@ class InputReader:
                  parser_fn: Optional[Callable[..., Any]] = None,
                  transform_and_batch_fn: Optional[Callable[..., tf.data.Dataset]] = None,
                  postprocess_fn: Optional[Callable[..., Any]] = None):
-        if getattr(params, "tfds_name", ""):
-            raise ConfigError(
-                f"tfds_name ({params.tfds_name!r}) is not supported by InputReader: TensorFlow "
-                f"Datasets is not a dependency. Write the data to TFRecord files and set "
-                f"input_path instead.")
         self._params = params
-        # Files are optional only for callers that pass their own source dataset to read().
-        self._files = match_files(params.input_path) if params.input_path else None
+        self._tfds_builder = None
+        if getattr(params, "tfds_name", ""):
+            # As TFM: a TFDS name wins over input_path. Checked here, before any dataset.
+            self._tfds_builder = tfds_builder(params)
+            self._files = None
+        else:
+            # Files are optional only for callers that pass their own source dataset to read().
+            self._files = match_files(params.input_path) if params.input_path else None
         self._dataset_fn = dataset_fn
         self._decoder_fn = decoder_fn
         self._parser_fn = parser_fn
@@ -181,6 +187,37 @@ class InputReader:
             return self._shard_files_then_read(files, input_context)
         return self._shard_elements(self._dataset_fn(files), input_context)
 
+    def _read_tfds(self, input_context) -> tf.data.Dataset:
+        """The TFDS split, sharded per input pipeline and repeated for training (TFM's)."""
+        tfds = import_tfds()
+        p = self._params
+        builder = self._tfds_builder
+        split = p.tfds_split
+        try:
+            # TFDS's mock data (tfds.testing.mock_data) may leave the splits empty: one file.
+            num_shards = (len(builder.info.splits[split].file_instructions)
+                          if builder.info.splits else 1)
+        except (KeyError, ValueError) as error:
+            splits = ", ".join(sorted(builder.info.splits)) or "(none)"
+            raise ConfigError(f"tfds_split {split!r} is not a split of TFDS dataset "
+                              f"{p.tfds_name!r}; its splits: {splits}.") from error
+        # Fewer files than input pipelines: every pipeline reads all and keeps its share.
+        shard_in_memory = input_context is not None and (
+            num_shards < input_context.num_input_pipelines)
+        read_config = tfds.ReadConfig(
+            interleave_cycle_length=p.cycle_length, interleave_block_length=p.block_length,
+            input_context=None if shard_in_memory else input_context, shuffle_seed=p.seed,
+            skip_prefetch=True)
+        decoders = {name.strip(): tfds.decode.SkipDecoding()
+                    for name in p.tfds_skip_decoding_feature.split(",") if name.strip()}
+        dataset = builder.as_dataset(split=split, shuffle_files=self._is_training,
+                                     as_supervised=p.tfds_as_supervised,
+                                     decoders=decoders or None, read_config=read_config)
+        if shard_in_memory:
+            dataset = dataset.shard(input_context.num_input_pipelines,
+                                    input_context.input_pipeline_id)
+        return dataset.repeat() if self._repeat_source() else dataset
+
     def read(self, input_context: Optional[tf.distribute.InputContext] = None,
              dataset: Optional[tf.data.Dataset] = None) -> tf.data.Dataset:
         """Returns the batched dataset of this input pipeline.
@@ -201,6 +238,8 @@ class InputReader:
             batch_size = per_replica_batch_size(p.global_batch_size, input_context)
         if dataset is not None:
             dataset = self._shard_elements(dataset, input_context)
+        elif self._tfds_builder is not None:
+            dataset = self._read_tfds(input_context)
         elif self._files is None:
             raise ConfigError(
                 "input_path is empty: set it to the input files (a path, glob pattern or "
@@ -229,6 +268,38 @@ class InputReader:
             dataset = dataset.with_options(options)
         dataset = _with_autotune_options(dataset, p)
         return dataset.prefetch(p.prefetch_buffer_size or tf.data.AUTOTUNE)
+
+
+TFDS_INSTALL_HINT = "pip install 'lite_launcher[tfds]'"
+
+
+def import_tfds():
+    """The `tensorflow_datasets` module; `MissingExtraError` in one line naming the extra when
+    it is not installed."""
+    try:
+        import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    except ImportError as error:
+        raise MissingExtraError(f"tfds_name needs TensorFlow Datasets, which is not installed "
+                                f"({error}): {TFDS_INSTALL_HINT}") from None
+    return tfds
+
+
+def tfds_builder(params):
+    """The TFDS builder of `params.tfds_name` in `params.tfds_data_dir` (TFDS's default
+    directory when empty). A name TFDS does not know is a `ConfigError` in one line; a known
+    dataset not yet prepared there is downloaded and prepared, as TFM's `tfds.load(...,
+    download=True)` does."""
+    tfds = import_tfds()
+    try:
+        builder = tfds.builder(params.tfds_name, data_dir=params.tfds_data_dir or None)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise ConfigError(f"tfds_name {params.tfds_name!r} is not a TensorFlow Datasets "
+                          f"dataset; tfds.list_builders() names them.") from None
+    if not params.tfds_split:
+        raise ConfigError(f"tfds_split is empty: name the split of {params.tfds_name!r} to "
+                          f"read (e.g. 'train').")
+    builder.download_and_prepare()
+    return builder
 
 
 def _with_autotune_options(dataset: tf.data.Dataset, params) -> tf.data.Dataset:

@@ -14,7 +14,7 @@ import lite_launcher as ll
 from lite_launcher import registry
 from lite_launcher.vision.configs.backbones import BUILT_BACKBONE_TYPES
 from lite_launcher.base_config import (Config, ConfigError, OneOfConfig, load_config_file,
-                                       override_config, parse_params_override)
+                                       override_config, parse_params_override, UnknownConfigKeyError)
 from lite_launcher.config import (DataConfig, ExperimentConfig, RuntimeConfig, TaskConfig,
                                   TrainerConfig)
 
@@ -178,6 +178,23 @@ def test_unknown_key_is_an_error_naming_the_dotted_path_and_valid_keys():
     assert "'trainer.optimizer_config.learning_rat'" in message
     assert "Did you mean 'learning_rate'?" in message
     assert "Valid keys at this level: ema, learning_rate, optimizer, warmup." in message
+
+
+def test_freeze_backbone_on_a_task_without_it_says_which_tasks_have_it():
+    # TFM's tutorials set task.freeze_backbone; a task config without the field says where
+    # TFM and lite have it, by assignment and by override alike.
+    where = ("TFM has task.freeze_backbone on image classification, RetinaNet, Mask R-CNN, "
+             "video classification and (newer TFM) semantic segmentation; lite on image "
+             "classification, RetinaNet and semantic segmentation.")
+    config = ll.get_exp_config("digits_mlp")
+    with pytest.raises(UnknownConfigKeyError) as assigned:
+        config.task.freeze_backbone = True
+    with pytest.raises(UnknownConfigKeyError) as overridden:
+        config.override({"task": {"freeze_backbone": True}})
+    for error in (assigned, overridden):
+        assert where in str(error.value) and len(str(error.value).splitlines()) == 1
+    for name in ("image_classification", "retinanet", "semantic_segmentation"):
+        assert ll.get_exp_config(name).task.freeze_backbone is False, name
 
 
 def test_unknown_key_inside_a_list_of_configs_names_the_index():

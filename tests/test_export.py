@@ -10,7 +10,9 @@ evaluated), decoded images and a PNG against a centre crop + resize + normalisat
 here in numpy.
 """
 
+import inspect
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -33,6 +35,8 @@ MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
 STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
 TIMEOUT = 300
 SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+# What Keras 3's ExportArchive writes for a SavedModel.
+SAVED_MODEL_FILES = ["assets", "fingerprint.pb", "saved_model.pb", "variables"]
 RESNET_SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_image_bytes",
                      "tf_example": "serving_tf_example",
                      "serve_examples": "serving_serve_examples", "tflite": "serving_tflite"}
@@ -177,8 +181,7 @@ FRESH_SERVER = textwrap.dedent("""
     for key in inputs.files:
         experiment, signature = key.split("__")
         if experiment not in loaded:
-            loaded[experiment] = tf.saved_model.load(
-                os.path.join(root, experiment + "_export", "saved_model"))
+            loaded[experiment] = tf.saved_model.load(os.path.join(root, experiment + "_export"))
         x = inputs[key]
         x = tf.constant(list(x)) if x.dtype == object else tf.constant(x)
         for name, value in loaded[experiment].signatures[signature](inputs=x).items():
@@ -230,7 +233,7 @@ def test_evaluation_pipeline_preprocesses_as_the_reference(records):
 def test_saved_model_cli_lists_tfm_signature_names(trained):
     text = subprocess.run(
         [SAVED_MODEL_CLI, "show", "--all", "--dir",
-         str(trained.root / "resnet_export" / "saved_model")],
+         str(trained.root / "resnet_export")],
         capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout
     signatures = {block.split("']", 1)[0]: block
                   for block in text.split("signature_def['")[1:]}
@@ -250,7 +253,9 @@ def test_saved_model_cli_lists_tfm_signature_names(trained):
 
 def test_export_dir_has_tfm_layout(trained):
     export_dir = trained.root / "digits_export"
-    assert sorted(os.listdir(export_dir)) == ["checkpoint", "params.yaml", "saved_model"]
+    # TFM's export_inference_graph layout: the SavedModel in export_dir itself.
+    assert sorted(os.listdir(export_dir)) == sorted(SAVED_MODEL_FILES + ["checkpoint",
+                                                                         "params.yaml"])
     # The config lite-export built the model from (the experiment's, no overrides given).
     assert yaml.safe_load((export_dir / "params.yaml").read_text()) == yaml.safe_load(
         ll.get_exp_config("digits_mlp").to_yaml())
@@ -262,6 +267,69 @@ def test_export_dir_has_tfm_layout(trained):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
     # No temporary directory left beside the exports.
     assert not [p for p in os.listdir(trained.root) if ".tmp-" in p]
+
+
+def test_lite_export_and_export_saved_model_share_their_defaults():
+    export_lib.define_flags()
+    defaults = inspect.signature(ll.export_saved_model).parameters
+    for name, value in (("export_saved_model_subdir", ""),
+                        ("export_checkpoint_subdir", "checkpoint")):
+        assert export_lib.FLAGS[name].default == defaults[name].default == value, name
+
+
+def test_export_saved_model_subdir_saved_model_gives_the_layout_before_issue_45(trained):
+    saved = export_lib._main(_flags(  # pylint: disable=protected-access
+        checkpoint_path=str(trained.root / "digits"), export_dir=str(trained.root / "old"),
+        export_saved_model_subdir="saved_model"))
+    assert saved == str(trained.root / "old" / "saved_model")
+    assert sorted(os.listdir(trained.root / "old")) == ["checkpoint", "params.yaml",
+                                                         "saved_model"]
+    assert sorted(os.listdir(saved)) == SAVED_MODEL_FILES
+    x = np.random.default_rng(1).uniform(0, 1, (5, 8, 8)).astype(np.float32)  # the fixture's
+    served = tf.saved_model.load(saved).signatures["serving_default"](inputs=x)["outputs"]
+    np.testing.assert_allclose(served.numpy(), trained.served["digits__serving_default__outputs"],
+                               atol=1e-6)
+
+
+def test_tfm_export_inference_graph_writes_the_saved_model_into_export_dir(trained, records):
+    # TFM's image classification tutorial's cell, imports changed only.
+    from lite_launcher.vision.serving import export_saved_model_lib
+
+    export_dir = str(trained.root / "tutorial_export")
+    export_saved_model_lib.export_inference_graph(
+        input_type="image_tensor", batch_size=1, input_image_size=[SIZE, SIZE],
+        params=resnet_params(records.path),
+        checkpoint_path=tf.train.latest_checkpoint(str(trained.root / "resnet")),
+        export_dir=export_dir)
+    # TFM's defaults: no checkpoint subdirectory, the SavedModel in export_dir.
+    assert sorted(os.listdir(export_dir)) == sorted(SAVED_MODEL_FILES + ["params.yaml"])
+    model_fn = tf.saved_model.load(export_dir).signatures["serving_default"]
+    logits = model_fn(inputs=tf.constant(records.decoded[:1]))["logits"].numpy()
+    assert logits.shape == (1, NUM_CLASSES)  # batch_size=1 in the signature
+    np.testing.assert_allclose(logits, trained.served["resnet__serving_default__logits"][:1],
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(checkpoint_path=None), "checkpoint_path is required"),
+    (dict(num_channels=1), "num_channels= is not supported by lite"),
+    (dict(export_module=object()), "export_module= is not supported by lite"),
+    (dict(add_tpu_function_alias=True), "add_tpu_function_alias= is not supported"),
+    (dict(function_keys=["image_tensor", "image_bytes"]), "as a list must hold one input"),
+    (dict(input_image_size=[0, 32]), "--input_image_size '0,32' must be two positive"),
+])
+def test_tfm_export_inference_graph_refuses_in_one_line_and_writes_nothing(
+        trained, records, tmp_path, change, message):
+    from lite_launcher.vision.serving import export_saved_model_lib
+
+    arguments = dict(input_type="image_tensor", batch_size=None, input_image_size=[SIZE, SIZE],
+                     params=resnet_params(records.path),
+                     checkpoint_path=str(trained.root / "resnet"),
+                     export_dir=str(tmp_path / "export"))
+    with pytest.raises(ll.ConfigError, match=re.escape(message)) as error:
+        export_saved_model_lib.export_inference_graph(**{**arguments, **change})
+    assert len(str(error.value).splitlines()) == 1
+    assert os.listdir(tmp_path) == []
 
 
 def test_ema_exports_the_averages_from_a_checkpoint_and_from_the_best_checkpoint(tmp_path):
@@ -325,7 +393,7 @@ def _flags(**values):
     defaults = dict(experiment="digits_mlp", config_file=None, params_override=None,
                     checkpoint_path=None, export_dir=None, input_type=None, batch_size=None,
                     input_image_size=None, export_checkpoint_subdir="checkpoint",
-                    export_saved_model_subdir="saved_model", log_model_flops_and_params=False,
+                    export_saved_model_subdir="", log_model_flops_and_params=False,
                     function_keys="", registry_imports=None)
     return types.SimpleNamespace(**{**defaults, **values})
 
@@ -345,7 +413,8 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     (dict(checkpoint_path="{root}"), "is a directory with no checkpoint"),
     (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE,
           checkpoint_path="{root}/digits"), "does not fit the experiment's model"),
-    (dict(export_dir="{root}/digits_export"), "already holds an export (saved_model, "
+    (dict(export_dir="{root}/digits_export"), "already holds an export (saved_model.pb, "
+                                              "variables, assets, fingerprint.pb, "
                                               "checkpoint, params.yaml)"),
     (dict(input_image_size="32"), "--input_image_size '32' must be two positive integers"),
     (dict(input_image_size="32,32"), "--input_image_size applies to image tasks"),

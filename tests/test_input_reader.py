@@ -68,11 +68,6 @@ def test_missing_file_and_empty_pattern_name_the_path(tmp_path):
         _reader(" , ")
 
 
-def test_tfds_name_is_rejected_with_a_way_out():
-    with pytest.raises(ConfigError, match="tfds_name.*input_path"):
-        InputReader(DataConfig(tfds_name="mnist", tfds_split="train", global_batch_size=2))
-
-
 # ----- sharding ------------------------------------------------------------
 
 

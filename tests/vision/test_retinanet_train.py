@@ -135,7 +135,7 @@ def test_lite_export_serves_detections_loaded_with_tensorflow_alone(trained, dat
     export.export_saved_model(config, model_dir, export_dir, input_type="image_bytes",
                               function_keys={"image_bytes": "serving_default",
                                              "image_tensor": "serving_image_tensor"})
-    loaded = tf.saved_model.load(os.path.join(export_dir, "saved_model"))
+    loaded = tf.saved_model.load(export_dir)
     image_dir = os.path.join(os.path.dirname(data["validation_json"]), "images")
     encoded = tf.io.read_file(os.path.join(image_dir, "img0000.png"))
     by_bytes = loaded.signatures["serving_default"](inputs=tf.stack([encoded]))

@@ -197,3 +197,33 @@ def test_keras_file_round_trips(tmp_path):
     assert type(loaded) is segmentation_model.SegmentationModel
     assert sorted(loaded.checkpoint_items) == ["backbone", "decoder", "head"]
     assert len(loaded.losses) == len(model.losses)
+
+
+def test_freeze_backbone_trains_the_decoder_and_head_only():
+    """`task.freeze_backbone` (newer TFM's field; TFM's segmentation tutorial sets it): one
+    training step leaves every backbone weight, BatchNorm statistics included, as it was and
+    changes the decoder and the head."""
+    config = ll.get_exp_config("mnv2_deeplabv3_pascal")
+    config.task.freeze_backbone = True  # the tutorial's assignment
+    config.task.model.num_classes = 3
+    config.task.model.input_size = [32, 32, 3]
+    config.task.model.backbone.mobilenet.filter_size_scale = 0.25
+    config.task.validate()
+    keras.backend.clear_session()
+    task = ll.get_task(config.task)
+    model = task.build_model()
+    frozen = {id(v) for v in model.backbone.weights}
+    assert model.trainable_variables and not frozen & {id(v) for v in model.trainable_variables}
+    before = {v.path: v.numpy().copy() for v in model.weights}
+    rng = np.random.default_rng(0)
+    images = tf.constant(rng.normal(size=(2, 32, 32, 3)), tf.float32)
+    masks = tf.constant(rng.integers(0, 3, (2, 32, 32, 1)), tf.float32)
+    logs = task.train_step((images, {"masks": masks}), model, keras.optimizers.SGD(0.1),
+                           metrics=[])
+    assert np.isfinite(float(logs["loss"]))
+    changed = {v.path for v in model.weights if not np.array_equal(before[v.path], v.numpy())}
+    assert not {v.path for v in model.backbone.weights} & changed
+    assert {v.path for v in model.head.weights} & changed
+    assert {v.path for v in model.decoder.weights} & changed
+    unfrozen = ll.get_exp_config("mnv2_deeplabv3_pascal").task
+    assert unfrozen.freeze_backbone is False  # TFM's default: everything trains

@@ -170,7 +170,7 @@ FRESH_SERVER = textwrap.dedent("""
     import tensorflow as tf
     root = sys.argv[1]
     inputs = np.load(os.path.join(root, "inputs.npz"), allow_pickle=True)
-    loaded = tf.saved_model.load(os.path.join(root, "export", "saved_model"))
+    loaded = tf.saved_model.load(os.path.join(root, "export"))
     outputs = {}
     for signature in inputs.files:
         x = inputs[signature]

@@ -200,6 +200,7 @@ class SemanticSegmentationTask(TaskConfig):
     """The task config (TFM's SemanticSegmentationTask).
 
     init_checkpoint_modules: 'all', 'backbone', 'decoder', or a list of 'backbone' / 'decoder'.
+    freeze_backbone: train the decoder and head only (newer TFM's field; not in TFM 2.20).
     """
 
     model: SemanticSegmentationModel = dataclasses.field(
@@ -214,6 +215,9 @@ class SemanticSegmentationTask(TaskConfig):
     init_checkpoint: Optional[str] = None
     init_checkpoint_modules: Union[str, List[str]] = "all"
     export_config: ExportConfig = dataclasses.field(default_factory=ExportConfig)
+    # Newer TFM's field (TFM 2.20 has none: its tutorial's `task.freeze_backbone = True` adds a
+    # key nothing reads): the backbone's weights and BatchNorm statistics stay as initialised.
+    freeze_backbone: bool = False
     # TFM writes the eval images with their predicted masks as image summaries; lite does not
     # (the field is accepted either way, as for every lite task).
     allow_image_summary: bool = True

@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from lite_launcher.errors import ConfigError
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (crops: the old path's names)
     CENTER_CROP_FRACTION, IMAGE_DTYPES, center_crop, decode_and_center_crop_jpeg,
@@ -35,6 +36,33 @@ def make_decoder(image_field_key: str = "image/encoded",
     @tf.autograph.experimental.do_not_convert
     def decode(serialized):
         return tf.io.parse_single_example(serialized, features)
+
+    return decode
+
+
+def make_tfds_decoder(image_field_key: str = "image/encoded",
+                      label_field_key: str = "image/class/label"):
+    """Returns `decode(element)` for a TFDS classification dataset (TFM's
+    `tfds_classification_decoders`): its `image` and `label` features (or the `(image, label)`
+    pair of `tfds_as_supervised`) under the record keys the parser reads. A decoded image is
+    encoded as a quality-100 JPEG, as TFM's; one left encoded by `tfds_skip_decoding_feature:
+    image` is passed as it is."""
+
+    @tf.autograph.experimental.do_not_convert
+    def decode(*element):
+        if len(element) == 2:
+            image, label = element
+        else:
+            features = element[0]
+            missing = [k for k in ("image", "label") if k not in features]
+            if missing:
+                raise ConfigError(f"The TFDS dataset has no {' / '.join(missing)} feature "
+                                  f"(its features: {', '.join(sorted(features))}); image "
+                                  f"classification reads 'image' and 'label'.")
+            image, label = features["image"], features["label"]
+        if image.dtype != tf.string:
+            image = tf.io.encode_jpeg(image, quality=100)
+        return {image_field_key: image, label_field_key: tf.cast(label, tf.int64)}
 
     return decode
 
@@ -200,7 +228,10 @@ def build_dataset(params, task_config,
     """
     keys = task_config.train_data
     model = task_config.model
-    decoder = make_decoder(keys.image_field_key, keys.label_field_key, keys.is_multilabel)
+    if params.tfds_name:
+        decoder = make_tfds_decoder(keys.image_field_key, keys.label_field_key)
+    else:
+        decoder = make_decoder(keys.image_field_key, keys.label_field_key, keys.is_multilabel)
     parser = Parser(
         output_size=model.input_size[:2], num_classes=model.num_classes,
         image_field_key=keys.image_field_key, label_field_key=keys.label_field_key,

@@ -26,7 +26,7 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from lite_launcher.errors import BAD_RECORD_MARKER
+from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.vision.configs.common import MEAN_RGB, STDDEV_RGB
 from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (the old path's names)
@@ -221,6 +221,10 @@ def build_dataset(params, task_config,
     """The batched dataset of `params` (a segmentation DataConfig) for a semantic segmentation
     task, as TFM's task builds it: `ignore_label` and `gt_is_matting_map` come from
     `task_config.losses`, the rest from `params` (TFM's field names)."""
+    if params.tfds_name:
+        raise ConfigError(f"tfds_name ({params.tfds_name!r}): lite reads TFDS for image "
+                          f"classification only (TFM's segmentation TFDS decoders are "
+                          f"Cityscapes'); write the data as TFRecords and set input_path.")
     losses = task_config.losses
     decoder = Decoder(image_feature=params.image_feature,
                       additional_dense_features=params.additional_dense_features)

@@ -13,13 +13,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from lite_launcher.errors import ConfigError
+from lite_launcher.errors import MissingExtraError
 
 INSTALL_HINT = "pip install 'lite_launcher[detection]'"
-
-
-class MissingExtraError(ConfigError):
-    """An optional dependency (an extra of lite_launcher) is not installed."""
 
 
 def import_pycocotools():

@@ -54,8 +54,11 @@ class SemanticSegmentationTask(Task):
     def build_model(self) -> keras.Model:
         config = self.task_config
         segmentation_configs.check_buildable(config)
-        return segmentation_model.build_segmentation_model(
+        model = segmentation_model.build_segmentation_model(
             config.model, config.losses.l2_weight_decay)
+        if config.freeze_backbone:  # newer TFM's field: Keras then runs its BatchNorm frozen
+            model.backbone.trainable = False
+        return model
 
     def initialize(self, model: keras.Model) -> None:
         """Restores `init_checkpoint`: every checkpoint item ('all': backbone, decoder, head)
