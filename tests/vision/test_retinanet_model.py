@@ -337,3 +337,10 @@ def test_mixed_bfloat16_raw_outputs_and_float32_detections():
     assert outputs["detection_boxes"].dtype == tf.float32
     assert outputs["detection_scores"].dtype == tf.float32
     assert int(outputs["num_detections"][0]) == 100
+
+
+def test_tfds_input_is_refused_in_one_line_for_detection():
+    config = ll.get_exp_config("retinanet_resnetfpn_coco")
+    config.task.train_data.tfds_name = "coco/2017"
+    with pytest.raises(ConfigError, match=r"task.train_data.tfds_name .*create_coco_tf_record"):
+        retinanet_configs.check_buildable(config.task)

@@ -360,6 +360,13 @@ def check_buildable(task_config: RetinaNetTask) -> None:
     if len(size) != 3 or size[2] != 3 or any(s is None or s < 1 for s in size[:2]):
         raise ConfigError(f"task.model.input_size {size} must be [height, width, 3] (e.g. "
                           f"task.model.input_size=[640,640,3]).")
+    for split in ("train_data", "validation_data"):
+        name = getattr(task_config, split).tfds_name
+        if name:
+            raise ConfigError(
+                f"task.{split}.tfds_name ({name!r}): lite reads TFDS for image classification "
+                f"only; write the detection data as TFRecords (create_coco_tf_record) and set "
+                f"task.{split}.input_path.")
 
 
 # ---------------------------------------------------------------------------
