@@ -12,7 +12,8 @@ same block specs, in the same order, as TFM's. So the pairing comes from structu
 - lite's side: `module.weights` in Keras's order, grouped into layers by `variable.path`.
 - The two layer lists pair one to one, in order; within a pair, variables pair by their Keras
   names (kernel, gamma, moving_mean, ...). Where a family builds a block's sub-layers in
-  another order than TFM (lite's ViT encoder block), `BLOCK_ORDERS` puts lite's in TFM's order.
+  another order than TFM (lite's ViT encoder block), `BLOCK_ORDERS` puts lite's in TFM's order;
+  a family's module may add its own entry (`register_block_order`).
 
 `load_weights` reads the model (or backbone) alone, for `task.init_checkpoint` and lite-export.
 `resume` (used by `checkpoints.TfmResumingCheckpointManager`, one layer up: this module reads,
@@ -68,6 +69,17 @@ BLOCK_ORDERS: Dict[str, Tuple[str, ...]] = {
         r"segmentation_head_(depthwise_)?conv_\d+", r"segmentation_head_(depthwise_)?norm_\d+",
         "segmentation_output"),
 }
+
+
+def register_block_order(name: str, order: Sequence[str]) -> None:
+    """Adds a family's `BLOCK_ORDERS` entry `name`: the patterns of its block's sub-layers in
+    TFM's order. A family registers from its own module, so that this one imports none."""
+    order = tuple(order)
+    if BLOCK_ORDERS.get(name, order) != order:
+        raise ValueError(f"block order {name!r} is already registered with other patterns.")
+    BLOCK_ORDERS[name] = order
+
+
 # A lite layer holding these projection matrices itself stands for TFM's sub-layers, one each.
 _PROJECTIONS = frozenset(("query", "key", "value", "output"))
 

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import keras
 
+from lite_launcher import tfm_checkpoint
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, get_activation, register_serializable)
 
@@ -40,6 +41,15 @@ def _normal(stddev: float):
 
 def _prior_bias():
     return keras.initializers.Constant(-math.log((1 - PRIOR_PROBABILITY) / PRIOR_PROBABILITY))
+
+
+# TFM's RetinaNetHead keeps each tower's convolutions in one list and their norms in another
+# (`_cls_convs`, `_cls_norms`, then `_classifier`; the box net likewise): lite builds each
+# convolution's norms after it. Attribute towers are not in this order.
+tfm_checkpoint.register_block_order("retinanet_head", tuple(
+    pattern for net, predictor in (("classnet", "scores"), ("boxnet", "boxes"))
+    for pattern in (fr"{net}-conv_\d+(_\d+)?", fr"{net}-conv-norm_\d+_\d+",
+                    fr"{predictor}(-\d+)?")))
 
 
 @register_serializable

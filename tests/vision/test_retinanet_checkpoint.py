@@ -1,0 +1,217 @@
+"""TFM-written RetinaNet checkpoints load into lite's RetinaNet: raw head outputs, post-NMS
+detections and served detections equal TFM's; a 2-replica evaluation reports the one-device
+COCO numbers.
+
+The checkpoints and TFM's outputs on them come from TFM 2.20 itself
+(data/make_tfm_retinanet_checkpoints.py): a ResNet-50 FPN and a MobileNetV2 with separable
+FPN and head, every variable random, saved as TFM's Trainer saves.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import lite_launcher as ll
+from lite_launcher import checkpoints
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data", "tfm_checkpoints", "retinanet")
+with open(os.path.join(DATA, "index.json")) as _f:
+    INDEX = json.load(_f)
+MODELS = sorted(INDEX["models"])
+COCO_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "ARmax1", "ARmax10", "ARmax100",
+              "ARs", "ARm", "ARl")
+DETECTION_KEYS = ("detection_boxes", "detection_scores", "detection_classes",
+                  "num_detections")
+
+
+def params_for(name, **task):
+    entry = INDEX["models"][name]
+    params = ll.get_exp_config(entry["experiment"])
+    params.task.model.override(entry["model"], is_strict=True)
+    params.task.override(task, is_strict=True)
+    return params
+
+
+def reference(name):
+    return np.load(os.path.join(DATA, name, "reference.npz"))
+
+
+def relative_error(actual, expected):
+    return np.abs(np.asarray(actual) - expected).max() / np.abs(expected).mean()
+
+
+def run(model, ref):
+    return model(ref["images"], image_shape=ref["image_shape"],
+                 output_intermediate_features=True, training=False)
+
+
+def assert_detections_equal(outputs, ref, prefix="", box_atol=1e-4):
+    """Counts and classes exact, scores within 1e-4, boxes (pixels) within `box_atol` (of the
+    first `num` rows)."""
+    count = int(ref[prefix + "num_detections"][0])
+    assert count > 1
+    assert int(np.asarray(outputs["num_detections"])[0]) == count
+    np.testing.assert_array_equal(
+        np.asarray(outputs["detection_classes"])[0, :count].astype(np.int64),
+        ref[prefix + "detection_classes"][0, :count].astype(np.int64))
+    np.testing.assert_allclose(np.asarray(outputs["detection_scores"])[0, :count],
+                               ref[prefix + "detection_scores"][0, :count], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(outputs["detection_boxes"])[0, :count],
+                               ref[prefix + "detection_boxes"][0, :count], atol=box_atol)
+
+
+def assert_raw_outputs_equal(outputs, ref):
+    levels = sorted(outputs["cls_outputs"])
+    assert levels == ["3", "4", "5", "6", "7"]
+    for level in levels:
+        assert relative_error(outputs["cls_outputs"][level], ref[f"cls_{level}"]) <= 1e-4
+        assert relative_error(outputs["box_outputs"][level], ref[f"box_{level}"]) <= 1e-4
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_all_restores_tfm_head_outputs_and_detections(name):
+    task = ll.get_task(params_for(name, init_checkpoint=os.path.join(DATA, name),
+                                  init_checkpoint_modules="all").task)
+    model = task.build_model()
+    assert model.count_params() == INDEX["models"][name]["params"]
+    ref = reference(name)
+    assert relative_error(run(model, ref)["cls_outputs"]["3"], ref["cls_3"]) > 1e-2
+    task.initialize(model)
+    outputs = run(model, ref)
+    assert_raw_outputs_equal(outputs, ref)
+    assert_detections_equal(outputs, ref)
+
+
+def _values(module):
+    return [v.numpy() for v in module.weights]
+
+
+def test_backbone_and_decoder_modules_from_a_tfm_checkpoint():
+    """'backbone' reads TFM's backbone alone (its features equal TFM's; decoder and head
+    untouched); 'decoder' reads the FPN alone (on TFM's backbone features it gives TFM's)."""
+    name = "retinanet_resnet50_fpn"
+    ref = reference(name)
+    levels = ["2", "3", "4", "5"]
+    task = ll.get_task(params_for(name, init_checkpoint=os.path.join(DATA, name),
+                                  init_checkpoint_modules="backbone").task)
+    model = task.build_model()
+    rest = _values(model.decoder) + _values(model.head)
+    task.initialize(model)
+    features = model.backbone(ref["images"], training=False)
+    for level in levels:
+        assert relative_error(features[level], ref[f"backbone_{level}"]) <= 1e-4
+    for before, after in zip(rest, _values(model.decoder) + _values(model.head)):
+        np.testing.assert_array_equal(before, after)
+
+    task = ll.get_task(params_for(name, init_checkpoint=os.path.join(DATA, name),
+                                  init_checkpoint_modules="decoder").task)
+    model = task.build_model()
+    rest = _values(model.backbone) + _values(model.head)
+    tfm_features = {level: ref[f"backbone_{level}"] for level in levels}
+    assert relative_error(model.decoder(tfm_features, training=False)["3"],
+                          ref["decoder_3"]) > 1e-2
+    task.initialize(model)
+    decoded = model.decoder(tfm_features, training=False)
+    for level in ("3", "4", "5", "6", "7"):
+        assert relative_error(decoded[level], ref[f"decoder_{level}"]) <= 1e-4
+    for before, after in zip(rest, _values(model.backbone) + _values(model.head)):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_read_weights_maps_the_tfm_model_object():
+    """checkpoints.read_weights with {'model': ...}: TFM's whole `model` object (not its
+    checkpoint items) onto lite's model."""
+    name = "retinanet_mobilenetv2_fpn"
+    model = ll.get_task(params_for(name).task).build_model()
+    prefix, is_tfm = checkpoints.read_weights({"model": model}, os.path.join(DATA, name))
+    assert is_tfm and prefix.endswith("ckpt-13")
+    ref = reference(name)
+    outputs = run(model, ref)
+    assert_raw_outputs_equal(outputs, ref)
+    assert_detections_equal(outputs, ref)
+
+
+def test_lite_export_of_a_tfm_checkpoint_serves_tfms_detections(tmp_path):
+    """export_saved_model (lite-export) of the TFM checkpoint, loaded with TensorFlow alone,
+    serves what TFM's DetectionModule served on the same uint8 image."""
+    name = "retinanet_resnet50_fpn"
+    ref = reference(name)
+    saved = ll.export_saved_model(params_for(name), os.path.join(DATA, name),
+                                  str(tmp_path / "export"), input_type="image_tensor",
+                                  batch_size=1, input_image_size=[128, 128])
+    served = tf.saved_model.load(saved).signatures["serving_default"](
+        inputs=tf.constant(ref["image"]))
+    served = {key: value.numpy() for key, value in served.items()}
+    assert set(DETECTION_KEYS) <= set(served)
+    # The SavedModel's optimised graph moves box corners by up to 2e-3 px: within 1e-4 of the
+    # 128-px image.
+    assert_detections_equal(served, ref, prefix="served_", box_atol=1e-4 * 128)
+
+
+# One process with two logical CPUs: the same TFM checkpoint evaluated (mode eval) mirrored over
+# both and on one device; prints the two sets of COCO numbers as JSON.
+_EVAL_SCRIPT = textwrap.dedent("""
+    import json, os, shutil, sys
+    sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]
+    import local_devices
+    devices = local_devices.set_logical_cpu_count(2)
+    import lite_launcher as ll
+    from detection_images import detection_tfrecords
+    checkpoint, entry, root = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+    paths = detection_tfrecords(os.path.join(root, "data"), train_count=2, eval_count=8, size=128)
+    results = {}
+    for strategy in ("mirrored", "off"):
+        params = ll.get_exp_config(entry["experiment"])
+        params.task.model.override(entry["model"], is_strict=True)
+        params.override({
+            "runtime": {"distribution_strategy": strategy, "mixed_precision_dtype": "float32"},
+            "task": {"init_checkpoint": "", "annotation_file": paths["validation_json"],
+                     "train_data": {"input_path": paths["train"], "global_batch_size": 2},
+                     "validation_data": {"input_path": paths["validation"],
+                                         "global_batch_size": 4, "dtype": "float32"}},
+            "trainer": {"validation_steps": 2}})
+        model_dir = os.path.join(root, strategy)
+        shutil.copytree(checkpoint, model_dir)
+        distribution = ll.get_distribution_strategy(
+            strategy, devices=devices if strategy == "mirrored" else None)
+        with distribution.scope():
+            task = ll.get_task(params.task)
+        logs = []
+        ll.run_experiment(distribution_strategy=distribution, task=task, mode="eval",
+                          params=params, model_dir=model_dir, save_summary=False,
+                          eval_actions=[logs.append])
+        results[strategy] = {"replicas": distribution.num_replicas_in_sync,
+                             "logs": {k: float(v) for k, v in logs[-1].items()
+                                      if getattr(v, "ndim", 0) == 0}}
+    print("RESULT " + json.dumps(results))
+""")
+
+
+def test_two_replicas_report_the_one_device_coco_numbers(tmp_path):
+    sys.path.insert(0, os.path.dirname(HERE))
+    from test_modes import ROOT, subprocess_env  # pylint: disable=import-outside-toplevel
+
+    pytest.importorskip("pycocotools")
+    name = "retinanet_resnet50_fpn"
+    result = subprocess.run(
+        [sys.executable, "-c", _EVAL_SCRIPT, HERE,
+         os.path.join(DATA, name), json.dumps(INDEX["models"][name]), str(tmp_path)],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    results = json.loads(line[len("RESULT "):])
+    print({key: value["logs"] for key, value in results.items()})
+    assert results["mirrored"]["replicas"] == 2 and results["off"]["replicas"] == 1
+    # The 12 COCO numbers, computed by pycocotools over the detections gathered from both
+    # replicas, equal the one-device ones. (The loss means differ, as TFM's: each replica
+    # normalises its focal loss by its own positives.)
+    one, two = results["off"]["logs"], results["mirrored"]["logs"]
+    assert {name: two[name] for name in COCO_NAMES} == {name: one[name] for name in COCO_NAMES}
+    assert one["AP"] > 0 and one["ARmax100"] > 0  # the checkpoint does find some shapes
