@@ -25,6 +25,8 @@ BACKBONE_MODULES = {
     "dilated_resnet": "lite_launcher.vision.modeling.backbones.resnet_deeplab",
     "mobilenet": "lite_launcher.vision.modeling.backbones.mobilenet",
     "vit": "lite_launcher.vision.modeling.backbones.vit",
+    "spinenet": "lite_launcher.vision.modeling.backbones.spinenet",
+    "spinenet_mobile": "lite_launcher.vision.modeling.backbones.spinenet_mobile",
 }
 _BACKBONE_BUILDERS: Dict[str, Callable[..., keras.Model]] = {}
 
