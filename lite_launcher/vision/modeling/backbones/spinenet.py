@@ -68,16 +68,52 @@ def conv_norm(x, settings: NormSettings, filters: int, kernel_size: int = 1, str
     return settings.act()(x) if activate else x
 
 
-def upsample(x, scale: int):
-    """Nearest-neighbour upsampling by an integer `scale` (TFM's `nearest_upsampling`)."""
+def tfm_depth(x, layers: int):
+    """`x` through `layers` Identity layers, where TFM's graph has that many weightless layers
+    (tf_keras op layers) that lite's has not.
+
+    Why: a Functional model orders its layers by their depth from the outputs (Keras 3 as
+    tf_keras), and a TFM checkpoint numbers the layers in that order; with the same depths,
+    lite's layers come in TFM's order and its checkpoints pair by structure.
+    """
+    for _ in range(layers):
+        x = keras.layers.Identity()(x)
+    return x
+
+
+# Weightless layers on the longest path of TFM's `nearest_upsampling` (shape, slice, reshape,
+# tile, reshape) beyond the one UpSampling2D lite uses, and after each block group
+# (tf.identity / a linear Activation naming the group).
+UPSAMPLING_OP_LAYERS = 4
+BLOCK_GROUP_OP_LAYERS = 1
+
+
+def upsample(x, scale: int, keras_layer: bool = False):
+    """Nearest-neighbour upsampling by an integer `scale`: TFM's `nearest_upsampling`
+    (reshape and tile; `keras_layer`: its UpSampling2D form), the same values either way."""
+    if not keras_layer:
+        x = tfm_depth(x, UPSAMPLING_OP_LAYERS)
     return keras.layers.UpSampling2D(size=(scale, scale), interpolation="nearest")(x)
+
+
+def add_all(tensors):
+    """The sum of `tensors` in one layer (TFM's SpineNet: tf.add_n)."""
+    return keras.layers.Add()(list(tensors))
+
+
+def add_pairwise(tensors):
+    """The sum of `tensors` as a chain of two-input Add layers (TFM's mobile SpineNet)."""
+    total = tensors[0]
+    for tensor in tensors[1:]:
+        total = keras.layers.Add()([total, tensor])
+    return total
 
 
 def scale_permuted_network(stem: Sequence[Tuple[object, int, str]], block_specs: Sequence[tuple],
                            input_width: int, filters_of: Callable[[int], int],
                            resample: Callable, block_group: Callable, settings: NormSettings,
-                           init_drop_rate: float = 0.0,
-                           max_level: Optional[int] = None) -> Dict[str, object]:
+                           init_drop_rate: float = 0.0, max_level: Optional[int] = None,
+                           fuse: Callable = add_all) -> Dict[str, object]:
     """Builds the blocks of `block_specs` on the `stem` blocks ((tensor, width, kind) each)
     and returns the output blocks {str(level): tensor}.
 
@@ -110,7 +146,7 @@ def scale_permuted_network(stem: Sequence[Tuple[object, int, str]], block_specs:
                         and tensor.shape[3] == parents[0].shape[3]):
                     parents.append(tensor)
                     block[3] += 1
-        x = settings.act()(keras.layers.Add()(parents))
+        x = settings.act()(fuse(parents))
         drop_rate = get_stochastic_depth_rate(init_drop_rate, i + 1, len(block_specs))
         x = block_group(x, filters, kind, drop_rate, f"scale_permuted_block_{i + 1}")
         net.append([x, target_width, kind, 0])
@@ -145,7 +181,7 @@ def build_spinenet_model(input_shape, settings: NormSettings, min_level: int = 3
             x = block(filters=filters, strides=1, use_projection=use_projection,
                       stochastic_depth_drop_rate=drop_rate, settings=settings,
                       name=f"{block_name}_{repeat}")(x)
-        return x
+        return tfm_depth(x, BLOCK_GROUP_OP_LAYERS)
 
     def resample(x, width, kind, target_width, target_filters, target_kind):
         # Squeeze to alpha x the parent block's own filters (a bottleneck outputs 4x them).

@@ -18,7 +18,8 @@ from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
 from lite_launcher.vision.modeling.backbones.mobilenet import InvertedBottleneckBlock
 from lite_launcher.vision.modeling.backbones.spinenet import (
-    conv_norm, level_endpoints, scale_permuted_network, upsample)
+    BLOCK_GROUP_OP_LAYERS, add_pairwise, conv_norm, level_endpoints, scale_permuted_network,
+    tfm_depth, upsample)
 from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 
 # Filters of a block at each level (level 0: the stem convolution).
@@ -62,6 +63,7 @@ def build_spinenet_mobile_model(input_shape, settings: NormSettings, min_level: 
                                 se_ratio: float = 0.2, block_repeats: int = 1,
                                 filter_size_scale: float = 1.0, expand_ratio: int = 6,
                                 init_stochastic_depth_rate: float = 0.0,
+                                use_keras_upsampling_2d: bool = False,
                                 block_specs: Sequence[tuple] = SPINENET_MOBILE_BLOCK_SPECS,
                                 name: str = "backbone") -> keras.Model:
     """Mobile SpineNet as a Functional model {str(level): features}, min_level..max_level,
@@ -81,7 +83,7 @@ def build_spinenet_mobile_model(input_shape, settings: NormSettings, min_level: 
                 se_gating_activation="hard_sigmoid", stochastic_depth_drop_rate=drop_rate,
                 activation=settings.activation, settings=settings,
                 name=f"{block_name}_{repeat}")(x)
-        return x
+        return tfm_depth(x, BLOCK_GROUP_OP_LAYERS)
 
     def resample(x, width, kind, target_width, target_filters, target_kind):
         del kind, target_kind
@@ -89,7 +91,7 @@ def build_spinenet_mobile_model(input_shape, settings: NormSettings, min_level: 
             x = settings.act()(settings.norm()(settings.depthwise(3, 2)(x)))
             width /= 2
         if width < target_width:
-            x = upsample(x, target_width // width)
+            x = upsample(x, target_width // width, keras_layer=use_keras_upsampling_2d)
         return conv_norm(x, settings, target_filters, activate=False)
 
     x = conv_norm(inputs, settings, filters_of(0), kernel_size=3, strides=2)
@@ -99,7 +101,7 @@ def build_spinenet_mobile_model(input_shape, settings: NormSettings, min_level: 
         stem.append((x, int(math.ceil(input_width / 2 ** (i + 1))), "mbconv"))
     blocks = scale_permuted_network(
         stem, block_specs, input_width, filters_of, resample, block_group, settings,
-        init_drop_rate=init_stochastic_depth_rate, max_level=max_level)
+        init_drop_rate=init_stochastic_depth_rate, max_level=max_level, fuse=add_pairwise)
     return keras.Model(inputs, level_endpoints(blocks, min_level, max_level,
                                                endpoints_num_filters, settings), name=name)
 
@@ -112,5 +114,6 @@ def build_spinenet_mobile(input_shape, config: backbone_configs.SpineNetMobile,
     return build_spinenet_mobile_model(
         input_shape, settings, min_level=config.min_level, max_level=config.max_level,
         se_ratio=config.se_ratio, expand_ratio=config.expand_ratio,
+        use_keras_upsampling_2d=config.use_keras_upsampling_2d,
         init_stochastic_depth_rate=config.stochastic_depth_drop_rate, name=name,
         **SCALING_MAP[str(config.model_id)])
