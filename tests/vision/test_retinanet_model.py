@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DATA = os.path.join(HERE, "data")
 sys.path.insert(0, HERE)
+from cli import lite_train_command  # noqa: E402
 from tfm_compare import as_plain_dict, differences  # noqa: E402
 
 with open(os.path.join(DATA, "tfm_retinanet_reference.json")) as f:
@@ -129,9 +130,9 @@ def test_spinenet_configs_validate_and_mobiledet_is_refused_in_one_line(name):
 
 def test_lite_train_refuses_mobiledet_with_exit_2_and_writes_nothing(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "lite_launcher.main", "--experiment", "retinanet_spinenet_coco",
-         "--mode", "train", "--model_dir", str(tmp_path / "model"),
-         "--params_override", "task.model.backbone.type=mobiledet"],
+        lite_train_command("--experiment", "retinanet_spinenet_coco", "--mode", "train",
+                           "--model_dir", tmp_path / "model",
+                           "--params_override", "task.model.backbone.type=mobiledet"),
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 2
