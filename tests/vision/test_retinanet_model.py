@@ -120,24 +120,26 @@ def test_tfm_retinanet_yaml_loads_unchanged(yaml_name):
 
 
 @pytest.mark.parametrize("name", ["retinanet_spinenet_coco", "retinanet_mobile_coco"])
-def test_spinenet_configs_validate_and_mobiledet_is_refused_in_one_line(name):
+def test_spinenet_configs_validate_and_an_unbuilt_backbone_is_refused_in_one_line(name):
     config = ll.get_exp_config(name)
     config.validate()
     config.task.model.backbone.type = "mobiledet"
-    with pytest.raises(ConfigError, match="backbone type 'mobiledet' is not built yet"):
+    config.validate()
+    config.task.model.backbone.type = "efficientnet"  # TFM's; not a lite backbone
+    with pytest.raises(ConfigError, match="backbone.type 'efficientnet' must be one of resnet"):
         config.validate()
 
 
-def test_lite_train_refuses_mobiledet_with_exit_2_and_writes_nothing(tmp_path):
+def test_lite_train_refuses_an_unbuilt_backbone_with_exit_2_and_writes_nothing(tmp_path):
     result = subprocess.run(
         lite_train_command("--experiment", "retinanet_spinenet_coco", "--mode", "train",
                            "--model_dir", tmp_path / "model",
-                           "--params_override", "task.model.backbone.type=mobiledet"),
+                           "--params_override", "task.model.backbone.type=efficientnet"),
         cwd=ROOT, capture_output=True, text=True, timeout=300,
         env={**os.environ, "PYTHONPATH": ROOT})
     assert result.returncode == 2
     errors = [l for l in result.stderr.splitlines() if l.startswith("lite-train: error:")]
-    assert len(errors) == 1 and "backbone type 'mobiledet' is not built yet" in errors[0]
+    assert len(errors) == 1 and "backbone.type 'efficientnet' must be one of" in errors[0]
     assert result.stderr.strip().splitlines()[-1] == errors[0]
     assert not os.path.exists(tmp_path / "model")
 

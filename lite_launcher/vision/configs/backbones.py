@@ -1,6 +1,6 @@
 """Backbone configs with TFM's field names and defaults (official/vision/configs/backbones.py
 and vit_specs.py): ResNet, DilatedResNet, MobileNet, VisionTransformer, SpineNet,
-SpineNetMobile and the `Backbone` one-of that every task family's model config holds.
+SpineNetMobile, MobileDet and the `Backbone` one-of that every task family's model config holds.
 """
 
 from __future__ import annotations
@@ -179,24 +179,36 @@ class SpineNetMobile(Config):
             raise ConfigError(f"{path}.se_ratio ({self.se_ratio}) must be within [0, 1].")
 
 
+MOBILEDET_MODEL_IDS = ("MobileDetCPU", "MobileDetDSP", "MobileDetEdgeTPU", "MobileDetGPU")
+
+
 @dataclasses.dataclass
 class MobileDet(Config):
-    """TFM's MobileDet backbone config (backbones.MobileDet; not built yet)."""
+    """TFM's MobileDet backbone (backbones.MobileDet, `type: mobiledet`)."""
 
     model_id: str = "MobileDetCPU"
     filter_size_scale: float = 1.0
 
+    def _validate(self):
+        path = "task.model.backbone.mobiledet"
+        if self.model_id not in MOBILEDET_MODEL_IDS:
+            raise ConfigError(f"{path}.model_id {self.model_id!r} is not one of "
+                              f"{', '.join(MOBILEDET_MODEL_IDS)}.")
+        if not self.filter_size_scale > 0:
+            raise ConfigError(f"{path}.filter_size_scale ({self.filter_size_scale}) must be "
+                              f"> 0.")
+
 
 # The backbone types lite builds; the other fields of `Backbone` are TFM's configs only.
 BUILT_BACKBONE_TYPES = ("resnet", "dilated_resnet", "mobilenet", "vit", "spinenet",
-                        "spinenet_mobile")
+                        "spinenet_mobile", "mobiledet")
 
 
 @dataclasses.dataclass
 class Backbone(OneOfConfig):
-    """`type`: 'resnet', 'dilated_resnet', 'mobilenet', 'vit', 'spinenet' or 'spinenet_mobile'
-    (`BUILT_BACKBONE_TYPES`); 'mobiledet' holds TFM's fields so that TFM's detection configs
-    load, and is refused by `check_built` (TFM's other backbones are absent)."""
+    """`type`: 'resnet', 'dilated_resnet', 'mobilenet', 'vit', 'spinenet', 'spinenet_mobile'
+    or 'mobiledet' (`BUILT_BACKBONE_TYPES`); TFM's other backbones (EfficientNet, RevNet) are
+    absent, and `check_built` refuses a type lite does not build in one line."""
 
     type: Optional[str] = None
     resnet: ResNet = dataclasses.field(default_factory=ResNet)

@@ -4,9 +4,9 @@ Mirrors official/vision/configs/retinanet.py of tf-models-official 2.20, so that
 YAMLs on ResNet and MobileNet load unchanged and the four experiments (`retinanet`,
 `retinanet_resnetfpn_coco`, `retinanet_spinenet_coco`, `retinanet_mobile_coco`) hold TFM's
 values. The backbone, decoder, norm-activation and data-decoder configs are the shared ones.
-MobileDet configs load (TFM's fields) but `validate()` refuses them in one line, before
-TensorFlow builds anything: lite builds ResNet, MobileNet, SpineNet, mobile SpineNet (and the
-other classification backbones) under FPN or the identity decoder. As for every family, a TFM
+lite builds ResNet, MobileNet, SpineNet, mobile SpineNet, MobileDet (and the other
+classification backbones) under FPN or the identity decoder; any other backbone type is refused
+by `validate()` in one line, before TensorFlow builds anything. As for every family, a TFM
 field lite does not implement keeps its default; any other value is refused by `validate()`
 with a `ConfigError` naming the field.
 
@@ -288,7 +288,7 @@ class RetinaNetTask(TaskConfig):
 
 def check_model(model: RetinaNet, path: str = "task.model") -> None:
     """The checks of a RetinaNet model config that need no TensorFlow (the backbone type
-    first: MobileDet is refused here)."""
+    first: one lite does not build is refused here)."""
     model.backbone.check_built(f"{path}.backbone")
     if model.decoder.type not in DECODER_TYPES:
         raise ConfigError(f"{path}.decoder.type {model.decoder.type!r} is not implemented for "

@@ -27,6 +27,7 @@ BACKBONE_MODULES = {
     "vit": "lite_launcher.vision.modeling.backbones.vit",
     "spinenet": "lite_launcher.vision.modeling.backbones.spinenet",
     "spinenet_mobile": "lite_launcher.vision.modeling.backbones.spinenet_mobile",
+    "mobiledet": "lite_launcher.vision.modeling.backbones.mobiledet",
 }
 _BACKBONE_BUILDERS: Dict[str, Callable[..., keras.Model]] = {}
 

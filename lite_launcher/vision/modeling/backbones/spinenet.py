@@ -118,9 +118,9 @@ def scale_permuted_network(stem: Sequence[Tuple[object, int, str]], block_specs:
     and returns the output blocks {str(level): tensor}.
 
     Each block resamples its two parents to its own level (`resample(tensor, width, kind,
-    target width, target filters, target kind)`), adds them (and, for an output block, every
-    earlier block nobody reads yet whose width and channels match), applies the activation and
-    runs `block_group(x, filters, kind, drop rate, name)`; block i of n drops its residual
+    target width, target filters, target kind)`), sums them with `fuse` (and, for an output
+    block, every earlier block nobody reads yet whose width and channels match), applies the
+    activation and runs `block_group(x, filters, kind, drop rate, name)`; block i of n drops its residual
     branch at `init_drop_rate * i / n`. With `max_level`, blocks above it are built at
     `max_level` (mobile SpineNet's rule). A later output at a level replaces an earlier one,
     as in TFM.
