@@ -1,6 +1,6 @@
 """Backbone configs with TFM's field names and defaults (official/vision/configs/backbones.py
-and vit_specs.py): ResNet, DilatedResNet, MobileNet, VisionTransformer and the `Backbone`
-one-of that every task family's model config holds.
+and vit_specs.py): ResNet, DilatedResNet, MobileNet, VisionTransformer, SpineNet,
+SpineNetMobile, MobileDet and the `Backbone` one-of that every task family's model config holds.
 """
 
 from __future__ import annotations
@@ -118,19 +118,46 @@ class MobileNet(Config):
                               f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
 
 
+# SpineNet's model ids (TFM's spinenet.SCALING_MAP) and mobile SpineNet's
+# (spinenet_mobile.SCALING_MAP); the sizes each id stands for are tables beside the families.
+SPINENET_MODEL_IDS = ("49S", "49", "96", "143", "143L", "190")
+SPINENET_MOBILE_MODEL_IDS = ("49", "49S", "49XS")
+
+
+def _check_spinenet_levels(config, path: str, lowest: int) -> None:
+    """min_level / max_level within the levels the network outputs (`lowest`..7)."""
+    if not lowest <= config.min_level <= config.max_level <= 7:
+        raise ConfigError(
+            f"{path}: min_level ({config.min_level}) and max_level ({config.max_level}) must "
+            f"satisfy {lowest} <= min_level <= max_level <= 7.")
+    if not 0.0 <= config.stochastic_depth_drop_rate <= 1.0:
+        raise ConfigError(f"{path}.stochastic_depth_drop_rate "
+                          f"({config.stochastic_depth_drop_rate}) must be within [0, 1].")
+
+
 @dataclasses.dataclass
 class SpineNet(Config):
-    """TFM's SpineNet backbone config (backbones.SpineNet; not built yet)."""
+    """TFM's SpineNet backbone (backbones.SpineNet, `type: spinenet`). `model_id` chooses the
+    endpoint width, filter scale, resampling alpha and block repeats (SPINENET_MODEL_IDS)."""
 
     model_id: str = "49"
     stochastic_depth_drop_rate: float = 0.0
     min_level: int = 3
     max_level: int = 7
 
+    def _validate(self):
+        path = "task.model.backbone.spinenet"
+        if str(self.model_id) not in SPINENET_MODEL_IDS:
+            raise ConfigError(f"{path}.model_id {self.model_id!r} is not one of "
+                              f"{', '.join(SPINENET_MODEL_IDS)}.")
+        _check_spinenet_levels(self, path, 2)
+
 
 @dataclasses.dataclass
 class SpineNetMobile(Config):
-    """TFM's mobile SpineNet backbone config (backbones.SpineNetMobile; not built yet)."""
+    """TFM's mobile SpineNet backbone (backbones.SpineNetMobile, `type: spinenet_mobile`).
+    `use_keras_upsampling_2d` only chooses TFM's upsampling op: lite always uses
+    `keras.layers.UpSampling2D` (the same nearest-neighbour values)."""
 
     model_id: str = "49"
     stochastic_depth_drop_rate: float = 0.0
@@ -140,24 +167,48 @@ class SpineNetMobile(Config):
     max_level: int = 7
     use_keras_upsampling_2d: bool = False
 
+    def _validate(self):
+        path = "task.model.backbone.spinenet_mobile"
+        if str(self.model_id) not in SPINENET_MOBILE_MODEL_IDS:
+            raise ConfigError(f"{path}.model_id {self.model_id!r} is not one of "
+                              f"{', '.join(SPINENET_MOBILE_MODEL_IDS)}.")
+        _check_spinenet_levels(self, path, 3)
+        if self.expand_ratio < 1:
+            raise ConfigError(f"{path}.expand_ratio ({self.expand_ratio}) must be >= 1.")
+        if not 0.0 <= self.se_ratio <= 1.0:
+            raise ConfigError(f"{path}.se_ratio ({self.se_ratio}) must be within [0, 1].")
+
+
+MOBILEDET_MODEL_IDS = ("MobileDetCPU", "MobileDetDSP", "MobileDetEdgeTPU", "MobileDetGPU")
+
 
 @dataclasses.dataclass
 class MobileDet(Config):
-    """TFM's MobileDet backbone config (backbones.MobileDet; not built yet)."""
+    """TFM's MobileDet backbone (backbones.MobileDet, `type: mobiledet`)."""
 
     model_id: str = "MobileDetCPU"
     filter_size_scale: float = 1.0
 
+    def _validate(self):
+        path = "task.model.backbone.mobiledet"
+        if self.model_id not in MOBILEDET_MODEL_IDS:
+            raise ConfigError(f"{path}.model_id {self.model_id!r} is not one of "
+                              f"{', '.join(MOBILEDET_MODEL_IDS)}.")
+        if not self.filter_size_scale > 0:
+            raise ConfigError(f"{path}.filter_size_scale ({self.filter_size_scale}) must be "
+                              f"> 0.")
+
 
 # The backbone types lite builds; the other fields of `Backbone` are TFM's configs only.
-BUILT_BACKBONE_TYPES = ("resnet", "dilated_resnet", "mobilenet", "vit")
+BUILT_BACKBONE_TYPES = ("resnet", "dilated_resnet", "mobilenet", "vit", "spinenet",
+                        "spinenet_mobile", "mobiledet")
 
 
 @dataclasses.dataclass
 class Backbone(OneOfConfig):
-    """`type`: 'resnet', 'dilated_resnet', 'mobilenet' or 'vit' (`BUILT_BACKBONE_TYPES`);
-    'spinenet', 'spinenet_mobile' and 'mobiledet' hold TFM's fields so that TFM's detection
-    configs load, and are refused by `check_built` (TFM's other backbones are absent)."""
+    """`type`: 'resnet', 'dilated_resnet', 'mobilenet', 'vit', 'spinenet', 'spinenet_mobile'
+    or 'mobiledet' (`BUILT_BACKBONE_TYPES`); TFM's other backbones (EfficientNet, RevNet) are
+    absent, and `check_built` refuses a type lite does not build in one line."""
 
     type: Optional[str] = None
     resnet: ResNet = dataclasses.field(default_factory=ResNet)

@@ -4,9 +4,9 @@ Mirrors official/vision/configs/retinanet.py of tf-models-official 2.20, so that
 YAMLs on ResNet and MobileNet load unchanged and the four experiments (`retinanet`,
 `retinanet_resnetfpn_coco`, `retinanet_spinenet_coco`, `retinanet_mobile_coco`) hold TFM's
 values. The backbone, decoder, norm-activation and data-decoder configs are the shared ones.
-SpineNet, mobile SpineNet and MobileDet configs load (TFM's fields) but `validate()` refuses
-them in one line, before TensorFlow builds anything: lite builds ResNet, MobileNet (and the
-other classification backbones) under FPN or the identity decoder. As for every family, a TFM
+lite builds ResNet, MobileNet, SpineNet, mobile SpineNet, MobileDet (and the other
+classification backbones) under FPN or the identity decoder; any other backbone type is refused
+by `validate()` in one line, before TensorFlow builds anything. As for every family, a TFM
 field lite does not implement keeps its default; any other value is refused by `validate()`
 with a `ConfigError` naming the field.
 
@@ -288,7 +288,7 @@ class RetinaNetTask(TaskConfig):
 
 def check_model(model: RetinaNet, path: str = "task.model") -> None:
     """The checks of a RetinaNet model config that need no TensorFlow (the backbone type
-    first: SpineNet, mobile SpineNet and MobileDet are refused here)."""
+    first: one lite does not build is refused here)."""
     model.backbone.check_built(f"{path}.backbone")
     if model.decoder.type not in DECODER_TYPES:
         raise ConfigError(f"{path}.decoder.type {model.decoder.type!r} is not implemented for "
@@ -437,8 +437,7 @@ def retinanet_resnetfpn_coco() -> ExperimentConfig:
 
 @register_config_factory("retinanet_spinenet_coco")
 def retinanet_spinenet_coco() -> ExperimentConfig:
-    """RetinaNet SpineNet-49 on COCO at 640x640, 500 epochs (TFM's; SpineNet is not built
-    yet, so this config loads but is refused by `validate()`)."""
+    """RetinaNet SpineNet-49 on COCO at 640x640, 500 epochs (TFM's)."""
     model = RetinaNet(
         backbone=Backbone(type="spinenet", spinenet=SpineNet(
             model_id="49", stochastic_depth_drop_rate=0.2, min_level=3, max_level=7)),
@@ -451,8 +450,7 @@ def retinanet_spinenet_coco() -> ExperimentConfig:
 @register_config_factory("retinanet_mobile_coco")
 def retinanet_mobile_coco() -> ExperimentConfig:
     """Mobile RetinaNet on COCO: mobile SpineNet-49, separable head of 48 filters, 384x384,
-    600 epochs (TFM's; TFM's MobileNet YAMLs set a MobileNet backbone over it, which builds;
-    mobile SpineNet itself is not built yet)."""
+    600 epochs (TFM's; TFM's MobileNet YAMLs set a MobileNet backbone over it)."""
     model = RetinaNet(
         backbone=Backbone(type="spinenet_mobile", spinenet_mobile=SpineNetMobile(
             model_id="49", stochastic_depth_drop_rate=0.2, min_level=3, max_level=7,

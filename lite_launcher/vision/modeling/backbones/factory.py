@@ -25,6 +25,9 @@ BACKBONE_MODULES = {
     "dilated_resnet": "lite_launcher.vision.modeling.backbones.resnet_deeplab",
     "mobilenet": "lite_launcher.vision.modeling.backbones.mobilenet",
     "vit": "lite_launcher.vision.modeling.backbones.vit",
+    "spinenet": "lite_launcher.vision.modeling.backbones.spinenet",
+    "spinenet_mobile": "lite_launcher.vision.modeling.backbones.spinenet_mobile",
+    "mobiledet": "lite_launcher.vision.modeling.backbones.mobiledet",
 }
 _BACKBONE_BUILDERS: Dict[str, Callable[..., keras.Model]] = {}
 
