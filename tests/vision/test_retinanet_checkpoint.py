@@ -138,6 +138,8 @@ def test_read_weights_maps_the_tfm_model_object():
     assert_detections_equal(outputs, ref)
 
 
+@pytest.mark.release(sibling="tests/vision/test_retinanet_train.py::"
+                             "test_lite_export_serves_detections_loaded_with_tensorflow_alone")
 def test_lite_export_of_a_tfm_checkpoint_serves_tfms_detections(tmp_path):
     """export_saved_model (lite-export) of the TFM checkpoint, loaded with TensorFlow alone,
     serves what TFM's DetectionModule served on the same uint8 image."""
@@ -194,6 +196,9 @@ _EVAL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.release(sibling="tests/vision/test_retinanet_train.py::"
+                             "test_lite_train_retinanet_reports_the_coco_numbers_and_writes_"
+                             "a_checkpoint")
 def test_two_replicas_report_the_one_device_coco_numbers(tmp_path):
     sys.path.insert(0, os.path.dirname(HERE))
     from test_modes import ROOT, subprocess_env  # pylint: disable=import-outside-toplevel
