@@ -16,7 +16,10 @@ captions `image/caption`. Boxes of zero size or reaching past the image are skip
 
 Unlike TFM's, everything is checked before the first record is written: a JSON that does not
 read, an image the JSON names that no --image_dir holds (or that two hold), pycocotools missing
-with --include_masks; each is one line on stderr and exit code 2, and no shard is left behind.
+with --include_masks, and with --include_masks an object (with a kept box) without a
+segmentation, an RLE mask of another size than its image, or a polygon outside its image;
+each is one line on stderr and exit code 2, and no shard is left behind. RLE with compressed
+counts (a string) converts too (TFM's reads only lists).
 TensorFlow is imported only once the checks pass. Panoptic masks are not supported.
 """
 
@@ -38,18 +41,74 @@ class InputError(ValueError):
     """Bad command-line input or annotations (one line, exit code 2)."""
 
 
+def _is_rle(segmentation) -> bool:
+    return isinstance(segmentation, dict) and "counts" in segmentation and "size" in segmentation
+
+
 def coco_segmentation_to_mask_png(segmentation, height: int, width: int,
                                   is_crowd) -> bytes:
-    """A COCO segmentation (polygons, or RLE for crowds) as a PNG of the 0/1 mask."""
+    """A COCO segmentation (polygons, or RLE with compressed or uncompressed counts) as a PNG
+    of the 0/1 mask; an object's polygons are united."""
     from lite_launcher.vision.data import tfrecord_lib  # pylint: disable=import-outside-toplevel
     from lite_launcher.vision.evaluation import coco_utils  # pylint: disable=import-outside-toplevel
     _, _, mask_api = coco_utils.import_pycocotools()
-    binary = mask_api.decode(mask_api.frPyObjects(segmentation, height, width))
+    if _is_rle(segmentation) and not isinstance(segmentation["counts"], list):
+        # Compressed counts (a string) decode as they are; frPyObjects reads only lists.
+        counts = segmentation["counts"]
+        rle = {"size": list(segmentation["size"]),
+               "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
+    else:
+        rle = mask_api.frPyObjects(segmentation, height, width)
+    binary = mask_api.decode(rle)
     if binary.ndim == 3 and not is_crowd:
-        binary = np.amax(binary, axis=2)  # the union of an object's polygons
+        binary = np.amax(binary, axis=2)
     elif binary.ndim == 3:
         binary = binary[..., 0]
     return tfrecord_lib.encode_mask_as_png(binary)
+
+
+def _box_is_kept(annotation: dict, image_height: int, image_width: int) -> bool:
+    """TFM's rule: boxes with no width or height, or reaching past the image, are skipped."""
+    x, y, width, height = tuple(annotation["bbox"])
+    return not (width <= 0 or height <= 0 or x + width > image_width
+                or y + height > image_height)
+
+
+# How far (pixels) a polygon vertex may lie outside the image before it is refused.
+POLYGON_TOLERANCE = 1.0
+
+
+def check_segmentation(annotation: dict, image: dict) -> None:
+    """InputError (one line naming the annotation and image) unless `annotation` has a
+    segmentation that fits `image`: RLE of the image's size, or polygons of >= 3 points
+    inside the image (within POLYGON_TOLERANCE pixels)."""
+    height, width = image["height"], image["width"]
+    where = (f"annotation {annotation.get('id')} of image {image['file_name']!r} "
+             f"(id {image['id']})")
+    segmentation = annotation.get("segmentation")
+    if not segmentation:
+        raise InputError(f"--include_masks: {where} has no 'segmentation'; give every object "
+                         f"a polygon or RLE mask, or convert without --include_masks.")
+    if _is_rle(segmentation):
+        size = [int(v) for v in segmentation["size"]]
+        if size != [height, width]:
+            raise InputError(f"--include_masks: {where} has an RLE mask of size {size[0]}x"
+                             f"{size[1]} but the image is {height}x{width}; masks must be "
+                             f"the image's size.")
+        return
+    polygons = segmentation if isinstance(segmentation, list) else None
+    if polygons and not isinstance(polygons[0], list):
+        polygons = [polygons]
+    if not polygons or any(len(p) < 6 or len(p) % 2 for p in polygons):
+        raise InputError(f"--include_masks: {where} has a segmentation that is neither RLE "
+                         f"nor polygons of >= 3 (x, y) points.")
+    points = np.concatenate([np.asarray(p, np.float64).reshape(-1, 2) for p in polygons])
+    low, high = points.min(axis=0), points.max(axis=0)
+    if (low < -POLYGON_TOLERANCE).any() or high[0] > width + POLYGON_TOLERANCE or (
+            high[1] > height + POLYGON_TOLERANCE):
+        raise InputError(f"--include_masks: {where} has a polygon outside the {height}x"
+                         f"{width} image (x {low[0]:g}..{high[0]:g}, y {low[1]:g}.."
+                         f"{high[1]:g}); polygon points are pixels of their image.")
 
 
 def coco_annotations_to_lists(bbox_annotations: Sequence[dict], id_to_name_map: Dict[int, str],
@@ -67,10 +126,10 @@ def coco_annotations_to_lists(bbox_annotations: Sequence[dict], id_to_name_map: 
     data = {key: [] for key in keys}
     skipped = 0
     for annotation in bbox_annotations:
-        x, y, width, height = tuple(annotation["bbox"])
-        if width <= 0 or height <= 0 or x + width > image_width or y + height > image_height:
+        if not _box_is_kept(annotation, image_height, image_width):
             skipped += 1
             continue
+        x, y, width, height = tuple(annotation["bbox"])
         data["xmin"].append(float(x) / image_width)
         data["xmax"].append(float(x + width) / image_width)
         data["ymin"].append(float(y) / image_height)
@@ -212,6 +271,10 @@ def create_tf_record_from_coco_annotations(images_info_file: str, image_dirs: Se
             coco_utils.import_pycocotools()
         except coco_utils.MissingExtraError as e:
             raise InputError(f"--include_masks: {e}") from None
+        for image in images:
+            for annotation in objects.get(image["id"], []):
+                if _box_is_kept(annotation, image["height"], image["width"]):
+                    check_segmentation(annotation, image)
     paths = _image_paths(images, image_dirs)
     parent = os.path.dirname(os.path.abspath(output_path))
     from lite_launcher.vision.data import tfrecord_lib  # pylint: disable=import-outside-toplevel

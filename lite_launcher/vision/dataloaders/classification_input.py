@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from lite_launcher.errors import ConfigError
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
+from lite_launcher.vision.dataloaders import utils
 from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (crops: the old path's names)
     CENTER_CROP_FRACTION, IMAGE_DTYPES, center_crop, decode_and_center_crop_jpeg,
     decode_and_random_crop_jpeg, decode_image, normalize_image, random_crop)
@@ -106,23 +107,7 @@ class Parser:
             from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
             self._color_jitter_fn = augment.color_jitter
 
-    @staticmethod
-    def _make_augmenter(aug_type):
-        if aug_type is None or aug_type.type is None:
-            return None
-        from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
-        if aug_type.type == "randaug":
-            c = aug_type.randaug
-            return augment.RandAugment(
-                num_layers=c.num_layers, magnitude=c.magnitude, cutout_const=c.cutout_const,
-                translate_const=c.translate_const, magnitude_std=c.magnitude_std,
-                prob_to_apply=c.prob_to_apply, exclude_ops=c.exclude_ops)
-        if aug_type.type == "autoaug":
-            c = aug_type.autoaug
-            return augment.AutoAugment(augmentation_name=c.augmentation_name,
-                                       cutout_const=c.cutout_const,
-                                       translate_const=c.translate_const)
-        raise ValueError(f"Augmentation {aug_type.type!r} is not 'randaug' or 'autoaug'.")
+    _make_augmenter = staticmethod(utils.build_augmenter)
 
     @staticmethod
     def _make_random_erasing(config):

@@ -30,12 +30,11 @@ from typing import Optional
 import tensorflow as tf
 
 from lite_launcher.base_config import ConfigError
-from lite_launcher.errors import BAD_RECORD_MARKER
 from lite_launcher.vision.dataloaders import utils
 from lite_launcher.vision.ops import anchor, box_ops
 from lite_launcher.vision.ops.preprocess_ops import (
     IMAGE_DTYPES, compute_padded_size, normalize_image, random_horizontal_flip_with_boxes,
-    random_jpeg_quality, resize_and_crop_boxes, resize_and_crop_image)
+    random_jpeg_quality)
 
 
 class Parser:
@@ -105,32 +104,12 @@ class Parser:
             return compute_padded_size(self._output_size, 2 ** self._max_level)
         return list(self._output_size)
 
-    def _checked_classes(self, data):
-        """`groundtruth_classes`, after checking they fit `num_classes`."""
-        classes = data["groundtruth_classes"]
-        if self._num_classes is None:
-            return classes
-        bad = (classes < 0) | (classes >= self._num_classes)
-        check = tf.debugging.Assert(
-            tf.logical_not(tf.reduce_any(bad)),
-            [BAD_RECORD_MARKER, "record", data["source_id"], "has class ids",
-             tf.boolean_mask(classes, bad), "in image/object/class/label, outside 0 ..",
-             self._num_classes - 1, "(task.model.num_classes", self._num_classes,
-             "): raise num_classes or fix the labels."],
-            summarize=8)
-        with tf.control_dependencies([check]):
-            return tf.identity(classes)
-
     def _resize(self, image, boxes):
         """(image resized, cropped and padded to `padded_size`, pixel boxes following it,
         image_info)."""
-        image, image_info = resize_and_crop_image(
-            image, self._output_size, self.padded_size, aug_scale_min=self._aug_scale_min,
-            aug_scale_max=self._aug_scale_max, keep_aspect_ratio=self._keep_aspect_ratio)
-        image = tf.ensure_shape(image, self.padded_size + [3])
-        boxes = resize_and_crop_boxes(boxes, image_info[2, :], image_info[1, :],
-                                      image_info[3, :])
-        return image, boxes, image_info
+        return utils.resize_image_and_boxes(
+            image, boxes, self._output_size, self.padded_size, self._aug_scale_min,
+            self._aug_scale_max, self._keep_aspect_ratio)
 
     def _anchor_targets(self, boxes, classes):
         """(anchor boxes, and the labeler's cls / box targets and weights) of the pixel boxes
@@ -147,7 +126,7 @@ class Parser:
 
     def parse_train_data(self, data):
         """(augmented training image, labels)."""
-        classes = self._checked_classes(data)
+        classes = utils.checked_classes(data, self._num_classes)
         boxes = data["groundtruth_boxes"]
         if self._skip_crowd_during_training:
             keep = tf.where(tf.logical_not(data["groundtruth_is_crowd"]))[:, 0]
@@ -169,32 +148,20 @@ class Parser:
 
     def parse_eval_data(self, data):
         """(evaluation image, labels with `groundtruths` for the COCO evaluator)."""
-        classes = self._checked_classes(data)
+        classes = utils.checked_classes(data, self._num_classes)
         image = data["image"]
         image_shape = tf.shape(image)[0:2]
         boxes = box_ops.denormalize_boxes(data["groundtruth_boxes"], image_shape)
         # No jitter in evaluation, whatever the training range.
-        image, image_info = resize_and_crop_image(
-            normalize_image(image), self._output_size, self.padded_size,
+        image, scaled_boxes, image_info = utils.resize_image_and_boxes(
+            normalize_image(image), boxes, self._output_size, self.padded_size,
             keep_aspect_ratio=self._keep_aspect_ratio)
-        image = tf.ensure_shape(image, self.padded_size + [3])
-        scaled_boxes = resize_and_crop_boxes(boxes, image_info[2, :], image_info[1, :],
-                                             image_info[3, :])
         labels = self._anchor_targets(scaled_boxes, classes)
-        groundtruths = {
-            "source_id": utils.process_source_id(data["source_id"]),
-            "height": data["height"],
-            "width": data["width"],
-            "num_detections": tf.shape(classes),
-            "image_info": image_info,
-            "boxes": boxes,
-            "classes": classes,
-            "areas": data["groundtruth_area"],
-            "is_crowds": tf.cast(data["groundtruth_is_crowd"], tf.int32),
-        }
         labels["image_info"] = image_info
-        labels["groundtruths"] = utils.pad_groundtruths_to_fixed_size(
-            groundtruths, self._max_num_instances)
+        # TFM's RetinaNet parser gives num_detections as a [1] shape, not a scalar.
+        labels["groundtruths"] = utils.eval_groundtruths(
+            data, classes, boxes, self._max_num_instances, num_detections=tf.shape(classes),
+            image_info=image_info)
         return tf.cast(image, self._dtype), labels
 
     def parse_fn(self, is_training: bool):

@@ -76,6 +76,13 @@ def horizontal_flip_boxes(normalized_boxes):
     return tf.concat([ymin, 1.0 - xmax, ymax, 1.0 - xmin], axis=-1)
 
 
+def vertical_flip_boxes(normalized_boxes):
+    """Mirrors normalized boxes top-bottom (y -> 1 - y)."""
+    _check_last_dim(normalized_boxes)
+    ymin, xmin, ymax, xmax = tf.split(normalized_boxes, 4, axis=-1)
+    return tf.concat([1.0 - ymax, xmin, 1.0 - ymin, xmax], axis=-1)
+
+
 def clip_boxes(boxes, image_shape):
     """Clips boxes to [0, height] x [0, width] (`image_shape` as in `normalize_boxes`)."""
     _check_last_dim(boxes)
@@ -95,6 +102,22 @@ def resize_and_crop_boxes(boxes, image_scale, output_size, offset):
     boxes = boxes * tf.tile(tf.expand_dims(image_scale, axis=0), [1, 2])
     boxes = boxes - tf.tile(tf.expand_dims(offset, axis=0), [1, 2])
     return clip_boxes(boxes, output_size)
+
+
+def compute_outer_boxes(boxes, image_shape, scale: float = 1.0):
+    """Boxes grown by `scale` about their centres and clipped to `image_shape` (TFM's outer
+    boxes, which give masks a margin); `scale` 1.0 returns `boxes` unchanged."""
+    if scale < 1.0:
+        raise ValueError(f"outer_boxes_scale ({scale}) must be >= 1.0.")
+    if scale == 1.0:
+        return boxes
+    center_y = (boxes[..., 0] + boxes[..., 2]) / 2.0
+    center_x = (boxes[..., 1] + boxes[..., 3]) / 2.0
+    half_height = (boxes[..., 2] - boxes[..., 0]) * scale / 2.0
+    half_width = (boxes[..., 3] - boxes[..., 1]) * scale / 2.0
+    outer = tf.stack([center_y - half_height, center_x - half_width,
+                      center_y + half_height, center_x + half_width], axis=-1)
+    return clip_boxes(outer, image_shape)
 
 
 def _centers_and_sizes(boxes):

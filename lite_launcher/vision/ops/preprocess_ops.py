@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from lite_launcher.vision.configs.common import MEAN_RGB, STDDEV_RGB
 from lite_launcher.vision.ops.box_ops import (  # noqa: F401  (TFM's preprocess_ops names)
-    horizontal_flip_boxes, resize_and_crop_boxes)
+    horizontal_flip_boxes, resize_and_crop_boxes, vertical_flip_boxes)
 
 CENTER_CROP_FRACTION = 0.875
 ASPECT_RATIO_RANGE = (3.0 / 4.0, 4.0 / 3.0)
@@ -184,11 +184,27 @@ def random_horizontal_flip(image, mask, prob: float = 0.5):
 def random_horizontal_flip_with_boxes(image, normalized_boxes, prob: float = 0.5):
     """Flips image [h, w, c] and its boxes [N, 4] (yxyx in [0, 1]) left-right together with
     probability `prob` (TFM's `random_horizontal_flip` with boxes)."""
-    flip = tf.less(tf.random.uniform([]), prob)
-    image = tf.cond(flip, lambda: tf.image.flip_left_right(image), lambda: image)
-    boxes = tf.cond(flip, lambda: horizontal_flip_boxes(normalized_boxes),
-                    lambda: normalized_boxes)
+    image, boxes, _ = random_flip_with_boxes_and_masks(image, normalized_boxes, None, prob)
     return image, boxes
+
+
+def random_flip_with_boxes_and_masks(image, normalized_boxes, masks, prob: float = 0.5,
+                                     vertical: bool = False):
+    """Flips image [h, w, c], its boxes [N, 4] (yxyx in [0, 1]) and instance masks [N, h, w]
+    (or None) together, left-right (top-bottom when `vertical`), with probability `prob`
+    (TFM's `random_horizontal_flip` / `random_vertical_flip` with masks)."""
+    flip = tf.less(tf.random.uniform([]), prob)
+    if vertical:
+        flip_image, flip_boxes = tf.image.flip_up_down, vertical_flip_boxes
+        flip_masks = lambda m: m[:, ::-1, :]  # noqa: E731
+    else:
+        flip_image, flip_boxes = tf.image.flip_left_right, horizontal_flip_boxes
+        flip_masks = lambda m: m[:, :, ::-1]  # noqa: E731
+    image = tf.cond(flip, lambda: flip_image(image), lambda: image)
+    boxes = tf.cond(flip, lambda: flip_boxes(normalized_boxes), lambda: normalized_boxes)
+    if masks is not None:
+        masks = tf.cond(flip, lambda: flip_masks(masks), lambda: masks)
+    return image, boxes, masks
 
 
 def random_jpeg_quality(image, min_quality: int = 20, max_quality: int = 100,
