@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from lite_launcher.errors import ConfigError
-from lite_launcher.vision.data import create_coco_tf_record
+from lite_launcher.vision.data import create_coco_tf_record, tfrecord_lib
 from lite_launcher.vision.dataloaders import maskrcnn_input
 from lite_launcher.vision.losses import maskrcnn_losses
 from lite_launcher.vision.ops import preprocess_ops
@@ -348,3 +348,59 @@ def test_an_annotation_whose_box_is_skipped_needs_no_mask(tmp_path):
     code, files = _convert(tmp_path, annotations)
     assert code == 0 and len(files) == 2
     assert len(_record_masks(tmp_path / "out", b"1")) == 2
+
+
+# ----- mask evaluation from records ------------------------------------------------------------
+
+def _example():
+    """The reference's make_example(): _record() as a TF Example with PNG image and masks."""
+    record = {k: v.numpy() for k, v in _record().items()}
+    feature = tfrecord_lib.convert_to_feature
+    boxes = record["groundtruth_boxes"]
+    features = {
+        "image/encoded": feature([tf.io.encode_png(record["image"]).numpy()]),
+        "image/height": feature([48]), "image/width": feature([64]),
+        "image/source_id": feature([record["source_id"]]),
+        "image/object/class/label": feature(record["groundtruth_classes"].tolist()),
+        "image/object/is_crowd": feature([int(c) for c in record["groundtruth_is_crowd"]]),
+        "image/object/area": feature(record["groundtruth_area"].tolist()),
+        "image/object/mask": feature([tf.io.encode_png(m[..., None].astype(np.uint8)).numpy()
+                                      for m in record["groundtruth_instance_masks"]]),
+    }
+    for i, key in enumerate(("ymin", "xmin", "ymax", "xmax")):
+        features[f"image/object/bbox/{key}"] = feature(boxes[:, i].tolist())
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+
+def test_annotation_file_from_records_and_mask_numbers_equal_tfms(tmp_path):
+    pytest.importorskip("pycocotools")
+    # pylint: disable=import-outside-toplevel
+    from lite_launcher.vision.dataloaders import coco_groundtruth_generator
+    from lite_launcher.vision.evaluation import coco_evaluator
+    records = tmp_path / "eval.tfrecord"
+    with tf.io.TFRecordWriter(str(records)) as writer:
+        writer.write(_example())
+    annotation_file = tmp_path / "annotation.json"
+    coco_groundtruth_generator.scan_and_generator_annotation_file(
+        str(records), "tfrecord", 1, True, str(annotation_file))
+    lite, tfm = json.loads(annotation_file.read_text()), json.loads(str(REF["annotation/json"]))
+    assert lite["images"] == tfm["images"] == [{"id": 902, "height": 48, "width": 64}]
+    assert sorted(c["id"] for c in lite["categories"]) == [1, 2, 3, 5]
+    assert sorted(c["id"] for c in tfm["categories"]) == [1, 2, 3, 5]
+    assert len(lite["annotations"]) == len(tfm["annotations"]) == 4
+    for ours, theirs in zip(lite["annotations"], tfm["annotations"]):
+        assert ours.pop("bbox") == pytest.approx(theirs.pop("bbox"), abs=1e-5)
+        assert ours == theirs  # segmentation RLE, area, crowd, class, ids
+
+    evaluator = coco_evaluator.COCOEvaluator(annotation_file=str(annotation_file),
+                                             include_mask=True)
+    detections = {k.split("/")[-1]: v for k, v in REF.items()
+                  if k.startswith("annotation/detections/")}
+    evaluator.update_state(None, detections)
+    metrics = evaluator.result()
+    expected = {k.split("/")[-1]: float(v) for k, v in REF.items()
+                if k.startswith("annotation/metric/")}
+    assert sorted(metrics) == sorted(expected)
+    for key, value in expected.items():
+        assert float(metrics[key]) == pytest.approx(value, abs=1e-7), key
+    assert expected["mask_AP75"] != expected["AP75"]  # the masks are scored, not the boxes

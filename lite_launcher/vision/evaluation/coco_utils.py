@@ -259,6 +259,26 @@ def convert_groundtruths_to_coco_dataset(groundtruths: Dict[str, List[np.ndarray
     return {"images": images, "categories": categories, "annotations": annotations}
 
 
+def generate_annotation_file(groundtruth_generator, annotation_file: str) -> None:
+    """Writes (atomically) the COCO annotation JSON of every ground-truth batch that
+    `groundtruth_generator()` yields (dicts of [B, ...] arrays or tensors with the keys of
+    `convert_groundtruths_to_coco_dataset`), as TFM's function of the same name."""
+    import json  # pylint: disable=import-outside-toplevel
+    from lite_launcher import atomic_write  # pylint: disable=import-outside-toplevel
+    groundtruths: Dict[str, list] = {}
+    for batch in groundtruth_generator():
+        for key, value in batch.items():
+            groundtruths.setdefault(key, []).append(
+                value.numpy() if hasattr(value, "numpy") else np.asarray(value))
+    dataset = convert_groundtruths_to_coco_dataset(groundtruths)
+    atomic_write.write_text(annotation_file, json.dumps(dataset, default=_json_number))
+
+
+def _json_number(value):
+    """NumPy scalars (pycocotools' mask areas) as JSON numbers."""
+    return value.item()
+
+
 __all__ = ["MissingExtraError", "INSTALL_HINT", "import_pycocotools", "COCOWrapper",
            "yxyx_to_xywh", "paste_instance_masks", "convert_predictions_to_coco_annotations",
-           "convert_groundtruths_to_coco_dataset"]
+           "convert_groundtruths_to_coco_dataset", "generate_annotation_file"]

@@ -18,18 +18,27 @@ hand):
 - `loss_inputs()`: a fixed batch of RPN, Fast R-CNN (two cascade stages) and mask outputs
   and targets from RandomState(5).
 
+- `make_example()`: `make_record()` as a serialized TF Example (PNG image and masks), written
+  to one TFRecord file: TFM's `coco_utils.scan_and_generator_annotation_file` (with masks)
+  writes its COCO JSON (`annotation/json`), and TFM's `COCOEvaluator` (include_mask, that
+  annotation file) scores `detections()` (boxes and 14x14 masks from the eval parse, shifted
+  and blurred) against it (`annotation/metric/<name>`).
+
 Keys: `parser/<case>/<output path>` (e.g. `parser/train_mask/rpn_score_targets/3`,
-`parser/eval_mask/groundtruths/masks`) and `loss/<name>` scalars.
+`parser/eval_mask/groundtruths/masks`), `loss/<name>` scalars, `annotation/...`.
 """
 
+import json
 import os
+import tempfile
 
 import numpy as np
 import tensorflow as tf
 
-from official.core import config_definitions
 from official.vision.configs import maskrcnn as maskrcnn_config
 from official.vision.dataloaders import maskrcnn_input
+from official.vision.evaluation import coco_evaluator
+from official.vision.evaluation import coco_utils
 from official.vision.losses import maskrcnn_losses
 from official.vision.tasks import maskrcnn as maskrcnn_task
 
@@ -70,6 +79,82 @@ def make_record():
       "groundtruth_boxes": boxes,
       "groundtruth_instance_masks": np.stack(masks),
   }
+
+
+def make_example():
+  """make_record() as a serialized tf.train.Example in TFM's detection format."""
+  record = make_record()
+
+  def feature(kind, values):
+    if kind == "bytes":
+      return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+    if kind == "int64":
+      return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+  boxes = record["groundtruth_boxes"]
+  features = {
+      "image/encoded": feature("bytes", [tf.io.encode_png(record["image"]).numpy()]),
+      "image/height": feature("int64", [48]), "image/width": feature("int64", [64]),
+      "image/source_id": feature("bytes", [record["source_id"]]),
+      "image/object/class/label": feature("int64", record["groundtruth_classes"].tolist()),
+      "image/object/is_crowd": feature("int64", [int(c) for c in
+                                                 record["groundtruth_is_crowd"]]),
+      "image/object/area": feature("float", record["groundtruth_area"].tolist()),
+      "image/object/mask": feature("bytes", [
+          tf.io.encode_png(m[..., None].astype(np.uint8)).numpy()
+          for m in record["groundtruth_instance_masks"]]),
+  }
+  for i, key in enumerate(("ymin", "xmin", "ymax", "xmax")):
+    features[f"image/object/bbox/{key}"] = feature("float", boxes[:, i].tolist())
+  return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+
+def detections(eval_labels):
+  """Fixed detections of the eval parse (batch of 1): the ground truths shifted by a few
+  pixels of the parsed image, one spurious box, masks blurred crops; scores decreasing."""
+  groundtruths = eval_labels["groundtruths"]
+  scale = eval_labels["image_info"][2, 0]
+  boxes = groundtruths["boxes"][:4] * scale + np.array(
+      [[1.0, -2.0, 1.0, 0.0], [0.0, 3.0, -2.0, 3.0], [-1.0, 0.0, 0.0, 1.0],
+       [2.0, 0.0, 1.0, 1.0]], np.float32)
+  masks = groundtruths["masks"][:4]
+  masks = 0.5 * masks + 0.25 * np.roll(masks, 1, axis=2) + 0.25 * np.roll(masks, 2, axis=1)
+  boxes = np.concatenate([boxes, [[40.0, 10.0, 55.0, 30.0]]]).astype(np.float32)
+  masks = np.concatenate([masks, np.full((1, 14, 14), 0.7)]).astype(np.float32)
+  return {
+      "source_id": np.array([902], np.int64),
+      "image_info": eval_labels["image_info"][None],
+      "num_detections": np.array([5], np.int32),
+      "detection_boxes": boxes[None],
+      "detection_classes": np.array([[3, 1, 2, 5, 1]], np.int32),
+      "detection_scores": np.array([[0.9, 0.8, 0.7, 0.6, 0.5]], np.float32),
+      "detection_masks": masks[None],
+  }
+
+
+def annotation_section(out):
+  with tempfile.TemporaryDirectory() as tmp:
+    records = os.path.join(tmp, "eval.tfrecord")
+    with tf.io.TFRecordWriter(records) as writer:
+      writer.write(make_example())
+    annotation_file = os.path.join(tmp, "annotation.json")
+    coco_utils.scan_and_generator_annotation_file(records, "tfrecord", 1, True,
+                                                  annotation_file)
+    with open(annotation_file) as f:
+      out["annotation/json"] = np.array(f.read())
+    parser = maskrcnn_input.Parser(**PARSERS["eval_mask"])
+    record = {k: tf.constant(v) for k, v in make_record().items()}
+    _, labels = parser.parse_fn(is_training=False)(record)
+    labels = tf.nest.map_structure(lambda t: t.numpy(), labels)
+    predictions = detections(labels)
+    for key, value in predictions.items():
+      out[f"annotation/detections/{key}"] = value
+    evaluator = coco_evaluator.COCOEvaluator(annotation_file=annotation_file,
+                                             include_mask=True)
+    evaluator.update_state(None, {k: tf.constant(v) for k, v in predictions.items()})
+    for key, value in evaluator.result().items():
+      out[f"annotation/metric/{key}"] = value
 
 
 def loss_inputs():
@@ -182,6 +267,7 @@ def main():
   out = {}
   parser_section(out)
   loss_section(out)
+  annotation_section(out)
   out = {k: np.asarray(v) for k, v in out.items()}
   path = os.path.join(HERE, "tfm_maskrcnn_reference.npz")
   np.savez_compressed(path, **out)
