@@ -240,3 +240,20 @@ def test_sampler_and_aligner_trace_to_the_same_values():
     # Graph rewrites order the extrapolated (off-map) samples' arithmetic differently.
     _close(align(_features(range(low, high + 1)), tf.constant(DATA["align_boxes"])),
            REF["aligner_crop7"], tol=1e-4)
+
+
+def test_layers_take_tfm_models_positional_arguments():
+    # TFM's MaskRCNNModel calls roi_generator(..., image_shape, training) and
+    # detection_generator(..., image_shape, regression_weights, bbox_per_class=...).
+    kwargs, training = GEN.ROI_GENERATOR_CASES["train"]
+    rois, _ = roi_generator.MultilevelROIGenerator(**kwargs)(*_rpn_inputs(), IMAGE_SHAPE,
+                                                             training)
+    _close(rois, REF["roi_generator_train_boxes"])
+    layer = detection_generator.DetectionGenerator(apply_nms=False)
+    result = layer(tf.constant(DATA["gen_boxes"]), tf.constant(DATA["gen_scores"]),
+                   tf.constant(DATA["gen_rois"]), IMAGE_SHAPE, [10.0, 10.0, 5.0, 5.0],
+                   bbox_per_class=True)
+    _close(result["decoded_boxes"], REF["generator_decoded.decoded_boxes"])
+    unclipped = layer(tf.constant(DATA["gen_boxes"]), tf.constant(DATA["gen_scores"]),
+                      tf.constant(DATA["gen_rois"]), None, [10.0, 10.0, 5.0, 5.0])
+    assert np.asarray(unclipped["decoded_boxes"]).max() > 64  # not clipped to the image

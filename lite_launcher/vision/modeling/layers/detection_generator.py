@@ -342,6 +342,14 @@ class DetectionGenerator(Float32Layer):
         super().__init__(**kwargs)
         self._config_dict = {**config, "use_sigmoid_probability": use_sigmoid_probability}
 
+    def __call__(self, raw_boxes, raw_scores, anchor_boxes, image_shape,
+                 regression_weights=None, bbox_per_class=True, **kwargs):
+        # TFM's model passes regression_weights (a list) positionally; Keras 3 takes only
+        # tensors there, so everything after the first argument goes by keyword.
+        return super().__call__(raw_boxes, raw_scores=raw_scores, anchor_boxes=anchor_boxes,
+                                image_shape=image_shape, regression_weights=regression_weights,
+                                bbox_per_class=bbox_per_class, **kwargs)
+
     def call(self, raw_boxes, raw_scores, anchor_boxes, image_shape, regression_weights=None,
              bbox_per_class=True):
         config = self._config_dict

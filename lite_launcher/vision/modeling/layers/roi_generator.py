@@ -104,6 +104,12 @@ class MultilevelROIGenerator(Float32Layer):
             "test_num_proposals": test_num_proposals, "use_batched_nms": use_batched_nms,
         }
 
+    def __call__(self, raw_boxes, raw_scores, anchor_boxes, image_shape, training=None,
+                 **kwargs):
+        # TFM's model passes `training` positionally; Keras 3 takes only tensors there.
+        return super().__call__(raw_boxes, raw_scores=raw_scores, anchor_boxes=anchor_boxes,
+                                image_shape=image_shape, training=training, **kwargs)
+
     def call(self, raw_boxes, raw_scores, anchor_boxes, image_shape, training=None):
         prefix = "" if training else "test_"
         setting = lambda name: self._config_dict[prefix + name]
