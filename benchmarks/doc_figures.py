@@ -1,0 +1,382 @@
+"""The benchmark figures the docs quote, each recomputed from the results file it comes from.
+
+`report.py --check` runs `check()`: every rendered block (between the `report.py` markers) is
+rendered again from the file it names and compared, and every figure quoted in prose is listed
+in `CLAIMS` as the sentence it appears in, with `{}` where the figure goes and a function that
+computes the figure from its results file. A claim passes when the doc holds the sentence with
+the recomputed figures (whitespace and `**` bold markers ignored, since prose wraps). A figure
+quoted in prose but absent from `CLAIMS` is not checked: add it here when you quote one.
+
+Standard library only, like report.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import statistics
+import sys
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+
+import first_step  # noqa: E402
+import report  # noqa: E402
+import shipped_ab  # noqa: E402
+import step_vs_tfm  # noqa: E402
+
+REPO_ROOT = os.path.dirname(_HERE)
+RESULTS = "benchmarks/results/"
+# The docs whose benchmark figures are checked.
+DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_worker_faults.md")
+# The rendered blocks: (start marker, end marker).
+BLOCKS = ((report.START_MARKER, report.END_MARKER),
+          (report.VISION_START_MARKER, report.VISION_END_MARKER),
+          (report.STEP_VS_TFM_START_MARKER, report.STEP_VS_TFM_END_MARKER))
+_SOURCE = re.compile(r"From `(benchmarks/results/[^`]+\.json)`")
+
+
+class Claim(NamedTuple):
+    """A sentence of `doc` with `{}` for each figure; `figures()` gives them as quoted."""
+    doc: str
+    text: str
+    figures: Callable[[], Tuple[str, ...]]
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    """A results file under benchmarks/results/, read once."""
+    with open(os.path.join(REPO_ROOT, RESULTS, name)) as f:
+        return json.load(f)
+
+
+def spread(s: dict, digits: int = 3) -> str:
+    """'median [min–max]' as the docs write it."""
+    return f"{s['median']:.{digits}f} [{s['min']:.{digits}f}–{s['max']:.{digits}f}]"
+
+
+def pm(s: dict) -> int:
+    """The farthest round from 1, in per cent (report.verdict's ±X)."""
+    return round(100 * max(abs(s["min"] - 1.0), abs(s["max"] - 1.0)))
+
+
+# --- vision_suite.py files ------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def suite(name: str):
+    """(figures, ratios, bf16 speed-ups) of a vision_suite.py file (report.py's summary)."""
+    return report.summarize_vision_suite(load(name))
+
+
+def suite_ratio(name, model, figure="train", setting="like", dtype="float32", other="tfm"):
+    return suite(name)[1][(model, dtype, setting, figure, "lite", other)]
+
+
+def suite_speedup(name, model, side, figure="train"):
+    return suite(name)[2][(model, side, figure)]["median"]
+
+
+def suite_targets(name) -> Tuple[int, int]:
+    """(passed, total) targets of a vision_suite.py file, as its rendered block counts them."""
+    text, _ = report.vision_suite_markdown(load(name))
+    found = re.search(r"(\d+) of (\d+) targets pass", text)
+    return int(found.group(1)), int(found.group(2))
+
+
+FINAL_SUITE = "2026-12-02-7e1676d-vision.json"
+SUITE_MODELS = ("resnet18", "resnet50", "mobilenetv2", "mobilenetv3large", "vit_ti16")
+
+
+def like_train_medians(name=FINAL_SUITE) -> List[dict]:
+    return [suite_ratio(name, m, dtype=d) for m in SUITE_MODELS
+            for d in ("float32", "bfloat16")]
+
+
+def _range(values, digits=2, sep="–"):
+    return f"{min(values):.{digits}f}{sep}{max(values):.{digits}f}"
+
+
+# --- run.py files ---------------------------------------------------------------------------
+
+def targets_passed(name) -> Tuple[int, int]:
+    """(passed, total) targets of a run.py file judged on today's TARGETS."""
+    _, _, checks = report.markdown(load(name))
+    return sum(c["status"] == "pass" for c in checks), len(checks)
+
+
+# --- first_step.py, step_vs_tfm.py, shipped_ab.py files -------------------------------------
+
+def first_ratio(name, model, side="lite", field="first_step_s"):
+    return first_step.summarize(load(name)["records"])["ratios"][f"{model}/{side}/tfm"][field]
+
+
+def first_rounds(name, model, side="lite") -> List[float]:
+    """Per-round lite/TFM first step of `model`."""
+    records = [r for r in load(name)["records"] if r.get("rc") == 0 and r["model"] == model]
+    tfm = {r["round"]: r["first_step_s"] for r in records if r["side"] == "tfm"}
+    return [r["first_step_s"] / tfm[r["round"]] for r in records
+            if r["side"] == side and r["round"] in tfm]
+
+
+FIRST_STEP_WINDOWS = ("2026-12-02-33ea081-first-step-tfm.json",
+                      "2026-12-02-51d07bf-first-step.json", "2026-12-02-c45dcda-first-step.json")
+
+
+def resnet50_first_step_medians() -> List[float]:
+    return [first_ratio(f, "resnet50")["median"] for f in FIRST_STEP_WINDOWS]
+
+
+FINAL_STEP_VS_TFM = "2026-12-02-4cc55f6-step-vs-tfm.json"
+
+
+def step_vs_tfm_rows(name=FINAL_STEP_VS_TFM, kind=None) -> List[dict]:
+    kinds = ("train", "eval") if kind is None else (kind,)
+    return [s for r in load(name)["records"] for k in kinds
+            if (s := step_vs_tfm.summarize(r, k)) is not None]
+
+
+def step_vs_tfm_row(name, model, dtype, kind="train") -> dict:
+    record = next(r for r in load(name)["records"]
+                  if r["model"] == model and r["dtype"] == dtype)
+    return step_vs_tfm.summarize(record, kind)
+
+
+def shipped(name, variant) -> dict:
+    data = load(name)
+    variants = sorted({r["variant"] for r in data["records"] if "variant" in r})
+    return shipped_ab.summarise(data["records"], variants)[variant]["ratio_to_base"]
+
+
+def shipped_rounds(name, variant) -> Tuple[int, int]:
+    """(rounds where `variant` beat base, rounds)."""
+    by_round = {}
+    for r in load(name)["records"]:
+        if "error" not in r:
+            by_round.setdefault(r["round"], {})[r["variant"]] = r["steps_per_sec"]
+    pairs = [(v[variant], v["base"]) for v in by_round.values() if variant in v and "base" in v]
+    return sum(a > b for a, b in pairs), len(pairs)
+
+
+# --- soak.py files --------------------------------------------------------------------------
+
+def soak_figures(name) -> Dict[str, str]:
+    """The soak's quoted figures: MiB, growth %, threads, fds, steps, minutes."""
+    data = load(name)
+    out = {"minutes": f"{data['wall_s'] / 60:.0f}", "steps": f"{data['final_train_step']:,}",
+           "eval_steps": f"{data['final_eval_step']:,}"}
+    for process in ("trainer", "evaluator"):
+        v = data["verdicts"][process]
+        out[f"{process}_rss"] = (f"{v['rss']['start'] / 1024:.0f}", f"{v['rss']['end'] / 1024:.0f}",
+                                 f"{100 * v['rss']['growth']:+.1f}")
+        out[f"{process}_threads"] = (str(v["threads"]["start"]), str(v["threads"]["end"]))
+        out[f"{process}_fds"] = (str(v["fds_baseline"][0]), str(v["fds_max"]))
+    return out
+
+
+def _soak(name, process, key):
+    return soak_figures(name)[f"{process}_{key}"]
+
+
+SOAK_RESNET = "soak_resnet18_64.json"
+
+DB, BR = "docs/benchmarks.md", "benchmarks/README.md"
+D190, DA9D, E944 = ("2026-12-01-d190cc5-vision.json", "2026-12-01-da9d28d-dirty-vision.json",
+                    "2026-12-02-944d805-vision.json")
+SHIP = ("2026-12-02-shipped-ab-resnet18-loaded.json",
+        "2026-12-02-shipped-ab-resnet18-inter-op-loaded.json",
+        "2026-12-02-shipped-ab-resnet18-tf-data-1-thread.json")
+C45 = FIRST_STEP_WINDOWS[2]
+
+CLAIMS: List[Claim] = [
+    # The issue-21 vision suite (d190cc5) and MobileNetV2's raw row (da9d28d).
+    Claim(DB, "lite/TFM like for like ResNet-18 {}, ResNet-50 {}, MobileNetV2 {} —",
+          lambda: tuple(spread(suite_ratio(D190, m)) for m in
+                        ("resnet18", "resnet50", "mobilenetv2"))),
+    Claim(DB, "indistinguishable within ±{} %, ±{} % and ±{} %",
+          lambda: tuple(str(pm(suite_ratio(D190, m))) for m in
+                        ("resnet18", "resnet50", "mobilenetv2"))),
+    Claim(DB, "lite/raw {} / {} (that file; MobileNetV2's {} is `2026-12-01-da9d28d",
+          lambda: (f"{suite_ratio(D190, 'resnet18', other='raw')['median']:.3f}",
+                   f"{suite_ratio(D190, 'resnet50', other='raw')['median']:.3f}",
+                   f"{suite_ratio(DA9D, 'mobilenetv2', other='raw')['median']:.3f}")),
+    Claim(BR, "lite/raw {}, lite/TFM {} again",
+          lambda: (spread(suite_ratio(DA9D, "mobilenetv2", other="raw")),
+                   spread(suite_ratio(DA9D, "mobilenetv2")))),
+    Claim(DB, "input pipeline alone {} (±{} %)",
+          lambda: (f"{suite_ratio(D190, 'resnet18', 'input', 'input')['median']:.3f}",
+                   str(pm(suite_ratio(D190, "resnet18", "input", "input"))))),
+    Claim(DB, "As shipped (lite turns oneDNN on, TFM left it off on that CPU) ResNet-18 {}, "
+          "ResNet-50 {}, lite faster in every round",
+          lambda: tuple(f"{suite_ratio(D190, m, setting='shipped')['median']:.2f}"
+                        for m in ("resnet18", "resnet50"))),
+    Claim(BR, "Like for like lite/TFM ResNet-18 {}, ResNet-50 {}, MobileNetV2 {}; lite/raw {} / "
+          "{}; as shipped {} / {}; input alone {}.",
+          lambda: tuple(f"{suite_ratio(D190, m)['median']:.3f}"
+                        for m in ("resnet18", "resnet50", "mobilenetv2"))
+          + tuple(f"{suite_ratio(D190, m, other='raw')['median']:.3f}"
+                  for m in ("resnet18", "resnet50"))
+          + tuple(f"{suite_ratio(D190, m, setting='shipped')['median']:.2f}"
+                  for m in ("resnet18", "resnet50"))
+          + (f"{suite_ratio(D190, 'resnet18', 'input', 'input')['median']:.3f}",)),
+    Claim(BR, "Input pipeline alone: {} over the 5 rounds above",
+          lambda: (spread(suite_ratio(D190, "resnet18", "input", "input")),)),
+    # The final vision suite (7e1676d) and the one before it (944d805).
+    Claim(DB, "Like for like, lite/TFM training medians are {} with ±{} % per-round spreads",
+          lambda: (_range([s["median"] for s in like_train_medians()]),
+                   _range([pm(s) for s in like_train_medians()], 0))),
+    Claim(DB, "ViT-Ti float32, slower in every round before the fused Adam ({} in "
+          "`2026-12-02-944d805-vision.json`), is {}.",
+          lambda: (f"{suite_ratio(E944, 'vit_ti16')['median']:.3f}",
+                   spread(suite_ratio(FINAL_SUITE, "vit_ti16")))),
+    Claim(BR, "lite/TFM training steps/s medians are {} with per-round spreads of ±{} %",
+          lambda: (_range([s["median"] for s in like_train_medians()]),
+                   _range([pm(s) for s in like_train_medians()], 0))),
+    Claim(BR, "{} of {} targets pass on their medians; the as-shipped ≥ 1.15× target is missed "
+          "(ResNet-18 {}, MobileNetV2 {})",
+          lambda: tuple(map(str, suite_targets(FINAL_SUITE)))
+          + tuple(f"{suite_ratio(FINAL_SUITE, m, setting='shipped')['median']:.3f}"
+                  for m in ("resnet18", "mobilenetv2"))),
+    Claim(BR, "bf16 over float32 trains the ResNets {}× faster in lite (TFM {}×), the MobileNets "
+          "{}× (slower, both sides)",
+          lambda: (_range([suite_speedup(FINAL_SUITE, m, "lite") for m in SUITE_MODELS[:2]]),
+                   _range([suite_speedup(FINAL_SUITE, m, "tfm") for m in SUITE_MODELS[:2]]),
+                   _range([suite_speedup(FINAL_SUITE, m, s) for m in SUITE_MODELS[2:4]
+                           for s in ("lite", "tfm")]))),
+    Claim(BR, "ViT-Ti float32 ({}), is {} with the fused Adam",
+          lambda: (f"{suite_ratio(E944, 'vit_ti16')['median']:.3f}",
+                   f"{suite_ratio(FINAL_SUITE, 'vit_ti16')['median']:.3f}")),
+    Claim(BR, "{} of the {} targets pass on their medians; the misses (ResNet-18 float32 train {}, "
+          "MobileNetV3Large float32 train {}, ViT-Ti bfloat16 train {}, ResNet-50 float32 eval "
+          "{}, MobileNetV3Large bfloat16 eval {}, ResNet-18 input {})",
+          lambda: tuple(map(str, suite_targets(FINAL_SUITE))) + tuple(
+              f"{suite_ratio(FINAL_SUITE, *args)['median']:.3f}" for args in (
+                  ("resnet18",), ("mobilenetv3large",),
+                  ("vit_ti16", "train", "like", "bfloat16"), ("resnet50", "eval"),
+                  ("mobilenetv3large", "eval", "like", "bfloat16"),
+                  ("resnet18", "input", "input")))),
+    Claim(BR, "ResNet-18 float32 {}, ResNet-50 float32 eval {}, MobileNetV3Large float32 {})",
+          lambda: tuple(f"{suite_ratio(E944, *args)['median']:.3f}" for args in (
+              ("resnet18",), ("resnet50", "eval"), ("mobilenetv3large",)))),
+    Claim(BR, "in the run before (944d805) lite was slower in every round, {};",
+          lambda: (spread(suite_ratio(E944, "vit_ti16")),)),
+    Claim(BR, "*ResNet-18 / ResNet-50*: {}× / {}× (lite), {}× / {}× (TFM)",
+          lambda: tuple(f"{suite_speedup(FINAL_SUITE, m, s):.2f}" for s in ("lite", "tfm")
+                        for m in SUITE_MODELS[:2])),
+    Claim(BR, "*MobileNetV2 / MobileNetV3Large*: {}× / {}× (lite), {}× / {}× (TFM)",
+          lambda: tuple(f"{suite_speedup(FINAL_SUITE, m, s):.2f}" for s in ("lite", "tfm")
+                        for m in SUITE_MODELS[2:4])),
+    Claim(BR, "*ViT-Ti/16*: {}× (lite), {}× (TFM)",
+          lambda: tuple(f"{suite_speedup(FINAL_SUITE, 'vit_ti16', s):.2f}"
+                        for s in ("lite", "tfm"))),
+    # run.py files (today's targets).
+    Claim(BR, "the current harness on 39d2e4f's lite) and after (`2026-12-01-e787426.json`) "
+          "both pass {} of {} of today's targets",
+          lambda: tuple(map(str, targets_passed("2026-12-01-39d2e4f-before-issue13.json")))),
+    Claim(BR, "(`2026-12-01-e787426.json`) both pass {} of {} of today's targets",
+          lambda: tuple(map(str, targets_passed("2026-12-01-e787426.json")))),
+    # Both trainers in one process (step_vs_tfm.py).
+    Claim(BR, "lite/TFM ≥ 1.0 on the median of all {} rows (train and eval, float32 and bf16, "
+          "five models), {} for training, lite faster in {} of {} rounds per row",
+          lambda: (str(sum(s["median"] >= 1.0 for s in step_vs_tfm_rows())),
+                   _range([s["median"] for s in step_vs_tfm_rows(kind="train")], 3),
+                   _range([s["lite_wins"] for s in step_vs_tfm_rows()], 0),
+                   str(load(FINAL_STEP_VS_TFM)["rounds"]))),
+    Claim(BR, "ViT-Ti bfloat16 training: {}, TFM faster in all 8 rounds",
+          lambda: (spread(step_vs_tfm_row("2026-12-02-ee33327-step-vs-tfm.json", "vit_ti16",
+                                          "bfloat16")),)),
+    Claim(BR, "After: {} (`2026-12-02-a95e1a7-step-vs-tfm.json`, 8 rounds), {} in the 16-round "
+          "run `06d0950`, {} in the final run",
+          lambda: tuple(spread(step_vs_tfm_row(f, "vit_ti16", "bfloat16")) for f in (
+              "2026-12-02-a95e1a7-step-vs-tfm.json", "2026-12-02-06d0950-step-vs-tfm.json",
+              FINAL_STEP_VS_TFM))),
+    Claim(BR, "(MobileNetV3Large after them: {}, {} of 16; in the final run below {}, {} of 16",
+          lambda: tuple(x for f in ("2026-12-02-ebf42a0-step-vs-tfm.json", FINAL_STEP_VS_TFM)
+                        for s in [step_vs_tfm_row(f, "mobilenetv3large", "float32")]
+                        for x in (f"{s['median']:.3f}", str(s["lite_wins"])))),
+    # Time to first step (first_step.py).
+    Claim(DB, "lite/TFM first step {} (ResNet-50) and {} (ViT-Ti), process CPU {} / {}.",
+          lambda: (spread(first_ratio(C45, "resnet50")), spread(first_ratio(C45, "vit_ti16")),
+                   f"{first_ratio(C45, 'resnet50', field='cpu_s')['median']:.3f}",
+                   f"{first_ratio(C45, 'vit_ti16', field='cpu_s')['median']:.3f}")),
+    Claim(DB, "one ViT round ({}) and one ResNet-50 round ({}) were below 0.5",
+          lambda: tuple(f"{min(first_rounds(C45, m)):.3f}" for m in ("vit_ti16", "resnet50")
+                        if sum(v < 0.5 for v in first_rounds(C45, m)) == 1)),
+    Claim(DB, "first step for ResNet-50 is {} (medians {}, {}, {})",
+          lambda: (_range(resnet50_first_step_medians()),)
+          + tuple(f"{m:.3f}" for m in resnet50_first_step_medians())),
+    Claim(DB, "| ResNet-50 | 7.63 | 10.75 | {} | 4.52 / 6.62 | {} | {} |",
+          lambda: tuple(spread(first_ratio(FIRST_STEP_WINDOWS[0], "resnet50", field=f))
+                        for f in ("first_step_s", "trace_compile_s", "cpu_s"))),
+    Claim(DB, "| ResNet-50 | 10.00 / 8.51 / 13.80 | {} | {} |",
+          lambda: tuple(spread(first_ratio(FIRST_STEP_WINDOWS[1], "resnet50", side=s))
+                        for s in ("base", "lite"))),
+    # As-shipped A/Bs (shipped_ab.py).
+    Claim(DB, "gave a 1-thread private tf.data pool {} of base and one inter-op thread {} —",
+          lambda: (spread(shipped(SHIP[0], "tf_data_1_thread")),
+                   spread(shipped(SHIP[0], "inter_op_1")))),
+    Claim(DB, "{}, slower in {} of {} rounds — TensorFlow's default inter-op pool stays",
+          lambda: (spread(shipped(SHIP[1], "inter_op_1")),)
+          + tuple(map(str, (shipped_rounds(SHIP[1], "inter_op_1")[1]
+                            - shipped_rounds(SHIP[1], "inter_op_1")[0],
+                            shipped_rounds(SHIP[1], "inter_op_1")[1])))),
+    Claim(DB, "{}, ahead in {} of {} rounds — within the spread",
+          lambda: (spread(shipped(SHIP[2], "tf_data_1_thread")),)
+          + tuple(map(str, shipped_rounds(SHIP[2], "tf_data_1_thread")))),
+]
+
+
+def normalise(text: str) -> str:
+    """Whitespace runs as one space, bold markers dropped: prose wraps and emphasises freely."""
+    return re.sub(r"\s+", " ", text.replace("**", ""))
+
+
+def render_block(source: str) -> str:
+    """The block report.py renders from results file `source` (a repository path)."""
+    with open(os.path.join(REPO_ROOT, source)) as f:
+        data = json.load(f)
+    if data.get("kind") == "vision_suite":
+        return report.vision_suite_markdown(data, source=source)[0]
+    if report.is_step_vs_tfm(data):
+        return step_vs_tfm.render(dict(data, file=source))
+    return report.markdown(data, source=source)[0]
+
+
+def check(docs: Optional[Dict[str, str]] = None, claims: Optional[List[Claim]] = None,
+          blocks: bool = True) -> List[str]:
+    """Every mismatch between the docs and their results files, one line each ([]: none).
+
+    `docs`: {path: text} read instead of the files (tests alter a figure this way); `claims`:
+    these instead of CLAIMS; `blocks`: False leaves the rendered blocks unchecked.
+    """
+    docs = dict(docs or {})
+    for path in DOCS:
+        if path not in docs:
+            with open(os.path.join(REPO_ROOT, path)) as f:
+                docs[path] = f.read()
+    problems = []
+    for path in DOCS:
+        text = docs[path]
+        for start, end in BLOCKS if blocks else ():
+            i = text.find(start)
+            if i < 0:
+                continue
+            block = text[i + len(start):text.find(end, i)]
+            source = _SOURCE.search(block)
+            if source is None:
+                problems.append(f"{path}: the {start} block names no results file")
+            elif block.strip() != render_block(source.group(1)).strip():
+                problems.append(f"{path}: the {start} block differs from what report.py "
+                                f"renders from {source.group(1)}; rerun report.py --update")
+    for claim in CLAIMS if claims is None else claims:
+        try:
+            expected = claim.text.format(*claim.figures())
+        except (KeyError, IndexError, StopIteration, TypeError, ValueError) as e:
+            problems.append(f"{claim.doc}: cannot compute {claim.text!r}: {e!r}")
+            continue
+        if normalise(expected) not in normalise(docs[claim.doc]):
+            problems.append(f"{claim.doc}: expected {expected!r} (from its results file); "
+                            f"the doc says otherwise")
+    return problems
