@@ -162,25 +162,21 @@ def shipped_rounds(name, variant) -> Tuple[int, int]:
 
 # --- soak.py files --------------------------------------------------------------------------
 
-def soak_figures(name) -> Dict[str, str]:
-    """The soak's quoted figures: MiB, growth %, threads, fds, steps, minutes."""
-    data = load(name)
-    out = {"minutes": f"{data['wall_s'] / 60:.0f}", "steps": f"{data['final_train_step']:,}",
-           "eval_steps": f"{data['final_eval_step']:,}"}
-    for process in ("trainer", "evaluator"):
-        v = data["verdicts"][process]
-        out[f"{process}_rss"] = (f"{v['rss']['start'] / 1024:.0f}", f"{v['rss']['end'] / 1024:.0f}",
-                                 f"{100 * v['rss']['growth']:+.1f}")
-        out[f"{process}_threads"] = (str(v["threads"]["start"]), str(v["threads"]["end"]))
-        out[f"{process}_fds"] = (str(v["fds_baseline"][0]), str(v["fds_max"]))
-    return out
+def soak_cell(name, process, figure, digits=1) -> Tuple[str, ...]:
+    """A soak results file's verdict for `process` as the docs quote it: `rss` -> (growth %,
+    start KiB, end KiB); `threads` -> (start, end, max); `fds` -> (baseline start, baseline
+    end, max)."""
+    v = load(name)["verdicts"][process]
+    if figure == "rss":
+        return (f"{100 * v['rss']['growth']:+.{digits}f}", f"{v['rss']['start']:,}",
+                f"{v['rss']['end']:,}")
+    if figure == "threads":
+        return tuple(str(v["threads"][k]) for k in ("start", "end", "max"))
+    return (str(v["fds_baseline"][0]), str(v["fds_baseline"][1]), str(v["fds_max"]))
 
 
-def _soak(name, process, key):
-    return soak_figures(name)[f"{process}_{key}"]
-
-
-SOAK_RESNET = "soak_resnet18_64.json"
+SOAK_MOCK, SOAK_RESNET = "soak_mock_200k.json", "soak_resnet18_64.json"
+MWF = "docs/multi_worker_faults.md"
 
 DB, BR = "docs/benchmarks.md", "benchmarks/README.md"
 D190, DA9D, E944 = ("2026-12-01-d190cc5-vision.json", "2026-12-01-da9d28d-dirty-vision.json",
@@ -325,6 +321,20 @@ CLAIMS: List[Claim] = [
     Claim(DB, "{}, ahead in {} of {} rounds — within the spread",
           lambda: (spread(shipped(SHIP[2], "tf_data_1_thread")),)
           + tuple(map(str, shipped_rounds(SHIP[2], "tf_data_1_thread")))),
+    # The mock soak (soak.py).
+    Claim(MWF, "judged from loop 100 to the last loop, {} samples over {} s:",
+          lambda: (str(load(SOAK_MOCK)["verdicts"]["trainer"]["samples"]),
+                   f"{load(SOAK_MOCK)['wall_s']:.0f}")),
+    Claim(MWF, "| RSS growth | {} % ({} -> {} KiB) | {} % ({} -> {} KiB) | <= 5 % |",
+          lambda: soak_cell(SOAK_MOCK, "trainer", "rss", 2)
+          + soak_cell(SOAK_MOCK, "evaluator", "rss")),
+    Claim(MWF, "| threads | {} -> {} ({} at most, while a checkpoint is written) | {} -> {} ({} "
+          "at most) | <= 5 % |",
+          lambda: soak_cell(SOAK_MOCK, "trainer", "threads")
+          + soak_cell(SOAK_MOCK, "evaluator", "threads")),
+    Claim(MWF, "| open fds between writes | {} -> {} ({} at most) | {} -> {} |",
+          lambda: soak_cell(SOAK_MOCK, "trainer", "fds")
+          + soak_cell(SOAK_MOCK, "evaluator", "fds")[:2]),
 ]
 
 
