@@ -129,6 +129,46 @@ def resnet50_first_step_medians() -> List[float]:
     return [first_ratio(f, "resnet50")["median"] for f in FIRST_STEP_WINDOWS]
 
 
+FIRST_STEP_MODELS = {"resnet50": "ResNet-50", "mobilenetv2": "MobileNetV2",
+                     "vit_ti16": "ViT-Ti/16"}
+LOADED = "2026-12-02-2af19b0-first-step.json"
+
+
+def _median(name, model, side, field="first_step_s", baseline="tfm"):
+    table = first_step.summarize(load(name)["records"], baseline=baseline)["table"]
+    return table[f"{model}/{side}"][field]["median"]
+
+
+def first_step_rows() -> List[Tuple[str, Callable[[], Tuple[str, ...]]]]:
+    """The three first-step tables of docs/benchmarks.md, one (row template, figures) a row:
+    before/after of lite alone, lite against TFM, and base / after / TFM."""
+    ab, tfm, three = ("2026-12-02-2af19b0-first-step-ab.json", FIRST_STEP_WINDOWS[0],
+                      FIRST_STEP_WINDOWS[1])
+    fields = ("first_step_s", "trace_compile_s", "cpu_s")
+    rows = []
+    for model, title in FIRST_STEP_MODELS.items():
+        rows.append((f"| {title} | {{}} → {{}} | {{}} | {{}} | {{}} |", lambda m=model: (
+            f"{_median(ab, m, 'base', baseline='base'):.1f}",
+            f"{_median(ab, m, 'lite', baseline='base'):.1f}")
+            + tuple(spread(first_step.summarize(load(ab)["records"], baseline="base")
+                           ["ratios"][f"{m}/lite/base"][f]) for f in fields)))
+        rows.append((f"| {title} | {{}} | {{}} | {{}} | {{}} / {{}} | {{}} | {{}} |",
+                     lambda m=model: (
+                         f"{_median(tfm, m, 'lite'):.2f}", f"{_median(tfm, m, 'tfm'):.2f}",
+                         spread(first_ratio(tfm, m)),
+                         f"{_median(tfm, m, 'lite', 'startup_s'):.2f}",
+                         f"{_median(tfm, m, 'tfm', 'startup_s'):.2f}",
+                         spread(first_ratio(tfm, m, field="trace_compile_s")),
+                         spread(first_ratio(tfm, m, field="cpu_s")))))
+        rows.append((f"| {title} | {{}} / {{}} / {{}} | {{}} | {{}} | {{}} | {{}} |",
+                     lambda m=model: tuple(f"{_median(three, m, side):.2f}"
+                                           for side in ("base", "lite", "tfm"))
+                     + (spread(first_ratio(three, m, "base")), spread(first_ratio(three, m)),
+                        spread(first_ratio(three, m, field="trace_compile_s")),
+                        spread(first_ratio(three, m, field="cpu_s")))))
+    return rows
+
+
 FINAL_STEP_VS_TFM = "2026-12-02-4cc55f6-step-vs-tfm.json"
 
 
@@ -303,12 +343,17 @@ CLAIMS: List[Claim] = [
     Claim(DB, "first step for ResNet-50 is {} (medians {}, {}, {})",
           lambda: (_range(resnet50_first_step_medians()),)
           + tuple(f"{m:.3f}" for m in resnet50_first_step_medians())),
-    Claim(DB, "| ResNet-50 | 7.63 | 10.75 | {} | 4.52 / 6.62 | {} | {} |",
-          lambda: tuple(spread(first_ratio(FIRST_STEP_WINDOWS[0], "resnet50", field=f))
-                        for f in ("first_step_s", "trace_compile_s", "cpu_s"))),
-    Claim(DB, "| ResNet-50 | 10.00 / 8.51 / 13.80 | {} | {} |",
-          lambda: tuple(spread(first_ratio(FIRST_STEP_WINDOWS[1], "resnet50", side=s))
-                        for s in ("base", "lite"))),
+    Claim(DB, "(`2026-12-02-2af19b0-first-step.json`) agrees on MobileNetV2 and ViT-Ti, not on "
+          "ResNet-50: lite/TFM first step {} / {} / {} after against {} / {} / {} before "
+          "(ResNet-50 slower after there, within that run's spread: {} after, {} before), "
+          "process CPU {} / {} / {} after against {} / {} / {} before.",
+          lambda: tuple(f"{first_ratio(LOADED, m, side)['median']:.3f}"
+                        for side in ("lite", "base") for m in FIRST_STEP_MODELS)
+          + tuple(_range([first_ratio(LOADED, "resnet50", side)[k] for k in ("min", "max")], 3)
+                  for side in ("lite", "base"))
+          + tuple(f"{first_ratio(LOADED, m, side, 'cpu_s')['median']:.3f}"
+                  for side in ("lite", "base") for m in FIRST_STEP_MODELS)),
+    *[Claim(DB, row, figures) for row, figures in (first_step_rows())],
     # As-shipped A/Bs (shipped_ab.py).
     Claim(DB, "gave a 1-thread private tf.data pool {} of base and one inter-op thread {} —",
           lambda: (spread(shipped(SHIP[0], "tf_data_1_thread")),
