@@ -107,6 +107,33 @@ def targets_passed(name) -> Tuple[int, int]:
     return sum(c["status"] == "pass" for c in checks), len(checks)
 
 
+@functools.lru_cache(maxsize=None)
+def run_ratios(name) -> Dict[str, dict]:
+    """report.summarize of a run.py file: {workload: {"values": ..., "ratios": ...}}."""
+    records = load(name)["records"]
+    workloads = sorted({r["workload"] for r in records})
+    return report.summarize(records, max(r["round"] for r in records) + 1, workloads)
+
+
+def _status(s, threshold=0.97):
+    return "pass" if s["median"] >= threshold else "MISS"
+
+
+def outer_loop_ms(name, workload, column):
+    return f"{run_ratios(name)[workload]['values'][f'outer_loop/{column}']['median']:.2f}"
+
+
+B9A = "2026-12-02-b9a447a.json"
+
+
+def lite_raw_row(workload):
+    ratios = run_ratios(B9A)[workload]["ratios"]
+    pair = [ratios[f"train100 lite@{env}/raw@{env}"] for env in ("tfm", "project")]
+    statuses = sorted({_status(s) for s in pair}, key=["pass", "MISS"].index)
+    return (f"| {workload} | spl=100 lite/raw ≥ 0.97 (TF 2.20 / TF 2.21) | {{}} / {{}} | "
+            f"{' / '.join(statuses)} |"), lambda: tuple(spread(s) for s in pair)
+
+
 # --- first_step.py, step_vs_tfm.py, shipped_ab.py files -------------------------------------
 
 def first_ratio(name, model, side="lite", field="first_step_s"):
@@ -354,6 +381,15 @@ CLAIMS: List[Claim] = [
           + tuple(f"{first_ratio(LOADED, m, side, 'cpu_s')['median']:.3f}"
                   for side in ("lite", "base") for m in FIRST_STEP_MODELS)),
     *[Claim(DB, row, figures) for row, figures in (first_step_rows())],
+    # The outer loop's own cost (run.py, b9a447a).
+    *[Claim(DB, *lite_raw_row(w)) for w in ("mlp_tiny", "cnn_small", "mock")],
+    *[Claim(DB, f"| {w} | spl=1 with summaries, lite/TFM ≥ 8 | {{}} | pass (median only) |",
+            lambda w=w: (spread(run_ratios(B9A)[w]["ratios"]["train1 lite@tfm/tfm@tfm"], 2),))
+      for w in ("mlp_tiny", "mock")],
+    Claim(DB, "Outer loop, 1/r(spl=1) − 1/r(spl=100) with summaries: lite {} ms (mlp_tiny) and "
+          "{} ms (mock) against TFM's {} / {} ms (TF 2.20)",
+          lambda: tuple(outer_loop_ms(B9A, w, side) for side in ("lite@tfm", "tfm@tfm")
+                        for w in ("mlp_tiny", "mock"))),
     # As-shipped A/Bs (shipped_ab.py).
     Claim(DB, "gave a 1-thread private tf.data pool {} of base and one inter-op thread {} —",
           lambda: (spread(shipped(SHIP[0], "tf_data_1_thread")),
