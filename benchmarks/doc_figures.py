@@ -126,6 +126,14 @@ def outer_loop_ms(name, workload, column):
 B9A = "2026-12-02-b9a447a.json"
 
 
+def run_vision_ratio(name, model) -> str:
+    """lite/TFM (both on TFM's TensorFlow) of a run.py file's vision row for `model`."""
+    records = load(name)["records"]
+    workload = f"resnet_imagenet_{model}"
+    summary = report.summarize_vision(records, max(r["round"] for r in records) + 1, [workload])
+    return f"{summary[workload]['ratios']['vision lite@tfm/tfm@tfm']['median']:.3f}"
+
+
 def lite_raw_row(workload):
     ratios = run_ratios(B9A)[workload]["ratios"]
     pair = [ratios[f"train100 lite@{env}/raw@{env}"] for env in ("tfm", "project")]
@@ -203,6 +211,12 @@ def step_vs_tfm_rows(name=FINAL_STEP_VS_TFM, kind=None) -> List[dict]:
     kinds = ("train", "eval") if kind is None else (kind,)
     return [s for r in load(name)["records"] for k in kinds
             if (s := step_vs_tfm.summarize(r, k)) is not None]
+
+
+def step_speedup(model, side, name=FINAL_STEP_VS_TFM) -> float:
+    """bf16 over float32 training speed of one side in a step_vs_tfm.py file."""
+    return step_vs_tfm._dtype_speedup(  # pylint: disable=protected-access
+        load(name)["records"], model, side, "train")
 
 
 def step_vs_tfm_row(name, model, dtype, kind="train") -> dict:
@@ -340,6 +354,15 @@ CLAIMS: List[Claim] = [
           lambda: tuple(map(str, targets_passed("2026-12-01-39d2e4f-before-issue13.json")))),
     Claim(BR, "(`2026-12-01-e787426.json`) both pass {} of {} of today's targets",
           lambda: tuple(map(str, targets_passed("2026-12-01-e787426.json")))),
+    *[Claim(doc, "its vision rows (ResNet-18 / ResNet-50, lite/TFM {} / {}) came from another "
+            "machine", lambda: tuple(run_vision_ratio("2026-12-01-e787426.json", m)
+                                     for m in ("resnet18", "resnet50"))) for doc in (DB, BR)],
+    Claim(BR, "MobileNetV2 {} (no target for MobileNetV2 as shipped;",
+          lambda: (spread(suite_ratio(D190, "mobilenetv2", setting="shipped"), 2),)),
+    Claim(BR, "Lite {} steps/s, TFM {}, raw {}.",
+          lambda: tuple(_range([suite(DA9D)[0][("mobilenetv2", "float32", "like", side,
+                                                "train")][k] for k in ("min", "max")])
+                        for side in ("lite", "tfm", "raw"))),
     # Both trainers in one process (step_vs_tfm.py).
     Claim(BR, "lite/TFM ≥ 1.0 on the median of all {} rows (train and eval, float32 and bf16, "
           "five models), {} for training, lite faster in {} of {} rounds per row",
@@ -347,6 +370,9 @@ CLAIMS: List[Claim] = [
                    _range([s["median"] for s in step_vs_tfm_rows(kind="train")], 3),
                    _range([s["lite_wins"] for s in step_vs_tfm_rows()], 0),
                    str(load(FINAL_STEP_VS_TFM)["rounds"]))),
+    Claim(BR, "(e.g. ResNet-18 {} / {} against {} / {})",
+          lambda: tuple(f"{step_speedup('resnet18', s):.2f}" for s in ("lite", "tfm"))
+          + tuple(f"{suite_speedup(FINAL_SUITE, 'resnet18', s):.2f}" for s in ("lite", "tfm"))),
     Claim(BR, "ViT-Ti bfloat16 training: {}, TFM faster in all 8 rounds",
           lambda: (spread(step_vs_tfm_row("2026-12-02-ee33327-step-vs-tfm.json", "vit_ti16",
                                           "bfloat16")),)),
