@@ -256,6 +256,60 @@ def soak_cell(name, process, figure, digits=1) -> Tuple[str, ...]:
     return (str(v["fds_baseline"][0]), str(v["fds_baseline"][1]), str(v["fds_max"]))
 
 
+def soak_timeline(name, every_s=300) -> List[str]:
+    """The docs' over-time table of a soak: the first sample at or after each `every_s`
+    seconds and the last one, of the samples taken after the first train loop and before
+    the trainer was stopped, with both processes alive, as markdown rows: minute,
+    train step, eval step, then RSS (MiB), threads and open fds of the trainer and the
+    evaluator."""
+    data = load(name)
+    stop_s = (data.get("stopped") or {}).get("time_s", float("inf"))
+    live = [s for s in data["samples"] if s["trainer"] and s["evaluator"]
+            and s["train_step"] > 0 and s["time_s"] < stop_s]
+    picked, mark = [], 0.0
+    for sample in live:
+        if sample["time_s"] >= mark:
+            picked.append(sample)
+            mark = (sample["time_s"] // every_s + 1) * every_s
+    if live and picked[-1] is not live[-1]:
+        picked.append(live[-1])
+    return ["| {:.0f} | {:,} | {:,} | {:.0f} / {} / {} | {:.0f} / {} / {} |".format(
+        s["time_s"] / 60, s["train_step"], s["eval_step"],
+        s["trainer"]["rss_kib"] / 1024, s["trainer"]["threads"], s["trainer"]["fds"],
+        s["evaluator"]["rss_kib"] / 1024, s["evaluator"]["threads"], s["evaluator"]["fds"])
+        for s in picked]
+
+
+def soak_model_dir(name) -> dict:
+    """model_dir's sizes at a soak's end."""
+    return load(name)["verdicts"]["model_dir"]["final"]
+
+
+def soak_fds_spread(name, process="trainer") -> Tuple[str, ...]:
+    """(the most frequent fd count, its samples, the judged samples, the other counts) over
+    the judged window of a soak."""
+    data = load(name)
+    end = (data.get("stopped") or {}).get("train_step", data["train_steps"])
+    counts = {}
+    for sample in data["samples"]:
+        if sample[process] and data["warm_up_step"] <= sample["train_step"] < end:
+            counts[sample[process]["fds"]] = counts.get(sample[process]["fds"], 0) + 1
+    common = max(counts, key=counts.get)
+    others = " or ".join(str(c) for c in sorted(counts) if c != common)
+    return str(common), str(counts[common]), str(sum(counts.values())), others
+
+
+def soak_after_each_evaluation(name) -> Tuple[str, str]:
+    """(the evaluated steps, the evaluator's RSS in MiB at the first sample after each
+    evaluation), comma-separated."""
+    steps, rss = [], []
+    for sample in load(name)["samples"]:
+        if sample["evaluator"] and sample["eval_step"] and sample["eval_step"] not in steps:
+            steps.append(sample["eval_step"])
+            rss.append(f"{sample['evaluator']['rss_kib'] / 1024:.0f}")
+    return ", ".join(f"{s:,}" for s in steps), ", ".join(rss)
+
+
 SOAK_MOCK, SOAK_RESNET = "soak_mock_200k.json", "soak_resnet18_64.json"
 MWF = "docs/multi_worker_faults.md"
 
@@ -428,6 +482,33 @@ CLAIMS: List[Claim] = [
     Claim(DB, "{}, ahead in {} of {} rounds — within the spread",
           lambda: (spread(shipped(SHIP[2], "tf_data_1_thread")),)
           + tuple(map(str, shipped_rounds(SHIP[2], "tf_data_1_thread")))),
+    # The ResNet-18 soak (soak.py).
+    Claim(MWF, "it ran {} steps in {} min, the evaluator reaching step {}.",
+          lambda: (f"{load(SOAK_RESNET)['final_checkpoint_step']:,}",
+                   f"{load(SOAK_RESNET)['wall_s'] / 60:.0f}",
+                   f"{load(SOAK_RESNET)['final_eval_step']:,}")),
+    *[Claim(MWF, "{}", lambda i=i: (soak_timeline(SOAK_RESNET)[i],)) for i in range(8)],
+    Claim(MWF, "Judged from step {} (loop 20, reached only in minute 22 on this loaded "
+          "machine) to the SIGTERM, {} samples:",
+          lambda: (str(load(SOAK_RESNET)["warm_up_step"]),
+                   str(load(SOAK_RESNET)["verdicts"]["trainer"]["samples"]))),
+    Claim(MWF, "| RSS growth | {} % ({} -> {} KiB) | {} % ({} -> {} KiB): missed | <= 5 % |",
+          lambda: soak_cell(SOAK_RESNET, "trainer", "rss")
+          + soak_cell(SOAK_RESNET, "evaluator", "rss")),
+    Claim(MWF, "| threads | {} -> {} ({} at most) | {} -> {} ({} at most, while an evaluation "
+          "runs) | <= 5 % |",
+          lambda: soak_cell(SOAK_RESNET, "trainer", "threads")
+          + soak_cell(SOAK_RESNET, "evaluator", "threads")),
+    Claim(MWF, "| open fds | {} in {} of {} samples, {} in the others (the harness's baseline, "
+          "the smallest in each half: {} -> {}) | {} -> {} between evaluations ({} at most) | "
+          "constant |",
+          lambda: soak_fds_spread(SOAK_RESNET) + soak_cell(SOAK_RESNET, "trainer", "fds")[:2]
+          + soak_cell(SOAK_RESNET, "evaluator", "fds")),
+    Claim(MWF, "| checkpoints in model_dir | {} at most ({} MB at the end) | | max_to_keep |",
+          lambda: (str(load(SOAK_RESNET)["verdicts"]["model_dir"]["max_checkpoints"]),
+                   f"{soak_model_dir(SOAK_RESNET)['checkpoint_bytes'] / 1e6:.0f}")),
+    Claim(MWF, "Its RSS right after each evaluation (steps {}): {} MiB.",
+          lambda: soak_after_each_evaluation(SOAK_RESNET)),
     # The mock soak (soak.py).
     Claim(MWF, "judged from loop 100 to the last loop, {} samples over {} s:",
           lambda: (str(load(SOAK_MOCK)["verdicts"]["trainer"]["samples"]),
