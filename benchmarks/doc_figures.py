@@ -7,6 +7,13 @@ computes the figure from its results file. A claim passes when the doc holds the
 the recomputed figures (whitespace and `**` bold markers ignored, since prose wraps). A figure
 quoted in prose but absent from `CLAIMS` is not checked: add it here when you quote one.
 
+Not checked yet (quoted in benchmarks/README.md or docs/benchmarks.md, no claim here): the
+op-time profiles (`vision_profile.py` files: the per-op tables, 300 / 375 ms, 235 / 218 ms), the
+oneDNN primitive counts of the bf16 probe, the start-up profile and the outer-loop A/B
+(45 / 76 µs; no results file), d190cc5's per-process steps/s and loop-time ranges, the earlier
+runs 4ea454c / c711b1e / 513f9aa / 1ded3d0 / 0361e2f, the loop-graph node counts, the
+XLA-on-CPU 0.17x, and the 32-round step_vs_tfm sums over three runs.
+
 Standard library only, like report.py.
 """
 
@@ -23,6 +30,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 
+import ab_checkouts  # noqa: E402
 import first_step  # noqa: E402
 import report  # noqa: E402
 import shipped_ab  # noqa: E402
@@ -241,6 +249,16 @@ def shipped_rounds(name, variant) -> Tuple[int, int]:
     return sum(a > b for a, b in pairs), len(pairs)
 
 
+# --- ab_checkouts.py and single-summary files -----------------------------------------------
+
+def ab_row(name, workload) -> Tuple[str, ...]:
+    """A before/after table row of an ab_checkouts.py file, recomputed from its samples."""
+    data = load(name)
+    rows = ("train100", "train1", "train1_nosum", "eval")
+    summary = ab_checkouts.summarise(data["samples"], rows, [workload])[workload]
+    return tuple(spread(summary[row]) for row in rows)
+
+
 # --- soak.py files --------------------------------------------------------------------------
 
 def soak_cell(name, process, figure, digits=1) -> Tuple[str, ...]:
@@ -417,6 +435,18 @@ CLAIMS: List[Claim] = [
           lambda: tuple(_range([suite(DA9D)[0][("mobilenetv2", "float32", "like", side,
                                                 "train")][k] for k in ("min", "max")])
                         for side in ("lite", "tfm", "raw"))),
+    # Before and after issue 13's refactor (ab_checkouts.py), and files that keep only their
+    # summary (no per-round records to recompute it from).
+    *[Claim(BR, f"| {w} | {{}} | {{}} | {{}} | {{}} |",
+            lambda w=w: ab_row("2026-12-01-ab-39d2e4f-vs-e3f2ba2.json", w))
+      for w in ("mlp_tiny", "mock", "cnn_small")],
+    Claim(BR, "`results/2026-12-01-input-ab-resnet18.json`, 7 rounds of 300 batches): {}",
+          lambda: (spread(load("2026-12-01-input-ab-resnet18.json")["lite_over_tfm"]),)),
+    Claim(BR, "median [min–max] speed-up of the step over Keras 3's forms: L2Loss {}, fused BN "
+          "{}, fused momentum {}, all three {}",
+          lambda: tuple(spread(load("2026-12-01-bf05557-resnet50-step-ab.json")
+                               ["speedup_vs_base"][k], 2)
+                        for k in ("l2loss", "fusedbn", "fusedmom", "l2loss+fusedbn+fusedmom"))),
     # Both trainers in one process (step_vs_tfm.py).
     Claim(BR, "lite/TFM ≥ 1.0 on the median of all {} rows (train and eval, float32 and bf16, "
           "five models), {} for training, lite faster in {} of {} rounds per row",
@@ -509,6 +539,8 @@ CLAIMS: List[Claim] = [
                    f"{soak_model_dir(SOAK_RESNET)['checkpoint_bytes'] / 1e6:.0f}")),
     Claim(MWF, "Its RSS right after each evaluation (steps {}): {} MiB.",
           lambda: soak_after_each_evaluation(SOAK_RESNET)),
+    # This check's own size, as docs/benchmarks.md states it.
+    Claim(DB, "from theirs ({} sentences across the docs)", lambda: (str(len(CLAIMS)),)),
     # The mock soak (soak.py).
     Claim(MWF, "judged from loop 100 to the last loop, {} samples over {} s:",
           lambda: (str(load(SOAK_MOCK)["verdicts"]["trainer"]["samples"]),
