@@ -2,10 +2,13 @@
 
     .venv/bin/python benchmarks/report.py benchmarks/results/2026-12-01-abc1234.json
     .venv/bin/python benchmarks/report.py RESULTS.json --update docs/benchmarks.md benchmarks/README.md
+    .venv/bin/python benchmarks/report.py --check
 
 The first prints the report; `--update` also replaces, in each named file, the text between
 the lines `<!-- bench-results:start -->` and `<!-- bench-results:end -->` with it, so the
 README tables are always regenerated from one committed results file, which they name.
+`--check` renders every such block again from the file it names and recomputes every figure
+the docs quote in prose (`doc_figures.py`), prints each mismatch and exits 1 on any.
 
 Everything is recomputed from the file's per-process records: each ratio within one round,
 then median [min–max] over rounds; each target is judged on the median (a miss is reported
@@ -675,12 +678,25 @@ def update_file(path, text, start_marker=START_MARKER, end_marker=END_MARKER):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="a results file written by benchmarks/run.py, "
-                        "vision_suite.py or step_vs_tfm.py")
+    parser.add_argument("results", nargs="?", help="a results file written by "
+                        "benchmarks/run.py, vision_suite.py or step_vs_tfm.py")
+    parser.add_argument("--check", action="store_true",
+                        help="check every benchmark figure in the docs against its results "
+                        "file; exit 1 on a mismatch")
     parser.add_argument("--update", nargs="+", default=[], metavar="FILE",
                         help="replace the bench-results block of these files (docs/benchmarks.md, "
                         "benchmarks/README.md) with the report")
     args = parser.parse_args(argv)
+    if args.check:
+        import doc_figures  # pylint: disable=import-outside-toplevel
+        problems = doc_figures.check()
+        for problem in problems:
+            print(problem)
+        print(f"{len(doc_figures.CLAIMS)} quoted sentences and every rendered block checked: "
+              f"{len(problems)} mismatch(es)")
+        return 1 if problems else 0
+    if args.results is None:
+        parser.error("give a results file, or --check")
     with open(args.results) as f:
         data = json.load(f)
     repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,14 +1,20 @@
 """Soak benchmark: a long `lite-train` run with a continuous evaluator beside it stays healthy.
 
     python benchmarks/soak.py [--train_steps 20000] [--out benchmarks/results/soak_....json]
+    nice -n 19 python benchmarks/soak.py --experiment resnet18 --duration_s 1800
 
-Runs `lite-train --experiment mock --mode train` (steps_per_loop 10, a checkpoint every 50
-steps, summaries every loop, max_to_keep 5) and `lite-train --mode continuous_eval` on the same
-model_dir, and samples both processes from /proc while they run: resident memory (VmRSS),
-threads, open file descriptors, plus model_dir's size (checkpoint files and event files apart)
-and the trainer's last logged step. Targets, judged from the trainer's loop 100 (step 1000) to
-its end: RSS and threads grow at most 5 %, open fds stay constant, model_dir holds at most
-max_to_keep (+1 while one is written) checkpoints. The results file records every sample, the
+Runs `lite-train --mode train` (steps_per_loop 10, a checkpoint every 50 steps -- 100 for
+ResNet-18 --, summaries every loop, max_to_keep 5) and `lite-train --mode continuous_eval` on
+the same model_dir, and samples both processes from /proc while they run: resident memory
+(VmRSS), threads, open file descriptors, plus model_dir's size (checkpoint files and event
+files apart) and the trainer's last logged step. Two experiments: `mock` (MockTask's tiny model
+on one fixed batch) and `resnet18` (`resnet_imagenet` with ResNet-18 at 64x64, batch 16, on
+synthetic JPEG TFRecords in TFM's format, the vision benchmarks' files). With `--duration_s`
+the trainer gets SIGTERM once that time has passed (it saves a checkpoint and exits 143, the
+preemption path) and the evaluator, once it has evaluated that checkpoint or 10 minutes later.
+Targets, judged from the trainer's warm-up step (loop 100 of `mock`, loop 20 of ResNet-18) to
+the last sample before the trainer stops: RSS and threads grow at most 5 %, open fds stay
+constant, model_dir holds at most max_to_keep (+1 while one is written) checkpoints. The results file records every sample, the
 verdicts and the machine (CPU model, cores, TensorFlow version). Not a unit test: the test of
 this harness (tests/test_soak_harness.py) runs it for a few hundred steps and checks its
 bookkeeping, not its numbers.
@@ -24,6 +30,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,6 +46,11 @@ CHECKPOINT_INTERVAL = 50
 MAX_TO_KEEP = 5
 WARM_UP_LOOPS = 100
 GROWTH_LIMIT = 0.05
+# Per experiment: (checkpoint interval, warm-up loops). A ResNet-18 checkpoint with its
+# momentum slots is ~90 MB, and its steps are ~1000x slower than mock's.
+EXPERIMENTS = {"mock": (CHECKPOINT_INTERVAL, WARM_UP_LOOPS), "resnet18": (100, 20)}
+# How long the evaluator may take to reach the stopped trainer's last checkpoint.
+EVALUATOR_GRACE_S = 600
 
 
 def machine() -> Dict[str, object]:
@@ -100,14 +112,30 @@ def last_step(log_path: str, pattern: re.Pattern) -> int:
     return int(steps[-1]) if steps else 0
 
 
-def _command(mode: str, model_dir: str, train_steps: int) -> List[str]:
+def _resnet18_task(data_dir: str) -> Dict[str, object]:
+    """ResNet-18 at 64x64 on the vision benchmarks' synthetic TFRecords (written once)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import vision_rows  # the benchmarks' own module: TensorFlow, so imported only here
+
+    pattern = vision_rows.write_synthetic_tfrecords(data_dir)
+    return vision_rows.overrides("resnet18", pattern, STEPS_PER_LOOP, 1, None,
+                                 eval_steps=2)["task"]
+
+
+def _command(experiment: str, mode: str, model_dir: str, train_steps: int,
+             task: Optional[Dict[str, object]] = None) -> List[str]:
     override = {
         "runtime": {"distribution_strategy": "off"},
         "trainer": {"train_steps": train_steps, "steps_per_loop": STEPS_PER_LOOP,
                     "summary_interval": STEPS_PER_LOOP,
-                    "checkpoint_interval": CHECKPOINT_INTERVAL, "max_to_keep": MAX_TO_KEEP,
+                    "checkpoint_interval": EXPERIMENTS[experiment][0],
+                    "max_to_keep": MAX_TO_KEEP,
                     "validation_steps": 2, "validation_interval": 10 ** 9}}
-    return [sys.executable, "-m", "lite_launcher.main", "--experiment", "mock", "--mode", mode,
+    name = "mock"
+    if task is not None:
+        override["task"] = task
+        name = "resnet_imagenet"
+    return [sys.executable, "-m", "lite_launcher.main", "--experiment", name, "--mode", mode,
             "--model_dir", model_dir, "--params_override", json.dumps(override)]
 
 
@@ -156,13 +184,23 @@ def verdicts(samples, from_step: int, end_step: int) -> Dict[str, object]:
 
 def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
         sample_interval_s: float = 1.0, timeout_s: float = 6 * 3600,
-        warm_up_loops: int = WARM_UP_LOOPS) -> Dict[str, object]:
+        warm_up_loops: Optional[int] = None, experiment: str = "mock",
+        duration_s: Optional[float] = None, data_dir: Optional[str] = None
+        ) -> Dict[str, object]:
     """Runs the soak; writes and returns the results (see the module docstring).
 
-    The growth verdicts compare the first sample at or after `warm_up_loops` train loops with
-    the last sample of each process.
+    The growth verdicts compare the first sample at or after `warm_up_loops` train loops
+    (default: the experiment's) with the last sample of each process before the end: step
+    `train_steps`, or the step logged when the trainer got SIGTERM after `duration_s`.
     """
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"experiment {experiment!r}: use one of {sorted(EXPERIMENTS)}")
+    if warm_up_loops is None:
+        warm_up_loops = EXPERIMENTS[experiment][1]
     model_dir = model_dir or tempfile.mkdtemp(prefix="lite_soak_")
+    task = None
+    if experiment == "resnet18":
+        task = _resnet18_task(data_dir or model_dir + "_data")
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -172,22 +210,36 @@ def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
     processes = {}
     for name, mode in (("trainer", "train"), ("evaluator", "continuous_eval")):
         with open(logs[name], "w") as log:
-            processes[name] = subprocess.Popen(_command(mode, model_dir, train_steps),
-                                               stdout=log, stderr=subprocess.STDOUT, env=env,
-                                               cwd=REPO_ROOT)
+            processes[name] = subprocess.Popen(
+                _command(experiment, mode, model_dir, train_steps, task),
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     samples = []
+    stop = None  # {"time_s", "train_step"} when the trainer got SIGTERM
+    evaluator_stop_s = None
     start = time.monotonic()
     try:
         while any(p.poll() is None for p in processes.values()):
-            if time.monotonic() - start > timeout_s:
+            elapsed = time.monotonic() - start
+            if elapsed > timeout_s:
                 raise TimeoutError(f"the soak did not end within {timeout_s} s")
-            sample = {"time_s": round(time.monotonic() - start, 2),
+            sample = {"time_s": round(elapsed, 2),
                       "train_step": last_step(logs["trainer"], _TRAIN_STEP),
                       "eval_step": last_step(logs["evaluator"], _EVAL_STEP),
                       "model_dir": model_dir_sizes(model_dir)}
             for name, process in processes.items():
                 sample[name] = process_sample(process.pid) if process.poll() is None else None
             samples.append(sample)
+            trainer, evaluator = processes["trainer"], processes["evaluator"]
+            if duration_s is not None and stop is None and elapsed > duration_s \
+                    and trainer.poll() is None:
+                trainer.send_signal(signal.SIGTERM)  # the preemption path: save, exit 143
+                stop = {"time_s": sample["time_s"], "train_step": sample["train_step"]}
+            if stop is not None and trainer.poll() is not None and evaluator.poll() is None:
+                evaluator_stop_s = evaluator_stop_s or elapsed + EVALUATOR_GRACE_S
+                if (sample["eval_step"] >= last_step(logs["trainer"], _TRAIN_STEP)
+                        or elapsed > evaluator_stop_s):
+                    evaluator.send_signal(signal.SIGTERM)
+                    evaluator_stop_s = float("inf")
             time.sleep(sample_interval_s)
     finally:
         for process in processes.values():
@@ -195,17 +247,25 @@ def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
                 process.kill()
             process.wait()
     codes = {name: p.returncode for name, p in processes.items()}
+    end_step = train_steps if stop is None else stop["train_step"]
     results = {
         "benchmark": "soak", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "machine": machine(), "experiment": "mock", "train_steps": train_steps,
-        "steps_per_loop": STEPS_PER_LOOP, "checkpoint_interval": CHECKPOINT_INTERVAL,
+        "machine": machine(), "experiment": experiment, "train_steps": train_steps,
+        "steps_per_loop": STEPS_PER_LOOP,
+        "checkpoint_interval": EXPERIMENTS[experiment][0],
         "summary_interval": STEPS_PER_LOOP, "max_to_keep": MAX_TO_KEEP,
         "warm_up_step": warm_up_loops * STEPS_PER_LOOP, "exit_codes": codes,
+        "duration_s": duration_s, "stopped": stop, "nice": os.nice(0),
         "final_train_step": last_step(logs["trainer"], _TRAIN_STEP),
         "final_eval_step": last_step(logs["evaluator"], _EVAL_STEP),
+        "final_checkpoint_step": max(
+            (int(name[5:-6]) for name in os.listdir(model_dir)
+             if name.startswith("ckpt-") and name.endswith(".index")), default=0),
         "wall_s": round(time.monotonic() - start, 1),
-        "verdicts": verdicts(samples, warm_up_loops * STEPS_PER_LOOP, train_steps),
+        "verdicts": verdicts(samples, warm_up_loops * STEPS_PER_LOOP, end_step),
         "samples": samples}
+    if task is not None:
+        results["task"] = task
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:
         json.dump(results, f, indent=1)
@@ -214,14 +274,21 @@ def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="mock")
     parser.add_argument("--train_steps", type=int, default=20_000)
+    parser.add_argument("--duration_s", type=float, default=None,
+                        help="SIGTERM the trainer after this many seconds")
+    parser.add_argument("--data_dir", default=None,
+                        help="resnet18: where the synthetic TFRecords are (written once)")
     parser.add_argument("--sample_interval_s", type=float, default=1.0)
     parser.add_argument("--model_dir", default=None)
     parser.add_argument("--out", default=os.path.join(
         REPO_ROOT, "benchmarks", "results",
         f"soak_{datetime.datetime.now(datetime.timezone.utc):%Y%m%d_%H%M}.json"))
     args = parser.parse_args(argv)
-    results = run(args.train_steps, args.out, args.model_dir, args.sample_interval_s)
+    results = run(args.train_steps, args.out, args.model_dir, args.sample_interval_s,
+                  experiment=args.experiment, duration_s=args.duration_s,
+                  data_dir=args.data_dir)
     print(json.dumps({k: v for k, v in results.items() if k != "samples"}, indent=1))
     print(f"wrote {args.out}")
 

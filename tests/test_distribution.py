@@ -525,8 +525,9 @@ def default_strategy_eval(model_dir, step, validation_steps):
 
 
 @pytest.mark.slow
-@pytest.mark.release(sibling="tests/test_strategy.py::"
-                             "test_parameter_server_with_in_process_cluster_trains_steps")
+@pytest.mark.release(sibling="tests/reliability/test_multi_worker_faults.py::"
+                             "test_parameter_server_trains_on_without_a_killed_worker_and_"
+                             "counts_every_step")
 def test_parameter_server_cluster_of_lite_train_processes_trains_and_evaluates(tmp_path):
     """One cluster (2 workers, 1 ps) serves four chiefs in turn: train_and_eval, eval (with
     eval_tf_while_loop), continuous_eval and train_and_post_eval. Every evaluation equals the

@@ -48,6 +48,21 @@ def test_verdicts_measure_growth_after_the_warm_up_and_before_shutdown_only():
     assert not verdict["model_dir"]["checkpoints_ok"]
 
 
+def test_resnet18_soak_trains_resnet_imagenet_at_64_with_its_own_checkpoint_interval():
+    task = {"model": {"input_size": [64, 64, 3], "backbone": {"resnet": {"model_id": 18}}}}
+    command = soak._command("resnet18", "continuous_eval", "/m", 500, task)
+    assert command[command.index("--experiment") + 1] == "resnet_imagenet"
+    assert command[command.index("--mode") + 1] == "continuous_eval"
+    override = json.loads(command[command.index("--params_override") + 1])
+    assert override["task"] == task
+    assert override["trainer"]["checkpoint_interval"] == 100
+    assert override["trainer"]["train_steps"] == 500
+    mock = json.loads(soak._command("mock", "train", "/m", 500)[-1])
+    assert "task" not in mock and mock["trainer"]["checkpoint_interval"] == 50
+    with pytest.raises(ValueError, match="experiment 'resnet50': use one of"):
+        soak.run(10, "/unused.json", experiment="resnet50")
+
+
 @pytest.mark.slow
 def test_tiny_soak_run_samples_both_processes_and_writes_the_results_file(tmp_path):
     out = tmp_path / "results" / "soak.json"

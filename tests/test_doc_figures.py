@@ -1,0 +1,58 @@
+"""`benchmarks/report.py --check`: every benchmark figure the docs quote is recomputed from its
+committed results file, and an altered figure is caught (pure JSON and number work, ~1 s)."""
+
+import os
+import re
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCH)
+
+import doc_figures  # noqa: E402
+import report  # noqa: E402
+
+
+def _docs():
+    docs = {}
+    for path in doc_figures.DOCS:
+        with open(os.path.join(doc_figures.REPO_ROOT, path)) as f:
+            docs[path] = f.read()
+    return docs
+
+
+def test_check_finds_every_quoted_figure_and_block_equal_to_its_results_file(capsys):
+    assert report.main(["--check"]) == 0
+    assert "0 mismatch(es)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("index", range(len(doc_figures.CLAIMS)))
+def test_each_quoted_figure_altered_in_its_doc_is_reported(index):
+    claim = doc_figures.CLAIMS[index]
+    figures = claim.figures()
+    expected = doc_figures.normalise(claim.text.format(*figures))
+    # The first figure with a digit, its last digit changed: one figure off by a little.
+    k = next(i for i, f in enumerate(figures) if re.search(r"\d", f))
+    altered = list(figures)
+    altered[k] = re.sub(r"(\d)(\D*)$", lambda m: str((int(m.group(1)) + 1) % 10) + m.group(2),
+                        altered[k])
+    wrong = doc_figures.normalise(claim.text.format(*altered))
+    text = doc_figures.normalise(_docs()[claim.doc])
+    assert expected in text
+    docs = {claim.doc: text.replace(expected, wrong)}
+    problems = doc_figures.check(docs, claims=[claim], blocks=False)
+    assert len(problems) == 1 and "expected" in problems[0], problems
+
+
+def test_an_altered_cell_of_a_rendered_block_is_reported(capsys):
+    docs = _docs()
+    text = docs["benchmarks/README.md"]
+    start = text.index(report.STEP_VS_TFM_START_MARKER)
+    cell = re.compile(r"\d\.\d{3}").search(text, start)
+    altered = text[:cell.start()] + "9.999" + text[cell.end():]
+    problems = doc_figures.check({"benchmarks/README.md": altered}, claims=[])
+    assert problems == [
+        "benchmarks/README.md: the <!-- step-vs-tfm:start --> block differs from what report.py "
+        "renders from benchmarks/results/2026-12-02-4cc55f6-step-vs-tfm.json; rerun report.py "
+        "--update"]
