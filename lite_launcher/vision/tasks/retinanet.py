@@ -84,22 +84,10 @@ class RetinaNetTask(Task):
         or those `init_checkpoint_modules` names ('backbone', 'decoder'), as TFM's. A
         TFM-written checkpoint is mapped onto them by `tfm_checkpoint`."""
         path = self.task_config.init_checkpoint
-        if not path:
-            return
-        modules = self.task_config.init_modules()
-        if "all" in modules:
-            items = dict(model.checkpoint_items)
-        else:
-            items = {}
-            for module in modules:
-                item = getattr(model, module, None) if module in ("backbone",
-                                                                  "decoder") else None
-                if item is None:
-                    raise ConfigError(f"task.init_checkpoint_modules names {module!r}; use "
-                                      f"'all', 'backbone' or 'decoder' (the model has "
-                                      f"{', '.join(sorted(model.checkpoint_items))}).")
-                items[module] = item
-        checkpoints.read_weights(items, path, what="task.init_checkpoint")
+        if path:
+            checkpoints.read_weights(
+                model.init_checkpoint_items(self.task_config.init_modules()), path,
+                what="task.init_checkpoint")
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's detection records, parsed for training or evaluation by `params`."""
