@@ -40,6 +40,9 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
+sys.path.insert(0, _HERE)
+
+import rounds as rounds_lib  # noqa: E402
 
 # Model -> (experiment, backbone override, input size), the same on both sides.
 MODELS = {
@@ -207,7 +210,7 @@ def parse_lite_specs(specs):
 def round_order(sides, round_index):
     """The sides of a model in round `round_index` (0-based): as given, reversed every other
     round."""
-    return list(sides) if round_index % 2 == 0 else list(reversed(sides))
+    return rounds_lib.round_order(list(sides), round_index)
 
 
 def plan(models, sides, rounds):

@@ -46,6 +46,7 @@ sys.path.insert(0, _HERE)
 
 import measure  # noqa: E402
 import report  # noqa: E402
+import rounds as rounds_lib  # noqa: E402
 import vision_rows  # noqa: E402  (its constants; it imports TensorFlow only in its rows)
 import workloads  # noqa: E402
 
@@ -198,7 +199,7 @@ def vision_plan(args, pythons, round_index):
                 steps += [("lite", env, model), ("raw", env, model)]
         if "tfm" in pythons:
             steps.append(("tfm", "tfm", model))
-    return steps[::-1] if round_index % 2 else steps
+    return rounds_lib.round_order(steps, round_index)
 
 
 def measure_vision(side, model, python, data_dir, timeout_s=600, loops=None):
@@ -242,7 +243,7 @@ def round_plan(workload, args, pythons, round_index):
         steps += [("lite", env, "driver") for env in ("project", "tfm") if env in pythons]
         if "tfm" in pythons:
             steps.append(("tfm", "tfm", "driver"))
-    return steps[::-1] if round_index % 2 else steps
+    return rounds_lib.round_order(steps, round_index)
 
 
 def run_rounds(args, pythons, log=print):

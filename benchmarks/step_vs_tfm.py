@@ -28,16 +28,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 sys.path.insert(0, _HERE)
 
+import detection_rows  # noqa: E402
 import measure  # noqa: E402
+import rounds as rounds_lib  # noqa: E402
 import vision_rows  # noqa: E402
 
-MODELS = tuple(vision_rows.MODELS)
+MODELS = tuple(vision_rows.MODELS) + tuple(detection_rows.MODELS)
 DTYPES = vision_rows.DTYPES
 SIDES = ("lite", "tfm")
 RESULTS_DIR = os.path.join(_HERE, "results")
@@ -48,7 +49,7 @@ TARGET = 1.0  # issue 31: lite >= TFM on every like-for-like row
 
 def round_order(round_index):
     """Lite first in even rounds, TFM first in odd ones."""
-    return SIDES if round_index % 2 == 0 else SIDES[::-1]
+    return rounds_lib.round_order(SIDES, round_index)
 
 
 def plan(models, dtypes):
@@ -63,32 +64,34 @@ def child_command(python, model, dtype, args):
 
 
 # ------------------------------------------------------------------ child (TFM's venv)
+def _params_and_task(side, model, dtype, input_glob, steps, eval_steps):
+    model_dir = tempfile.mkdtemp(prefix=f"{side}_step_vs_tfm_")
+    if model in detection_rows.MODELS:
+        build = getattr(detection_rows, f"{side}_params_and_task")
+        return build(model, input_glob, steps, model_dir, dtype, eval_steps=eval_steps)
+    build = getattr(vision_rows, f"{side}_params_and_task")
+    return build(model, input_glob, steps, 1, False, model_dir, dtype, eval_steps=eval_steps)
+
+
 def _lite_trainer(model, dtype, input_glob, steps, eval_steps):
     import lite_launcher as ll
 
-    params, task = vision_rows.lite_params_and_task(
-        model, input_glob, steps, 1, False, tempfile.mkdtemp(prefix="lite_step_vs_tfm_"), dtype,
-        eval_steps=eval_steps)
+    params, task = _params_and_task("lite", model, dtype, input_glob, steps, eval_steps)
     return ll.create_trainer(params, task, train=True, evaluate=bool(eval_steps))
 
 
 def _tfm_trainer(model, dtype, input_glob, steps, eval_steps):
     from official.core import train_utils
 
-    params, task = vision_rows.tfm_params_and_task(
-        model, input_glob, steps, 1, False, tempfile.mkdtemp(prefix="tfm_step_vs_tfm_"), dtype,
-        eval_steps=eval_steps)
+    params, task = _params_and_task("tfm", model, dtype, input_glob, steps, eval_steps)
     return train_utils.create_trainer(params, task, train=True, evaluate=bool(eval_steps))
 
 
-def _timed(call):
-    """Seconds of one call, its outputs read back to NumPy (the step has finished)."""
-    import numpy as np
-    import tensorflow as tf
-
-    start = time.perf_counter()
-    tf.nest.map_structure(np.asarray, call())
-    return time.perf_counter() - start
+def workload_name(model):
+    """The results' workload name: the experiment, then the model."""
+    if model in detection_rows.MODELS:
+        return f"{detection_rows.MODELS[model][0]}_{model}"
+    return vision_rows.workload_name(model)
 
 
 def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps):
@@ -107,23 +110,13 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps):
             calls[side]["eval"] = lambda t=t: t.evaluate(n_eval)
     first_s = {}
     for side in SIDES:  # trace, then one more untimed call: one-time work after tracing
-        first_s[side] = {kind: _timed(call) for kind, call in calls[side].items()}
+        first_s[side] = {kind: rounds_lib.timed(call) for kind, call in calls[side].items()}
         for call in calls[side].values():
-            _timed(call)
-    per_round = []
-    for r in range(rounds):
-        order = round_order(r)
-        ms = {side: {} for side in SIDES}
-        for kind in calls["lite"]:
-            per_step = steps if kind == "train" else eval_steps
-            for side in order:
-                ms[side][kind] = 1000.0 * _timed(calls[side][kind]) / per_step
-        per_round.append({"order": list(order), "ms_per_step": ms,
-                          "loadavg": list(os.getloadavg())})
-        print(f"{model} {dtype} round {r}: " + "  ".join(
-            f"{side} {kind} {ms[side][kind]:.0f} ms" for side in SIDES for kind in ms[side]),
-            file=sys.stderr, flush=True)
-    record = {"workload": vision_rows.workload_name(model), "model": model, "dtype": dtype,
+            rounds_lib.timed(call)
+    per_round = rounds_lib.alternate_calls(calls, SIDES, rounds,
+                                           {"train": steps, "eval": eval_steps},
+                                           label=f"{model} {dtype}")
+    record = {"workload": workload_name(model), "model": model, "dtype": dtype,
               "row": "step_vs_tfm", "steps": steps, "eval_steps": eval_steps,
               "rounds": per_round, "first_call_s": first_s,
               "policies": {"lite": keras.mixed_precision.global_policy().name,
@@ -147,7 +140,7 @@ def summarize(record, kind):
         return None
     ms = {side: statistics.median(r["ms_per_step"][side][kind] for r in record["rounds"])
           for side in SIDES}
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+    return {**rounds_lib.spread(values),
             "lite_wins": sum(v > 1.0 for v in values), "rounds": len(values),
             "lite_ms": ms["lite"], "tfm_ms": ms["tfm"]}
 
@@ -231,7 +224,10 @@ def main(argv=None):
             print(" ".join(child_command(args.tfm_python, model, dtype, args)))
         return 0
     if args.child:
-        input_glob = vision_rows.write_synthetic_tfrecords(args.data_dir)
+        if args.models[0] in detection_rows.MODELS:
+            input_glob = detection_rows.write_synthetic_tfrecords(args.data_dir)
+        else:
+            input_glob = vision_rows.write_synthetic_tfrecords(args.data_dir)
         measure.emit(measure_in_process(args.models[0], args.dtypes[0], input_glob,
                                         args.rounds, args.steps, args.eval_steps))
         return 0

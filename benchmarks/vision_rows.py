@@ -45,7 +45,8 @@ EXPERIMENTS = {"resnet50": "resnet_imagenet", "resnet18": "resnet_imagenet",
                "vit_ti16": "deit_imagenet_pretrain"}
 SIDES = ("lite", "raw", "tfm")
 DTYPES = ("float32", "bfloat16")
-# Candidate as-shipped defaults for lite's CPU input pipeline / thread pools (shipped_ab.py),
+# Candidate as-shipped defaults for lite's CPU input pipeline / thread pools (compared in
+# docs/benchmarks.md "As shipped on a CPU"; nothing was shipped),
 # applied to the lite side only: name -> (tf.data options, DataConfig overrides, inter-op
 # threads). None of them changes what is computed, only where and when.
 VARIANTS = {
@@ -438,7 +439,7 @@ def main(argv=None):
     parser.add_argument("--num_gpus", type=int, default=None, help="lite side: runtime.num_gpus")
     parser.add_argument("--variant", default="base", choices=sorted(VARIANTS),
                         help="lite side: a candidate input-pipeline / thread setting "
-                        "(shipped_ab.py)")
+                        "(docs/benchmarks.md, 'As shipped on a CPU')")
     parser.add_argument("--as_shipped", action="store_true",
                         help="each launcher's defaults: runtime.enable_xla as the experiment "
                         "says (--xla ignored) and, on the lite side, lite-train's oneDNN "

@@ -48,6 +48,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 
 import measure  # noqa: E402
+import rounds as rounds_lib  # noqa: E402
 import run  # noqa: E402  (git helpers, results path)
 import vision_rows  # noqa: E402
 
@@ -94,7 +95,7 @@ def round_plan(models, dtypes, round_index, separate_like=False, raw_models=(),
                 plan += [(m, dtype, "like", side) for side in ("lite", "tfm")]
             if m in raw_models:
                 plan.append((m, dtype, "raw", "raw"))
-    return plan[::-1] if round_index % 2 else plan
+    return rounds_lib.round_order(plan, round_index)
 
 
 def process_argv(python, model, dtype, setting, side, data_dir, size):

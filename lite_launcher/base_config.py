@@ -759,6 +759,21 @@ def parse_params_override(params_override: str) -> Dict[str, Any]:
     return data
 
 
+def validate_once(config: Config) -> None:
+    """Validates `config` for a run, unless this function already did with its present values.
+
+    The one home of a run's config check: the driver calls it before TensorFlow loads (a bad
+    config is one line at once) and the experiment runner calls it for a config built in code;
+    on the driver's path the checks run once. A config changed since its last check is checked
+    again.
+    """
+    values = config.as_dict()
+    if config.__dict__.get("_lite_validated_values") == values:
+        return
+    config.validate()
+    object.__setattr__(config, "_lite_validated_values", values)
+
+
 def override_config(config: Config, config_files: Sequence[str] = (),
                     params_override: str = "", is_strict: bool = True) -> Config:
     """Applies config files, then a params_override string, in TFM's order, then validates."""

@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Union
 
 from lite_launcher.base_config import (  # noqa: F401  (re-exported)
     Config, ConfigError, ConfigRestrictionError, OneOfConfig, load_config_file, override_config,
-    parse_params_override)
+    parse_params_override, validate_once)
 from lite_launcher.optimization import OptimizationConfig
 
 # ---------------------------------------------------------------------------

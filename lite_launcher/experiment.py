@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import weakref
 from typing import Any, List, Mapping, Optional, Tuple
 
@@ -21,7 +22,7 @@ from lite_launcher import exporter as exporter_lib
 from lite_launcher import model_dir_lock
 from lite_launcher import strategy as strategy_lib
 from lite_launcher import model_dir_files
-from lite_launcher.base_config import ConfigError
+from lite_launcher.base_config import ConfigError, validate_once
 from lite_launcher.controller import Controller
 from lite_launcher.modes import check_mode, mode_trains
 from lite_launcher.trainer import Trainer
@@ -39,9 +40,14 @@ def create_trainer(params, task, train: bool, evaluate: bool, checkpoint_exporte
                        evaluate=evaluate, checkpoint_exporter=checkpoint_exporter)
 
 
-def _release_model_dir_holds(holds: List[str]) -> None:
-    while holds:
-        model_dir_lock.release(holds.pop())
+@contextlib.contextmanager
+def _closed_on_error(stack: contextlib.ExitStack):
+    """Closes `stack` (telling its contexts the error) when the block raises."""
+    try:
+        yield
+    except BaseException:
+        stack.__exit__(*sys.exc_info())
+        raise
 
 
 class ExperimentRunner:
@@ -60,9 +66,9 @@ class ExperimentRunner:
                  continuous_eval_max_wait_s: Optional[float] = None,
                  write_run_config: bool = False):
         check_mode(mode)
-        # The runtime trusts a validated config: checked here once for callers that built it
-        # in code (the driver's parse_configuration already validated it).
-        params.validate()
+        # The runtime trusts a validated config: checked here for callers that built it in code;
+        # the driver's config (checked by parse_configuration, unchanged since) is not re-run.
+        validate_once(params)
         if not model_dir:
             raise ConfigError("model_dir must be set (--model_dir=DIR).")
         self.strategy = distribution_strategy or tf.distribute.get_strategy()
@@ -73,43 +79,42 @@ class ExperimentRunner:
         # lite-train's files: params.yaml before the mode runs, the gin config after it.
         self._write_run_config = write_run_config
         self._continuous_eval_max_wait_s = continuous_eval_max_wait_s
-        # Holds a non-writer worker's throwaway checkpoint directory until `run()` ends.
-        self._scratch_dirs = contextlib.ExitStack()
+        # What the run holds until `run()` ends: model_dir's lock, a non-writer worker's
+        # throwaway checkpoint directory. Closed if construction fails, or when a runner that
+        # never ran is collected.
+        self._run_scope = contextlib.ExitStack()
+        weakref.finalize(self, self._run_scope.close)
         self._actions: List = []
+        self._ran = False
         # One trainer per model_dir, and this is the one place that locks it (the driver and
         # a forked driver calling `run_experiment` both come through here): the chief of a
-        # training mode locks it before anything (checkpoint clean-up, restore) reads or writes
-        # there; evaluators never lock. The holds go at the end of `run()`, or when a runner
-        # that failed to build is collected.
+        # training mode locks it, in one context, before anything (checkpoint clean-up,
+        # restore) reads or writes there; evaluators never lock. A run refused while being
+        # built leaves no directory it created behind.
         self._owns_model_dir = mode_trains(mode) and strategy_lib.should_write(self.strategy)
-        self._model_dir_holds: List[str] = []
-        weakref.finalize(self, _release_model_dir_holds, self._model_dir_holds)
-        if self._owns_model_dir:
-            self._hold_model_dir(create=False)
-        # A trainer passed in (the forked-driver path) is used as is.
-        evaluates = ("eval" in mode) or run_post_eval
-        # Refused before training (these checks need the strategy).
-        params.trainer.validate_for_strategy(
-            parameter_servers=isinstance(self.strategy,
-                                         tf.distribute.experimental.ParameterServerStrategy),
-            evaluates=evaluates)
-        self._trainer = trainer or self._build_trainer(
-            task, train=mode_trains(mode), evaluate=evaluates)
-        self._checkpoint_manager = self._maybe_build_checkpoint_manager()
-        self._summary_manager = summary_manager
-        self._eval_summary_manager = eval_summary_manager
-        self._controller = self._build_controller(
-            trainer=self._trainer if mode_trains(mode) else None,
-            evaluator=self._trainer,
-            save_summary=save_summary,
-            train_actions=train_actions,
-            eval_actions=eval_actions,
-            controller_cls=controller_cls,
-            enable_async_checkpointing=enable_async_checkpointing)
-        if self._owns_model_dir and not self._model_dir_holds:
-            # A fresh model_dir: created and locked once every check at construction passed
-            # (a refused run leaves no directory behind).
-            self._hold_model_dir(create=True)
+        with _closed_on_error(self._run_scope):
+            if self._owns_model_dir:
+                self._run_scope.enter_context(model_dir_lock.locked(model_dir))
+            # A trainer passed in (the forked-driver path) is used as is.
+            evaluates = ("eval" in mode) or run_post_eval
+            # Refused before training (these checks need the strategy).
+            params.trainer.validate_for_strategy(
+                parameter_servers=isinstance(self.strategy,
+                                             tf.distribute.experimental.ParameterServerStrategy),
+                evaluates=evaluates)
+            self._trainer = trainer or self._build_trainer(
+                task, train=mode_trains(mode), evaluate=evaluates)
+            self._checkpoint_manager = self._maybe_build_checkpoint_manager()
+            self._summary_manager = summary_manager
+            self._eval_summary_manager = eval_summary_manager
+            self._controller = self._build_controller(
+                trainer=self._trainer if mode_trains(mode) else None,
+                evaluator=self._trainer,
+                save_summary=save_summary,
+                train_actions=train_actions,
+                eval_actions=eval_actions,
+                controller_cls=controller_cls,
+                enable_async_checkpointing=enable_async_checkpointing)
 
     @property
     def owns_model_dir(self) -> bool:
@@ -153,7 +158,7 @@ class ExperimentRunner:
                        init_fn=self._trainer.initialize)
         # Non-chief workers must take part in saving (variables sync on read) but their files
         # are thrown away; a training chief resumes from the newest checkpoint that reads.
-        directory = self._scratch_dirs.enter_context(
+        directory = self._run_scope.enter_context(
             checkpoints.worker_save_dir(self._model_dir, self.strategy))
         return checkpoints.build_manager(
             self._trainer.checkpoint, self._model_dir, directory,
@@ -196,17 +201,21 @@ class ExperimentRunner:
             summary_manager=self._summary_manager,
             eval_summary_manager=self._eval_summary_manager)
 
-    def _hold_model_dir(self, create: bool) -> None:
-        if model_dir_lock.hold(self._model_dir, create=create):
-            self._model_dir_holds.append(self._model_dir)
-
     def run(self) -> Tuple[Any, Mapping[str, Any]]:
-        """Runs the mode; returns `(model, eval_logs)` (eval_logs only with a post-eval)."""
+        """Runs the mode; returns `(model, eval_logs)` (eval_logs only with a post-eval).
+
+        A runner runs once: model_dir's lock, taken when it was built, goes when `run()` ends.
+        """
+        if self._ran:
+            raise RuntimeError("ExperimentRunner.run() runs once (model_dir's lock went with "
+                               "the first run); build a new runner to run again.")
+        self._ran = True
         trainer_config = self._params.trainer
         logging.info("Running mode %s in %s", self._mode, self._model_dir)
-        try:
-            if self._owns_model_dir and not self._model_dir_holds:
-                self._hold_model_dir(create=True)  # run() again: the last one released it.
+        # Closed last in, first out: the actions (e.g. the preemption action restores the
+        # previous SIGTERM handler), then the scratch directory, then the lock.
+        self._run_scope.callback(self._close_actions)
+        with self._run_scope:
             if self._write_run_config:
                 logging.info("Final experiment parameters:\n%s", self._params.to_yaml())
             if self._owns_model_dir and self._write_run_config:
@@ -231,14 +240,12 @@ class ExperimentRunner:
             if self._owns_model_dir and self._write_run_config:
                 model_dir_files.save_gin_config(self._mode, self._model_dir)
             return self._trainer.model, eval_logs
-        finally:
-            # E.g. the preemption action restores the previous SIGTERM handler.
-            for action in self._actions:
-                close = getattr(action, "close", None)
-                if callable(close):
-                    close()
-            self._scratch_dirs.close()
-            _release_model_dir_holds(self._model_dir_holds)
+
+    def _close_actions(self) -> None:
+        for action in self._actions:
+            close = getattr(action, "close", None)
+            if callable(close):
+                close()
 
     def _run_continuous_eval(self):
         trainer_config = self._params.trainer

@@ -14,20 +14,21 @@ a URL (gs://, s3://, hdfs://, ram://) is never locked (no OS lock spans an objec
 that is logged once per model_dir and process.
 
 `ExperimentRunner` (which the driver and a forked driver's `run_experiment` both go through)
-is the one that holds and releases the lock. TensorFlow-free, so that the driver can ask
-`refuse_if_held` before importing TensorFlow, which refuses a second trainer at once without
-taking the lock. Holds are counted per process, and a process never refuses itself.
+holds the lock through one context, `locked`, for the whole run. TensorFlow-free, so that
+the driver can ask `refuse_if_held` before importing TensorFlow, which refuses a second
+trainer at once without taking the lock. Holds are counted per process, and a process never refuses itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
 import socket
 import threading
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 from lite_launcher.errors import ModelDirLockedError
 
@@ -170,3 +171,53 @@ def release(model_dir: str) -> None:
 def held(model_dir: str) -> bool:
     """Whether this process holds the lock on `model_dir`."""
     return lockable(model_dir) and _key(model_dir) in _held
+
+
+def _first_missing(path: str) -> Optional[str]:
+    """The outermost directory of `path` that does not exist yet (None: it all exists)."""
+    missing = None
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        missing = path
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+@contextlib.contextmanager
+def locked(model_dir: str) -> Iterator[bool]:
+    """Holds the lock on `model_dir` for the `with` block: a training run's one lock context.
+
+    The directory is created (and locked) on entry. When the block raises and the directories
+    created here are still empty, they are removed again: a run refused for bad input leaves
+    the file system as it was. Yields whether the lock is held (see `hold`).
+
+    Raises:
+      ModelDirLockedError: another process holds it (on entry; nothing is created then).
+    """
+    created = _first_missing(model_dir) if lockable(model_dir) else None
+    held_here = False
+    try:
+        held_here = hold(model_dir, create=True)
+        yield held_here
+    except BaseException:
+        if created is not None:
+            _remove_empty(os.path.abspath(model_dir), created)
+        raise
+    finally:
+        if held_here:
+            release(model_dir)
+
+
+def _remove_empty(path: str, outermost: str) -> None:
+    """Removes `path` and its parents up to `outermost`, while they are empty."""
+    while True:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return  # Not empty (something was written) or gone: leave it.
+        if path == outermost:
+            return
+        path = os.path.dirname(path)

@@ -320,8 +320,10 @@ def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool 
     As TFM's: validated, then locked with `lock_return` (a locked config refuses changes;
     `params.replace(...)` gives a changed copy), and logged with `print_return`.
     """
+    from lite_launcher import base_config
+
     params = ExperimentParser(flags_obj).parse()
-    params.validate()
+    base_config.validate_once(params)
     if lock_return:
         params.lock()
     if print_return:

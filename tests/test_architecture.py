@@ -224,31 +224,36 @@ def _package_files():
                 yield os.path.relpath(os.path.join(directory, name), PACKAGE)
 
 
+_LOCK_FUNCTIONS = {"hold", "release", "locked"}
+
+
 def _lock_calls(relative_path):
-    """The calls of `model_dir_lock.hold` / `release` (or of those names imported) in a file."""
+    """The calls of `model_dir_lock.hold` / `release` / `locked` (or of those names imported)
+    in a file, one entry per call site."""
     tree = _tree(relative_path)
     aliases, imported = _module_aliases(tree, "model_dir_lock")
-    calls = set()
+    calls = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         function = node.func
         if (isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name)
-                and function.value.id in aliases and function.attr in ("hold", "release")):
-            calls.add(function.attr)
-        elif isinstance(function, ast.Name) and function.id in imported & {"hold", "release"}:
-            calls.add(function.id)
+                and function.value.id in aliases and function.attr in _LOCK_FUNCTIONS):
+            calls.append(function.attr)
+        elif isinstance(function, ast.Name) and function.id in imported & _LOCK_FUNCTIONS:
+            calls.append(function.id)
     return calls
 
 
 def test_one_module_takes_the_model_dir_lock():
     # One owner for model_dir: the experiment runner, which the driver and a forked driver
     # (run_experiment(trainer=...)) both go through, decides "chief of a training mode" and
-    # takes and releases the lock. The driver only asks (refuse_if_held) before TF loads.
+    # holds the lock through one context, entered at one place, that releases it itself. The
+    # driver only asks (refuse_if_held) before TF loads.
     takers = {path for path in _package_files()
               if path != "model_dir_lock.py" and _lock_calls(path)}
     assert takers == {"experiment.py"}
-    assert _lock_calls("experiment.py") == {"hold", "release"}
+    assert _lock_calls("experiment.py") == ["locked"]
 def _names_in(node):
     return ({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
             | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)})
@@ -321,6 +326,8 @@ FILE_REMOVERS = {
     "atomic_write.py": "its own temporary file, then the rename into place",
     "export.py": "its own unfinished export, written beside the export directory",
     "convert.py": "its own unfinished conversion, written beside the output directory",
+    "model_dir_lock.py": "the empty directories a run refused while being built created "
+                         "(os.rmdir removes empty directories only)",
 }
 _WRITE_METHODS = {"save", "write", "save_checkpoint_if_preempted"}
 _CHECKPOINT_RECEIVER = re.compile(r"checkpoint|ckpt|manager|handler", re.IGNORECASE)

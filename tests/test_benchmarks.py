@@ -338,31 +338,6 @@ def test_vision_rows_give_both_launchers_the_same_overrides_with_summaries_every
     assert trainer["checkpoint_interval"] == trainer["validation_interval"] == vision_rows.NEVER
 
 
-def test_ab_checkouts_reports_per_round_ratios_and_puts_each_checkout_first(monkeypatch):
-    import ab_checkouts  # pylint: disable=import-outside-toplevel
-
-    seen = []
-
-    def fake_measure_rows(side, workload, rows, smoke=False):
-        seen.append(os.environ["PYTHONPATH"])
-        speed = {"/a": 100.0, "/b": 110.0}[os.environ["PYTHONPATH"]] * (1 + len(seen) % 2)
-        return {row: {"steps_per_sec": speed} for row in rows}
-
-    monkeypatch.setattr(ab_checkouts.run, "measure_rows", fake_measure_rows)
-    monkeypatch.setattr(ab_checkouts, "_git_head", lambda checkout: checkout)
-    monkeypatch.delenv("PYTHONPATH", raising=False)
-    ab_checkouts.main(["--a", "/a", "--b", "/b", "--workloads", "mock", "--rows", "train100",
-                       "--rounds", "2"])
-    # Alternating order: a, b in round 1, then b, a; PYTHONPATH restored afterwards.
-    assert seen == ["/a", "/b", "/b", "/a"] and "PYTHONPATH" not in os.environ
-    samples = [{"workload": "mock", "a": {"train100": {"steps_per_sec": a}},
-                "b": {"train100": {"steps_per_sec": b}}} for a, b in ((100, 110), (200, 180))]
-    summary = ab_checkouts.summarise(samples, ["train100"], ["mock"])["mock"]["train100"]
-    assert summary["median"] == pytest.approx((1.1 + 0.9) / 2)
-    assert (summary["min"], summary["max"]) == (pytest.approx(0.9), pytest.approx(1.1))
-    assert (summary["a"], summary["b"], summary["rounds"]) == (150, 145, 2)
-
-
 # ----- issue 21: the vision suite, its report, the GPU vision rows --------------------------
 
 def test_vision_suite_plans_every_row_interleaved_and_sets_each_sides_environment():
@@ -679,25 +654,6 @@ def test_report_uses_an_as_shipped_process_like_for_like_only_in_that_state():
     _, targets = report.vision_suite_markdown(data)
     assert {(m, d, n): st for m, d, n, _, st in targets}[
         ("resnet18", "float32", "like: lite/tfm train >= 1")] == "not measured"
-
-
-def test_shipped_ab_rotates_the_variants_and_rates_each_against_base_per_round():
-    import shipped_ab
-
-    variants = ["base", "tf_data_1_thread", "inter_op_1"]
-    assert [shipped_ab.round_order(variants, r)[0] for r in range(4)] == [
-        "base", "tf_data_1_thread", "inter_op_1", "base"]
-    argv, env = shipped_ab.command("py", "resnet18", "float32", "inter_op_1", "/d", (6, 3, 16))
-    assert "--eval_steps" not in argv and argv[-2:] == ["--variant", "inter_op_1"]
-    assert "--as_shipped" in argv and "TF_ENABLE_ONEDNN_OPTS" not in env
-    records = [{"round": 0, "variant": "base", "steps_per_sec": 4.0},
-               {"round": 0, "variant": "inter_op_1", "steps_per_sec": 5.0},
-               {"round": 1, "variant": "inter_op_1", "steps_per_sec": 3.0},
-               {"round": 1, "variant": "base", "steps_per_sec": 4.0},
-               {"round": 2, "variant": "base", "error": "exit 1"},
-               {"round": 2, "variant": "inter_op_1", "steps_per_sec": 9.0}]
-    ratio = shipped_ab.summarise(records, ["base", "inter_op_1"])["inter_op_1"]["ratio_to_base"]
-    assert ratio == {"median": pytest.approx(1.0), "min": 0.75, "max": 1.25, "n": 2}
 
 
 def test_vision_rows_variants_reach_lites_dataset_and_config():

@@ -19,6 +19,7 @@ import yaml
 import lite_launcher as ll
 from lite_launcher import actions as actions_lib
 from lite_launcher import main as main_lib
+from lite_launcher import model_dir_lock
 
 from test_modes import checkpoint_files, lite_train, mock_bias, overrides
 
@@ -229,3 +230,60 @@ def test_other_errors_are_not_retried_and_retries_are_bounded(tmp_path, failing_
     assert failing_action["seen"] == [(0, 5), (0, 10)] + [
         (attempt, 10) for attempt in range(1, main_lib.MAX_PREEMPTION_RETRIES + 1)]
     np.testing.assert_allclose(mock_bias(str(tmp_path / "b" / "ckpt-5")), 0.95, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# One config check, one model_dir lock per run
+
+def test_an_in_process_lite_train_validates_the_config_once_and_releases_the_lock(
+        tmp_path, monkeypatch):
+    checked = []
+    original = ll.ExperimentConfig.validate
+
+    def counting_validate(self):
+        checked.append(self.trainer.train_steps)
+        original(self)
+
+    monkeypatch.setattr(ll.ExperimentConfig, "validate", counting_validate)
+    model_dir = tmp_path / "model"
+    monkeypatch.setattr("sys.argv", [
+        "lite-train", "--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
+        "--params_override=" + overrides(train_steps=2, steps_per_loop=2,
+                                         checkpoint_interval=2, summary_interval=2)])
+    with pytest.raises(SystemExit) as exit_request:
+        main_lib.run()
+    assert exit_request.value.code in (0, None)
+    # The driver checks the config before TensorFlow loads; the runner finds it unchanged.
+    assert checked == [2]
+    assert checkpoint_files(str(model_dir)) == [2]
+    assert not model_dir_lock.held(str(model_dir))
+
+
+def test_a_runner_refused_while_being_built_leaves_no_directory_and_no_lock(
+        tmp_path, monkeypatch):
+    model_dir = tmp_path / "new" / "model"
+
+    def refuse(self):
+        assert model_dir_lock.held(str(model_dir))  # locked before anything is built
+        raise ll.ConfigError("no model today")
+
+    params = mock_params(train_steps=2)
+    task = ll.get_task(params.task)
+    monkeypatch.setattr(type(task), "build_model", refuse)
+    with pytest.raises(ll.ConfigError, match="no model today"):
+        ll.ExperimentRunner(distribution_strategy=None, task=task, mode="train", params=params,
+                            model_dir=str(model_dir))
+    assert not model_dir_lock.held(str(model_dir))
+    assert os.listdir(tmp_path) == []  # both directories it created are gone
+
+
+def test_a_runner_runs_once(tmp_path):
+    params = mock_params(train_steps=2, steps_per_loop=2, checkpoint_interval=2,
+                         summary_interval=2)
+    runner = ll.ExperimentRunner(distribution_strategy=None, task=ll.get_task(params.task),
+                                 mode="train", params=params, model_dir=str(tmp_path))
+    assert model_dir_lock.held(str(tmp_path))
+    runner.run()
+    assert not model_dir_lock.held(str(tmp_path))
+    with pytest.raises(RuntimeError, match="runs once"):
+        runner.run()

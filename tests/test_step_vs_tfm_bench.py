@@ -124,3 +124,58 @@ def test_report_py_renders_a_step_vs_tfm_file_into_its_block(tmp_path):
     # Files written before `kind` was recorded are known by their rows.
     assert report.is_step_vs_tfm({"records": [record("resnet18", "float32", [1.0], [1.0])]})
     assert not report.is_step_vs_tfm({"records": []})
+
+
+# ----- the shared alternating-rounds helper and the RetinaNet rows (issues 40, 41) ---------
+
+def test_alternate_calls_reverse_the_sides_every_other_round_and_time_per_step():
+    import rounds  # pylint: disable=import-outside-toplevel
+
+    assert rounds.round_order(("a", "b", "c"), 0) == ("a", "b", "c")
+    assert rounds.round_order(["a", "b", "c"], 1) == ["c", "b", "a"]
+    seen = []
+    calls = {side: {"train": (lambda side=side: seen.append(side) or 0.0)}
+             for side in ("lite", "tfm")}
+    per_round = rounds.alternate_calls(calls, ("lite", "tfm"), 3, {"train": 4})
+    assert seen == ["lite", "tfm", "tfm", "lite", "lite", "tfm"]
+    assert [r["order"] for r in per_round] == [["lite", "tfm"], ["tfm", "lite"],
+                                               ["lite", "tfm"]]
+    assert all(0.0 <= r["ms_per_step"][side]["train"] < 250.0 for r in per_round
+               for side in ("lite", "tfm"))
+    assert rounds.spread([1.2, 0.9, 1.0]) == {"median": 1.0, "min": 0.9, "max": 1.2}
+
+
+def test_retinanet_rows_build_lites_configs_from_tfms_yaml_and_field_names():
+    import yaml  # pylint: disable=import-outside-toplevel
+
+    import detection_rows  # pylint: disable=import-outside-toplevel
+    import lite_launcher as ll  # pylint: disable=import-outside-toplevel
+    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+
+    assert step_vs_tfm.workload_name("retinanet_resnet50_fpn") == (
+        "retinanet_resnetfpn_coco_retinanet_resnet50_fpn")
+    assert {"retinanet_resnet50_fpn", "retinanet_mobilenetv2_fpn"} <= set(step_vs_tfm.MODELS)
+    train_utils.load_builtin_registrations()
+    yaml_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vision", "data",
+                             "coco_mobilenetv2_tpu.yaml")
+    with open(yaml_path) as f:
+        tpu_model = yaml.safe_load(f)["task"]["model"]
+    for model, (experiment, _) in detection_rows.MODELS.items():
+        params = ll.get_exp_config(experiment)
+        params.override(detection_rows.overrides(model, "/d/*.tfrecord", 2, "float32", 2))
+        params.validate()
+        config = params.task.model
+        assert (config.input_size, config.num_classes) == ([256, 256, 3], 91)
+        assert (params.task.use_coco_metrics, params.task.train_data.global_batch_size) == (
+            False, detection_rows.BATCH)
+        if model == "retinanet_mobilenetv2_fpn":
+            mine = config.as_dict()
+            for key in ("anchor", "backbone", "decoder", "head", "min_level", "max_level"):
+                expected = tpu_model[key]
+                got = mine[key]
+                if isinstance(expected, dict):
+                    got = {k: v for k, v in got.items() if k in expected}
+                    for sub, value in expected.items():
+                        if isinstance(value, dict):
+                            got[sub] = {k: v for k, v in got[sub].items() if k in value}
+                assert got == expected, key

@@ -17,6 +17,7 @@ import lite_launcher as ll
 from lite_launcher.base_config import ConfigError
 from lite_launcher.vision import decoders, segmentation_configs, segmentation_model
 from lite_launcher.vision.modeling import NormSettings
+from lite_launcher.vision.modeling.factory import BackboneDecoderHead
 from lite_launcher.vision.segmentation_heads import SegmentationHead
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,6 +109,23 @@ def test_init_checkpoint_modules_are_checked():
         task.validate()
     task.init_checkpoint_modules = "decoder"
     task.validate()
+
+
+def test_init_checkpoint_items_are_the_named_parts_and_a_missing_decoder_is_one_line():
+    # The mixin every backbone -> decoder -> head model shares (segmentation, RetinaNet).
+    class Parts(BackboneDecoderHead):
+        def __init__(self, decoder):
+            self._backbone, self._decoder, self._head = "B", decoder, "H"
+
+    full, bare = Parts("D"), Parts(None)
+    assert full.init_checkpoint_items(["all"]) == {"backbone": "B", "decoder": "D", "head": "H"}
+    assert full.init_checkpoint_items(["backbone", "decoder"]) == {"backbone": "B",
+                                                                   "decoder": "D"}
+    assert bare.init_checkpoint_items(["all"]) == {"backbone": "B", "head": "H"}
+    with pytest.raises(ConfigError) as refused:
+        bare.init_checkpoint_items(["decoder"])
+    assert str(refused.value) == ("task.init_checkpoint_modules names 'decoder', which this "
+                                  "model does not have; use 'all' or backbone.")
 
 
 def test_aspp_branches_and_pooling():

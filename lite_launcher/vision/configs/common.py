@@ -40,6 +40,28 @@ def check_data_config(data: Config, path: str) -> None:
                           f"'bfloat16'.")
 
 
+# What `task.init_checkpoint_modules` may name (TFM's detection and segmentation tasks).
+INIT_CHECKPOINT_MODULES = ("all", "backbone", "decoder")
+
+
+def init_modules(task_config: Config) -> List[str]:
+    """`task_config.init_checkpoint_modules` as a list ('all' alone means the whole model)."""
+    modules = task_config.init_checkpoint_modules
+    return [modules] if isinstance(modules, str) else list(modules)
+
+
+def check_data_and_init_modules(task_config: Config) -> None:
+    """The checks a backbone -> decoder -> head task config shares: its train and validation
+    data, and `init_checkpoint_modules` within `INIT_CHECKPOINT_MODULES`."""
+    task_config.train_data.check("task.train_data")
+    task_config.validation_data.check("task.validation_data")
+    modules = init_modules(task_config)
+    if not modules or any(m not in INIT_CHECKPOINT_MODULES for m in modules):
+        raise ConfigError(
+            f"task.init_checkpoint_modules {task_config.init_checkpoint_modules!r} must be "
+            f"'all', 'backbone', 'decoder' or a list of 'backbone' / 'decoder'.")
+
+
 @dataclasses.dataclass
 class NormActivation(Config):
     """Normalisation and activation of backbone and head (TFM's common.NormActivation)."""

@@ -26,14 +26,13 @@ from lite_launcher.registry import register_config_factory
 from lite_launcher.vision.configs.backbones import Backbone, ResNet, SpineNet, SpineNetMobile
 from lite_launcher.vision.configs.common import (  # noqa: F401  (TFM's retinanet names)
     Augmentation, DataDecoder, NormActivation, RandJpegQuality, TfExampleDecoder,
-    TfExampleDecoderLabelMap, TFLitePostProcessingConfig, check_data_config,
-    reject_unimplemented)
+    TfExampleDecoderLabelMap, TFLitePostProcessingConfig, INIT_CHECKPOINT_MODULES,
+    check_data_and_init_modules, check_data_config, init_modules, reject_unimplemented)
 from lite_launcher.vision.configs.decoders import FPN, Decoder, Identity
 
 DECODER_TYPES = ("fpn", "identity")
 NMS_VERSIONS = ("v1", "v2", "batched")
 ATTRIBUTE_TYPES = ("regression", "classification")
-INIT_CHECKPOINT_MODULES = ("all", "backbone", "decoder")
 
 
 @dataclasses.dataclass
@@ -259,19 +258,12 @@ class RetinaNetTask(TaskConfig):
 
     def init_modules(self) -> List[str]:
         """`init_checkpoint_modules` as a list ('all' alone means the whole model)."""
-        modules = self.init_checkpoint_modules
-        return [modules] if isinstance(modules, str) else list(modules)
+        return init_modules(self)
 
     def _validate(self):
         super()._validate()
         reject_unimplemented(self, "task", ("use_wod_metrics",))
-        self.train_data.check("task.train_data")
-        self.validation_data.check("task.validation_data")
-        bad = [m for m in self.init_modules() if m not in INIT_CHECKPOINT_MODULES]
-        if bad or not self.init_modules():
-            raise ConfigError(
-                f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all', "
-                f"'backbone', 'decoder' or a list of 'backbone' / 'decoder'.")
+        check_data_and_init_modules(self)
         if self.max_num_eval_detections < 1:
             raise ConfigError(f"task.max_num_eval_detections ({self.max_num_eval_detections}) "
                               f"must be >= 1.")

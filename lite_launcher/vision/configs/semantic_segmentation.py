@@ -23,13 +23,13 @@ from lite_launcher.config import ExperimentConfig, TaskConfig, TrainerConfig
 from lite_launcher.registry import register_config_factory
 from lite_launcher.vision.configs.backbones import Backbone, DilatedResNet, MobileNet, ResNet
 from lite_launcher.vision.configs.common import (  # noqa: F401  (MEAN_RGB, STDDEV_RGB: old path)
-    MEAN_RGB, STDDEV_RGB, DataDecoder, NormActivation, check_data_config, reject_unimplemented)
+    INIT_CHECKPOINT_MODULES, MEAN_RGB, STDDEV_RGB, DataDecoder, NormActivation,
+    check_data_and_init_modules, check_data_config, init_modules, reject_unimplemented)
 from lite_launcher.vision.configs.decoders import (  # noqa: F401  (re-exported as before)
     ASPP, DECODER_TYPES, FPN, NASFPN, Decoder, Identity)
 
 FEATURE_FUSIONS = (None, "deeplabv3plus", "deeplabv3plus_sum_to_merge", "pyramid_fusion",
                    "panoptic_fpn_fusion")
-INIT_CHECKPOINT_MODULES = ("all", "backbone", "decoder")
 
 
 @dataclasses.dataclass
@@ -224,20 +224,13 @@ class SemanticSegmentationTask(TaskConfig):
 
     def init_modules(self) -> List[str]:
         """`init_checkpoint_modules` as a list ('all' alone means the whole model)."""
-        modules = self.init_checkpoint_modules
-        return [modules] if isinstance(modules, str) else list(modules)
+        return init_modules(self)
 
     def _validate(self):
         super()._validate()
         reject_unimplemented(self, "task", (
             "train_input_partition_dims", "eval_input_partition_dims"))
-        self.train_data.check("task.train_data")
-        self.validation_data.check("task.validation_data")
-        bad = [m for m in self.init_modules() if m not in INIT_CHECKPOINT_MODULES]
-        if bad or not self.init_modules():
-            raise ConfigError(
-                f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all', "
-                f"'backbone', 'decoder' or a list of 'backbone' / 'decoder'.")
+        check_data_and_init_modules(self)
         model = self.model
         model.backbone.check_built()
         if model.decoder.type not in DECODER_TYPES:

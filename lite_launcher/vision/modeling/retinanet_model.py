@@ -29,7 +29,7 @@ import tensorflow as tf
 from lite_launcher.vision.configs.retinanet import RetinaNet
 from lite_launcher.vision.modeling.backbones.factory import build_backbone, output_specs
 from lite_launcher.vision.modeling.decoders.factory import build_decoder
-from lite_launcher.vision.modeling.factory import norm_settings
+from lite_launcher.vision.modeling.factory import BackboneDecoderHead, norm_settings
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import build_retinanet_head
 from lite_launcher.vision.modeling.layers.detection_generator import (
     MultilevelDetectionGenerator)
@@ -42,7 +42,7 @@ def _float32(tree):
 
 
 @register_serializable
-class RetinaNetModel(keras.Model):
+class RetinaNetModel(BackboneDecoderHead, keras.Model):
     """TFM's RetinaNetModel: see the module docstring for the call and its outputs.
 
     Args:
@@ -157,18 +157,6 @@ class RetinaNetModel(keras.Model):
         return outputs
 
     @property
-    def backbone(self) -> keras.Model:
-        return self._backbone
-
-    @property
-    def decoder(self) -> Optional[keras.layers.Layer]:
-        return self._decoder
-
-    @property
-    def head(self) -> keras.layers.Layer:
-        return self._head
-
-    @property
     def detection_generator(self) -> keras.layers.Layer:
         return self._detection_generator
 
@@ -176,15 +164,6 @@ class RetinaNetModel(keras.Model):
     def anchor_boxes(self) -> Optional[Dict[str, tf.Tensor]]:
         """The fixed inference anchors, or None."""
         return self._anchor_boxes
-
-    @property
-    def checkpoint_items(self) -> Dict[str, keras.layers.Layer]:
-        """Saved in checkpoints besides the model, as TFM's: backbone, decoder (when there is
-        one) and head; `init_checkpoint_modules` restores them by these names."""
-        items = {"backbone": self._backbone, "head": self._head}
-        if self._decoder is not None:
-            items["decoder"] = self._decoder
-        return items
 
     def get_config(self):
         serialize = keras.saving.serialize_keras_object

@@ -7,20 +7,20 @@ builds the model a `SemanticSegmentationModel` config describes (TFM's factory f
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Optional
 
 import keras
 
 from lite_launcher.vision.configs.semantic_segmentation import SemanticSegmentationModel
 from lite_launcher.vision.modeling.backbones.factory import build_backbone
 from lite_launcher.vision.modeling.decoders.factory import build_decoder
-from lite_launcher.vision.modeling.factory import norm_settings
+from lite_launcher.vision.modeling.factory import BackboneDecoderHead, norm_settings
 from lite_launcher.vision.modeling.heads.segmentation_heads import SegmentationHead
 from lite_launcher.vision.modeling.layers.nn_layers import register_serializable
 
 
 @register_serializable
-class SegmentationModel(keras.Model):
+class SegmentationModel(BackboneDecoderHead, keras.Model):
     """A Functional model image -> {'logits': [batch, h, w, num_classes]} of a backbone
     ({level: features}), an optional decoder and a `SegmentationHead` (TFM's)."""
 
@@ -35,27 +35,6 @@ class SegmentationModel(keras.Model):
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
         self._backbone, self._decoder, self._head = backbone, decoder, head
         self._input_shape = list(shape)
-
-    @property
-    def backbone(self) -> keras.Model:
-        return self._backbone
-
-    @property
-    def decoder(self) -> Optional[keras.layers.Layer]:
-        return self._decoder
-
-    @property
-    def head(self) -> keras.layers.Layer:
-        return self._head
-
-    @property
-    def checkpoint_items(self) -> Dict[str, keras.layers.Layer]:
-        """Saved in checkpoints besides the model, as TFM's: backbone, decoder (when there is
-        one) and head; `init_checkpoint_modules` restores them by these names."""
-        items = {"backbone": self._backbone, "head": self._head}
-        if self._decoder is not None:
-            items["decoder"] = self._decoder
-        return items
 
     def get_config(self):
         serialize = keras.saving.serialize_keras_object

@@ -25,7 +25,6 @@ from typing import List, Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher import checkpoints
 from lite_launcher.base_config import ConfigError
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.registry import register_task_cls
@@ -37,6 +36,7 @@ from lite_launcher.vision.evaluation import coco_evaluator
 from lite_launcher.vision.losses import retinanet_losses
 from lite_launcher.vision.modeling import retinanet_model
 from lite_launcher.vision.serving import detection as detection_serving
+from lite_launcher.vision.tasks import common
 
 LOSS_NAMES = ("total_loss", "cls_loss", "box_loss", "model_loss")
 # The fields of the model's outputs the COCO evaluator reads.
@@ -80,26 +80,8 @@ class RetinaNetTask(Task):
         return model
 
     def initialize(self, model: keras.Model) -> None:
-        """Restores `init_checkpoint`: every checkpoint item ('all': backbone, decoder, head)
-        or those `init_checkpoint_modules` names ('backbone', 'decoder'), as TFM's. A
-        TFM-written checkpoint is mapped onto them by `tfm_checkpoint`."""
-        path = self.task_config.init_checkpoint
-        if not path:
-            return
-        modules = self.task_config.init_modules()
-        if "all" in modules:
-            items = dict(model.checkpoint_items)
-        else:
-            items = {}
-            for module in modules:
-                item = getattr(model, module, None) if module in ("backbone",
-                                                                  "decoder") else None
-                if item is None:
-                    raise ConfigError(f"task.init_checkpoint_modules names {module!r}; use "
-                                      f"'all', 'backbone' or 'decoder' (the model has "
-                                      f"{', '.join(sorted(model.checkpoint_items))}).")
-                items[module] = item
-        checkpoints.read_weights(items, path, what="task.init_checkpoint")
+        """Restores `init_checkpoint` (`common.restore_init_checkpoint`, as TFM's)."""
+        common.restore_init_checkpoint(model, self.task_config)
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's detection records, parsed for training or evaluation by `params`."""

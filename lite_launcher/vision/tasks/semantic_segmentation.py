@@ -24,8 +24,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from lite_launcher import checkpoints
-from lite_launcher.base_config import ConfigError
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs
 from lite_launcher.vision.configs import semantic_segmentation as segmentation_configs
@@ -34,6 +32,7 @@ from lite_launcher.vision.evaluation import segmentation_metrics
 from lite_launcher.vision.losses import segmentation_losses
 from lite_launcher.vision.modeling import segmentation_model
 from lite_launcher.vision.serving import semantic_segmentation as segmentation_serving
+from lite_launcher.vision.tasks import common
 
 
 def _float32_outputs(model_outputs) -> dict:
@@ -61,25 +60,8 @@ class SemanticSegmentationTask(Task):
         return model
 
     def initialize(self, model: keras.Model) -> None:
-        """Restores `init_checkpoint`: every checkpoint item ('all': backbone, decoder, head)
-        or those `init_checkpoint_modules` names ('backbone', 'decoder'), as TFM's. A
-        TFM-written checkpoint is mapped onto them by `tfm_checkpoint`."""
-        path = self.task_config.init_checkpoint
-        if not path:
-            return
-        modules = self.task_config.init_modules()
-        if "all" in modules:
-            items = dict(model.checkpoint_items)
-        else:
-            items = {}
-            for module in modules:
-                item = getattr(model, module, None)
-                if item is None:
-                    raise ConfigError(f"task.init_checkpoint_modules names {module!r}, but the "
-                                      f"model has none (decoder.type is "
-                                      f"{self.task_config.model.decoder.type!r}).")
-                items[module] = item
-        checkpoints.read_weights(items, path, what="task.init_checkpoint")
+        """Restores `init_checkpoint` (`common.restore_init_checkpoint`, as TFM's)."""
+        common.restore_init_checkpoint(model, self.task_config)
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's segmentation records, parsed for training or evaluation by `params`."""

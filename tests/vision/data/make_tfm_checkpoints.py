@@ -53,6 +53,7 @@ from official.vision.dataloaders import classification_input
 from official.vision.modeling import factory
 from official.vision.modeling.backbones import resnet_deeplab
 from official.vision.modeling.backbones import vit
+from tfm_generator_utils import randomize, save_trainer_checkpoint, sgd_momentum_optimizer
 
 SIZE = 32
 NUM_CLASSES = 5
@@ -196,21 +197,6 @@ def build_segmenter(experiment, overrides):
         model_config=config)
 
 
-def randomize(model, rng):
-    """Every variable random; positive where BatchNorm needs it (scale, variance)."""
-    for v in model.variables:
-        shape = v.shape.as_list()
-        name = v.name.split("/")[-1]
-        if "moving_variance" in name or "gamma" in name:
-            value = rng.uniform(0.5, 1.5, shape)
-        elif any(k in name for k in ("moving_mean", "beta", "bias")):
-            value = rng.normal(0.0, 0.1, shape)
-        else:
-            fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-            value = rng.normal(0.0, 1.0 / np.sqrt(max(fan_in, 1)), shape)
-        v.assign(value.astype(v.dtype.as_numpy_dtype))
-
-
 def features(model, images):
     endpoints = model.backbone(images, training=False)
     return endpoints[max(endpoints)] if isinstance(endpoints, dict) else endpoints
@@ -252,10 +238,7 @@ def make(name, experiment, overrides, rng, target=TARGET):
         out.update(train_images=train_images, train_labels=train_labels,
                    iterations=np.int64(optimizer.iterations.numpy()))
     else:
-        optimizer = optimization.OptimizerFactory(optimization.OptimizationConfig(
-            {"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
-             "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}}}))
-        optimizer = optimizer.build_optimizer(0.1)
+        optimizer = sgd_momentum_optimizer()
         global_step.assign(7)
     out["logits"] = model(images, training=False).numpy()
     out["features"] = features(model, images).numpy()
@@ -279,11 +262,7 @@ def make(name, experiment, overrides, rng, target=TARGET):
             overrides["backbone"]["vit"], **vit_options)}), size)
         larger.set_weights(model.get_weights())
         out.update(finetune_input(larger, size, directory, rng))
-    checkpoint = tf.train.Checkpoint(global_step=global_step, model=model,
-                                     optimizer=optimizer, **model.checkpoint_items)
-    manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1,
-                                         step_counter=global_step, checkpoint_name="ckpt")
-    manager.save(checkpoint_number=global_step)
+    save_trainer_checkpoint(directory, global_step, model, optimizer)
     saved_step = int(global_step.numpy())
     if name in TRAINED:
         # Where a resumed run continues: the loss at the saved weights, and the loss after

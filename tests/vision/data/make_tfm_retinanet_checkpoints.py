@@ -33,10 +33,10 @@ import tensorflow as tf
 import tf_keras
 
 from official.core import exp_factory
-from official.modeling import optimization
 from official.vision import registry_imports  # noqa: F401  (registers the experiments)
 from official.vision.modeling import factory
 from official.vision.serving import detection
+from tfm_generator_utils import randomize, save_trainer_checkpoint, sgd_momentum_optimizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = os.path.join(HERE, "tfm_checkpoints", "retinanet")
@@ -68,21 +68,6 @@ MODELS = {
         norm_activation={"activation": "relu6", "norm_epsilon": 0.001, "norm_momentum": 0.99,
                          "use_sync_bn": False})),
 }
-
-
-def randomize(model, rng):
-    """Every variable random; positive where BatchNorm needs it (scale, variance)."""
-    for v in model.variables:
-        shape = v.shape.as_list()
-        name = v.name.split("/")[-1]
-        if "moving_variance" in name or "gamma" in name:
-            value = rng.uniform(0.5, 1.5, shape)
-        elif any(k in name for k in ("moving_mean", "beta", "bias")):
-            value = rng.normal(0.0, 0.1, shape)
-        else:
-            fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-            value = rng.normal(0.0, 1.0 / np.sqrt(max(fan_in, 1)), shape)
-        v.assign(value.astype(v.dtype.as_numpy_dtype))
 
 
 def calibrate(model, rng):
@@ -131,16 +116,9 @@ def make(name, experiment, overrides, rng):
     gaps = -np.diff(out["detection_scores"][0][:count])
     assert gaps.min() > 1e-4, gaps
     global_step = tf.Variable(GLOBAL_STEP, dtype=tf.int64, name="global_step")
-    optimizer = optimization.OptimizerFactory(optimization.OptimizationConfig(
-        {"optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
-         "learning_rate": {"type": "constant", "constant": {"learning_rate": 0.1}}}))
-    optimizer = optimizer.build_optimizer(0.1)
     directory = os.path.join(TARGET, name)
     shutil.rmtree(directory, ignore_errors=True)
-    checkpoint = tf.train.Checkpoint(global_step=global_step, model=model, optimizer=optimizer,
-                                     **model.checkpoint_items)
-    tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1, step_counter=global_step,
-                               checkpoint_name="ckpt").save(checkpoint_number=global_step)
+    save_trainer_checkpoint(directory, global_step, model, sgd_momentum_optimizer())
     np.savez(os.path.join(directory, "reference.npz"), **out)
     print(name, model.count_params(), int(out["num_detections"][0]),
           out["detection_classes"][0][: int(out["num_detections"][0])],

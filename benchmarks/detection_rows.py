@@ -1,0 +1,121 @@
+"""The RetinaNet rows of `step_vs_tfm.py` (issue 41 "Speed"): ResNet-50 FPN
+(`retinanet_resnetfpn_coco`) and MobileNetV2 FPN (`retinanet_mobile_coco` with TFM's
+`coco_mobilenetv2_tpu.yaml` model) at 256x256, built by lite_launcher and by TFM from the same
+experiment and overrides (TFM's field names), on synthetic detection TFRecords in TFM's
+TF Example format.
+
+Eval steps run the model with its post-processing (box decoding + NMS) and the losses; the
+COCO evaluator is off on both sides (`use_coco_metrics: false`): pycocotools runs on the host
+once per evaluation, not per step, and is the same library on both sides.
+"""
+
+import os
+
+# name -> (experiment, task.model overrides). 91 classes, as COCO and the experiments.
+IMAGE_SIZE = 256
+BATCH = 2
+NUM_CLASSES = 91
+NUM_IMAGES = 16
+_NORM = {"use_sync_bn": False}
+MODELS = {
+    "retinanet_resnet50_fpn": ("retinanet_resnetfpn_coco", {"norm_activation": _NORM}),
+    "retinanet_mobilenetv2_fpn": ("retinanet_mobile_coco", {
+        "anchor": {"anchor_size": 3, "aspect_ratios": [0.5, 1.0, 2.0], "num_scales": 3},
+        "backbone": {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetV2",
+                                                        "filter_size_scale": 1.0}},
+        "decoder": {"type": "fpn", "fpn": {"num_filters": 128, "use_separable_conv": True,
+                                           "use_keras_layer": True}},
+        "head": {"num_convs": 4, "num_filters": 128, "use_separable_conv": True},
+        "min_level": 3, "max_level": 7,
+        "norm_activation": dict(_NORM, activation="relu6", norm_epsilon=0.001,
+                                norm_momentum=0.99)}),
+}
+
+
+def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES):
+    """Noise JPEGs with one to three random boxes each (labels 1..90), in TFM's detection
+    TF Example format; written once per data_dir (seeded). Returns the file glob."""
+    import numpy as np
+    import tensorflow as tf
+
+    pattern = os.path.join(data_dir, "detection-*.tfrecord")
+    if tf.io.gfile.glob(pattern):
+        return pattern
+    os.makedirs(data_dir, exist_ok=True)
+    rng = np.random.default_rng(0)
+
+    def floats(values):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    def strings(values):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
+
+    with tf.io.TFRecordWriter(os.path.join(data_dir, "detection-0.tfrecord")) as writer:
+        for i in range(num_images):
+            pixels = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+            count = int(rng.integers(1, 4))
+            corner = rng.uniform(0.0, 0.6, (count, 2))
+            size = rng.uniform(0.1, 0.4, (count, 2))
+            ymin, xmin = corner[:, 0], corner[:, 1]
+            ymax, xmax = ymin + size[:, 0], xmin + size[:, 1]
+            feature = {
+                "image/encoded": strings([tf.io.encode_jpeg(pixels, quality=90).numpy()]),
+                "image/format": strings([b"jpeg"]),
+                "image/height": ints([IMAGE_SIZE]), "image/width": ints([IMAGE_SIZE]),
+                "image/source_id": strings([str(i + 1).encode()]),
+                "image/object/bbox/xmin": floats(xmin), "image/object/bbox/xmax": floats(xmax),
+                "image/object/bbox/ymin": floats(ymin), "image/object/bbox/ymax": floats(ymax),
+                "image/object/class/label": ints(rng.integers(1, NUM_CLASSES, count)),
+                "image/object/is_crowd": ints([0] * count),
+                "image/object/area": floats(size[:, 0] * size[:, 1] * IMAGE_SIZE ** 2),
+            }
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feature)).SerializeToString())
+    return pattern
+
+
+def overrides(model, input_glob, steps, dtype=None, eval_steps=0):
+    """The experiment's overrides for `model` (TFM's field names: the same dict for both)."""
+    _, model_overrides = MODELS[model]
+    runtime = {"distribution_strategy": "off"}
+    if dtype is not None:
+        runtime["mixed_precision_dtype"] = dtype
+    task = {"model": dict(model_overrides, num_classes=NUM_CLASSES,
+                          input_size=[IMAGE_SIZE, IMAGE_SIZE, 3]),
+            "init_checkpoint": "", "use_coco_metrics": False, "annotation_file": None,
+            "train_data": {"input_path": input_glob, "global_batch_size": BATCH,
+                           "shuffle_buffer_size": 16}}
+    if eval_steps:
+        task["validation_data"] = {"input_path": input_glob, "global_batch_size": BATCH}
+    trainer = {"steps_per_loop": steps, "train_steps": 10 ** 6, "summary_interval": steps,
+               "validation_steps": eval_steps or 1}
+    return {"runtime": runtime, "task": task, "trainer": trainer}
+
+
+def lite_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0):
+    """lite_launcher's (params, task), the policy set as lite-train sets it."""
+    import lite_launcher as ll
+    from lite_launcher import strategy as strategy_lib
+
+    params = ll.get_exp_config(MODELS[model][0])
+    params.override(overrides(model, input_glob, steps, dtype, eval_steps))
+    params.validate()
+    strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+    return params, ll.get_task(params.task, logging_dir=model_dir)
+
+
+def tfm_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0):
+    """TFM's (params, task) (TFM's venv only), the policy set as its train.py sets it."""
+    from official.core import exp_factory, task_factory
+    from official.modeling import performance
+    import official.vision.registry_imports  # noqa: F401  (registers the experiments)
+
+    params = exp_factory.get_exp_config(MODELS[model][0])
+    params.override(overrides(model, input_glob, steps, dtype, eval_steps), is_strict=True)
+    params.validate()
+    if params.runtime.mixed_precision_dtype:
+        performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
+    return params, task_factory.get_task(params.task, logging_dir=model_dir)
