@@ -502,7 +502,7 @@ def _spinenet_experiment(epochs: int, decay_epochs, activation: str, aug_scale,
     model = MaskRCNN(
         backbone=Backbone(type="spinenet", spinenet=SpineNet(model_id="49", min_level=3,
                                                              max_level=7)),
-        decoder=Decoder(type="identity", identity=Identity()), anchor=Anchor(anchor_size=3),
+        decoder=Decoder(type="identity", identity=Identity()), anchor=Anchor(anchor_size=3.0),
         norm_activation=NormActivation(use_sync_bn=True, activation=activation),
         num_classes=91, input_size=[640, 640, 3], min_level=3, max_level=7, include_mask=True,
         **model_fields)
@@ -542,7 +542,7 @@ def maskrcnn_mobilenet_coco() -> ExperimentConfig:
         rpn_head=RPNHead(use_separable_conv=True, num_filters=128),
         detection_head=DetectionHead(use_separable_conv=True, num_filters=128, fc_dims=512),
         mask_head=MaskHead(use_separable_conv=True, num_filters=128),
-        anchor=Anchor(anchor_size=3),
+        anchor=Anchor(anchor_size=3.0),
         norm_activation=NormActivation(activation="relu6", norm_momentum=0.99,
                                        norm_epsilon=0.001, use_sync_bn=True),
         num_classes=91, input_size=[512, 512, 3], min_level=3, max_level=6, include_mask=True)
