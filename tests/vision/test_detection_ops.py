@@ -4,8 +4,8 @@ The reference numbers come from tests/vision/data/make_tfm_detection_ops_referen
 in TFM's venv; its `inputs()` rebuilds the same NumPy inputs here.
 """
 
-import importlib.util
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -21,19 +21,10 @@ from lite_launcher.vision.ops import box_ops
 from lite_launcher.vision.ops import iou_similarity
 from lite_launcher.vision.ops import nms
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tfm_compare import DATA_DIR, load_generator  # noqa: E402
 
-
-def _load_generator_module():
-    spec = importlib.util.spec_from_file_location(
-        "make_tfm_detection_ops_reference",
-        os.path.join(DATA_DIR, "make_tfm_detection_ops_reference.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = _load_generator_module()
+GEN = load_generator("make_tfm_detection_ops_reference")
 REF = dict(np.load(os.path.join(DATA_DIR, "tfm_detection_ops_reference.npz")))
 DATA = GEN.inputs()
 

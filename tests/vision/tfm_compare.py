@@ -1,7 +1,21 @@
-"""Compares a config's `as_dict()` with TFM's (the JSON a `make_tfm_*.py` generator wrote)."""
+"""Compares a config's `as_dict()` with TFM's (the JSON a `make_tfm_*.py` generator wrote);
+loads a generator module so a test rebuilds its NumPy inputs."""
 
+import importlib.util
 import json
 import math
+import os
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def load_generator(name):
+    """The module `data/<name>.py` (a `make_tfm_*` generator), imported without running its
+    `main()`: its `inputs()` and case tables are NumPy only."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(DATA_DIR, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def as_plain_dict(config, *sections):

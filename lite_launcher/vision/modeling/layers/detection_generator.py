@@ -1,5 +1,6 @@
-"""Decoding and NMS of a one-stage detector's outputs, as TFM's
-`modeling/layers/detection_generator.py` (`MultilevelDetectionGenerator`).
+"""Decoding and NMS of a detector's outputs, as TFM's `modeling/layers/detection_generator.py`:
+`MultilevelDetectionGenerator` (one-stage, per-level anchors) and `DetectionGenerator`
+(two-stage: per-class or class-agnostic boxes on ROIs, softmax scores, cascade box weights).
 
 The NMS versions, all equal to TFM's on the same inputs (ties included):
 
@@ -19,6 +20,7 @@ import contextlib
 import keras
 import tensorflow as tf
 
+from lite_launcher.vision.modeling.layers.nn_layers import Float32Layer
 from lite_launcher.vision.modeling.layers.nn_layers import register_serializable
 from lite_launcher.vision.ops import box_ops
 from lite_launcher.vision.ops import nms
@@ -176,6 +178,53 @@ def generate_detections_batched(boxes, scores, pre_nms_score_threshold, nms_iou_
     return nms_boxes, nms_scores, tf.cast(nms_classes, tf.int32), num_detections
 
 
+def _nms_config(apply_nms, pre_nms_top_k, pre_nms_score_threshold, nms_iou_threshold,
+                max_num_detections, nms_version, use_cpu_nms, soft_nms_sigma,
+                use_class_agnostic_nms=None):
+    """The NMS settings both generators share, in TFM's config order, checked: one-line
+    errors for settings that cannot work together."""
+    if nms_version not in NMS_VERSIONS:
+        raise ValueError(f"nms_version {nms_version!r} is not supported; use one of "
+                         f"{', '.join(NMS_VERSIONS)}")
+    if use_class_agnostic_nms and nms_version != "v2":
+        raise ValueError(f"use_class_agnostic_nms needs nms_version 'v2'; got {nms_version!r}")
+    if soft_nms_sigma is not None and nms_version != "v1":
+        raise ValueError(f"soft_nms_sigma needs nms_version 'v1'; got {nms_version!r}")
+    for name, value in (("pre_nms_top_k", pre_nms_top_k),
+                        ("max_num_detections", max_num_detections)):
+        if int(value) < 1:
+            raise ValueError(f"{name} ({value}) must be a positive integer")
+    return {"apply_nms": apply_nms, "pre_nms_top_k": pre_nms_top_k,
+            "pre_nms_score_threshold": pre_nms_score_threshold,
+            "nms_iou_threshold": nms_iou_threshold, "max_num_detections": max_num_detections,
+            "nms_version": nms_version, "use_cpu_nms": use_cpu_nms,
+            "soft_nms_sigma": soft_nms_sigma}
+
+
+def _run_nms(config, boxes, scores, attributes=None):
+    """The NMS `config["nms_version"]` names, with a generator's settings: boxes
+    [B, N, 1 or C, 4], scores [B, N, C] -> (boxes, scores, classes (0-based), num_detections,
+    attributes dict (v1 only, else empty))."""
+    version = config["nms_version"]
+    device = tf.device("cpu:0") if config["use_cpu_nms"] else contextlib.nullcontext()
+    with device:
+        if version == "v1":
+            return generate_detections_v1(
+                boxes, scores, attributes, config["pre_nms_top_k"],
+                config["pre_nms_score_threshold"], config["nms_iou_threshold"],
+                config["max_num_detections"], config["soft_nms_sigma"])
+        if version == "v2":
+            results = generate_detections_v2(
+                boxes, scores, config["pre_nms_top_k"], config["pre_nms_score_threshold"],
+                config["nms_iou_threshold"], config["max_num_detections"],
+                bool(config.get("use_class_agnostic_nms")))
+        else:
+            results = generate_detections_batched(
+                boxes, scores, config["pre_nms_score_threshold"], config["nms_iou_threshold"],
+                config["max_num_detections"])
+    return results + ({},)
+
+
 @register_serializable
 class MultilevelDetectionGenerator(keras.layers.Layer):
     """Turns a one-stage detector's per-level outputs into final detections.
@@ -198,25 +247,12 @@ class MultilevelDetectionGenerator(keras.layers.Layer):
                  nms_iou_threshold=0.5, max_num_detections=100, nms_version="v1",
                  use_cpu_nms=False, soft_nms_sigma=None, return_decoded=None,
                  use_class_agnostic_nms=None, box_coder_weights=None, **kwargs):
-        if nms_version not in NMS_VERSIONS:
-            raise ValueError(f"nms_version {nms_version!r} is not supported; use one of "
-                             f"{', '.join(NMS_VERSIONS)}")
-        if use_class_agnostic_nms and nms_version != "v2":
-            raise ValueError(f"use_class_agnostic_nms needs nms_version 'v2'; got "
-                             f"{nms_version!r}")
-        if soft_nms_sigma is not None and nms_version != "v1":
-            raise ValueError(f"soft_nms_sigma needs nms_version 'v1'; got {nms_version!r}")
-        for name, value in (("pre_nms_top_k", pre_nms_top_k),
-                            ("max_num_detections", max_num_detections)):
-            if int(value) < 1:
-                raise ValueError(f"{name} ({value}) must be a positive integer")
+        config = _nms_config(apply_nms, pre_nms_top_k, pre_nms_score_threshold,
+                             nms_iou_threshold, max_num_detections, nms_version, use_cpu_nms,
+                             soft_nms_sigma, use_class_agnostic_nms)
         super().__init__(**kwargs)
         self._config_dict = {
-            "apply_nms": apply_nms, "pre_nms_top_k": pre_nms_top_k,
-            "pre_nms_score_threshold": pre_nms_score_threshold,
-            "nms_iou_threshold": nms_iou_threshold, "max_num_detections": max_num_detections,
-            "nms_version": nms_version, "use_cpu_nms": use_cpu_nms,
-            "soft_nms_sigma": soft_nms_sigma, "return_decoded": return_decoded,
+            **config, "return_decoded": return_decoded,
             "use_class_agnostic_nms": use_class_agnostic_nms,
             "box_coder_weights": None if box_coder_weights is None else list(box_coder_weights),
         }
@@ -262,26 +298,8 @@ class MultilevelDetectionGenerator(keras.layers.Layer):
         version = config["nms_version"]
         if raw_attributes and version != "v1":
             raise ValueError(f"attribute heads need nms_version 'v1'; got {version!r}")
-        nms_attributes = {}
-        device = tf.device("cpu:0") if config["use_cpu_nms"] else contextlib.nullcontext()
-        with device:
-            if version == "v1":
-                (nms_boxes, nms_scores, nms_classes, num_detections,
-                 nms_attributes) = generate_detections_v1(
-                    boxes, scores, attributes, config["pre_nms_top_k"],
-                    config["pre_nms_score_threshold"], config["nms_iou_threshold"],
-                    config["max_num_detections"], config["soft_nms_sigma"])
-            elif version == "v2":
-                nms_boxes, nms_scores, nms_classes, num_detections = generate_detections_v2(
-                    boxes, scores, config["pre_nms_top_k"], config["pre_nms_score_threshold"],
-                    config["nms_iou_threshold"], config["max_num_detections"],
-                    bool(config["use_class_agnostic_nms"]))
-            else:
-                nms_boxes, nms_scores, nms_classes, num_detections = (
-                    generate_detections_batched(boxes, scores,
-                                                config["pre_nms_score_threshold"],
-                                                config["nms_iou_threshold"],
-                                                config["max_num_detections"]))
+        nms_boxes, nms_scores, nms_classes, num_detections, nms_attributes = _run_nms(
+            config, boxes, scores, attributes)
         return {
             **(decoded if config["return_decoded"] else {}),
             "num_detections": num_detections,
@@ -293,3 +311,61 @@ class MultilevelDetectionGenerator(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), **self._config_dict}
+
+
+@register_serializable
+class DetectionGenerator(Float32Layer):
+    """Turns a two-stage detector's box head outputs into final detections, as TFM's
+    `DetectionGenerator` (its default NMS is `v2`).
+
+    Called as `layer(raw_boxes, raw_scores, anchor_boxes, image_shape, regression_weights=None,
+    bbox_per_class=True)`: raw_boxes [B, K, num_classes * 4] (per-class regressions), or
+    [B, K, 4] with `bbox_per_class=False` (class-agnostic boxes, as Cascade R-CNN's heads
+    predict); raw_scores [B, K, num_classes] logits (class 0 = background); anchor_boxes
+    [B, K, 4] the ROIs; image_shape [B, 2] (boxes are clipped to it; None skips clipping);
+    regression_weights: the box coder's [wy, wx, wh, ww] (a cascade stage's).
+
+    Scores are the softmax of the logits (sigmoid with `use_sigmoid_probability`), background
+    dropped. Returns, with `apply_nms`, `detection_boxes` [B, D, 4], `detection_scores`
+    [B, D], `detection_classes` [B, D] (int32, 1-based) and `num_detections` [B]; without it
+    `decoded_boxes` [B, K, num_classes - 1 (or 1), 4] and `decoded_box_scores`
+    [B, K, num_classes - 1].
+    """
+
+    def __init__(self, apply_nms=True, pre_nms_top_k=5000, pre_nms_score_threshold=0.05,
+                 nms_iou_threshold=0.5, max_num_detections=100, nms_version="v2",
+                 use_cpu_nms=False, soft_nms_sigma=None, use_sigmoid_probability=False,
+                 **kwargs):
+        config = _nms_config(apply_nms, pre_nms_top_k, pre_nms_score_threshold,
+                             nms_iou_threshold, max_num_detections, nms_version, use_cpu_nms,
+                             soft_nms_sigma)
+        super().__init__(**kwargs)
+        self._config_dict = {**config, "use_sigmoid_probability": use_sigmoid_probability}
+
+    def call(self, raw_boxes, raw_scores, anchor_boxes, image_shape, regression_weights=None,
+             bbox_per_class=True):
+        config = self._config_dict
+        if config["use_sigmoid_probability"]:
+            scores = tf.sigmoid(raw_scores)
+        else:
+            scores = tf.nn.softmax(raw_scores, axis=-1)
+        batch_size = tf.shape(scores)[0]
+        num_locations, num_classes = scores.shape[1], scores.shape[-1]
+        scores = scores[:, :, 1:]
+        if bbox_per_class:
+            raw_boxes = tf.reshape(raw_boxes, [batch_size, num_locations, num_classes, 4])[:, :, 1:]
+            anchor_boxes = tf.broadcast_to(anchor_boxes[:, :, None], tf.shape(raw_boxes))
+        else:
+            raw_boxes, anchor_boxes = raw_boxes[:, :, None], anchor_boxes[:, :, None]
+        boxes = box_ops.decode_boxes(raw_boxes, anchor_boxes, weights=regression_weights)
+        if image_shape is not None:
+            boxes = box_ops.clip_boxes(boxes, image_shape[:, None, None])
+        if not config["apply_nms"]:
+            return {"decoded_boxes": boxes, "decoded_box_scores": scores}
+        nms_boxes, nms_scores, nms_classes, num_detections, _ = _run_nms(config, boxes, scores)
+        return {
+            "num_detections": num_detections,
+            "detection_boxes": nms_boxes,
+            "detection_classes": nms_classes + 1,  # back to 1-based: 0 is the background
+            "detection_scores": nms_scores,
+        }

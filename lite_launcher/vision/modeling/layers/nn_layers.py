@@ -195,6 +195,26 @@ class SettingsBlock(keras.layers.Layer):
         return {**super().get_config(), **self._args, "settings": self._settings.get_config()}
 
 
+class Float32Layer(keras.layers.Layer):
+    """The base of the weightless detection layers (box decoding, sampling, NMS, ROI ops).
+
+    They compute in float32 whatever the global dtype policy (unless a `dtype` is passed):
+    Keras 3 casts every float argument of a call to the compute dtype, and boxes in bfloat16
+    are off by whole pixels. Built at construction (no weights); `get_config` is Keras's plus
+    the layer's `_config_dict` (its constructor arguments, TFM's names).
+    """
+
+    _config_dict: Dict[str, Any]
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("dtype", "float32")
+        super().__init__(**kwargs)
+        self.built = True
+
+    def get_config(self):
+        return {**super().get_config(), **self._config_dict}
+
+
 @register_serializable
 class LayerScale(keras.layers.Layer):
     """Scales each channel of a residual branch by a learned factor initialised to
