@@ -35,6 +35,11 @@ BUILTIN_EXPERIMENTS: Dict[str, str] = {
     "retinanet_resnetfpn_coco": "lite_launcher.vision.configs.retinanet",
     "retinanet_spinenet_coco": "lite_launcher.vision.configs.retinanet",
     "retinanet_mobile_coco": "lite_launcher.vision.configs.retinanet",
+    "fasterrcnn_resnetfpn_coco": "lite_launcher.vision.configs.maskrcnn",
+    "maskrcnn_resnetfpn_coco": "lite_launcher.vision.configs.maskrcnn",
+    "maskrcnn_spinenet_coco": "lite_launcher.vision.configs.maskrcnn",
+    "cascadercnn_spinenet_coco": "lite_launcher.vision.configs.maskrcnn",
+    "maskrcnn_mobilenet_coco": "lite_launcher.vision.configs.maskrcnn",
 }
 
 # The module registering the task of a module's experiments, where it is another module.

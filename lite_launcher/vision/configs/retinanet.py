@@ -109,7 +109,7 @@ class DataConfig(BaseDataConfig):
         if parser.max_num_instances < 1:
             raise ConfigError(f"{path}.parser.max_num_instances ({parser.max_num_instances}) "
                               f"must be >= 1.")
-        jpeg = parser.aug_rand_jpeg
+        jpeg = getattr(parser, "aug_rand_jpeg", None)  # Mask R-CNN's parser has none
         if jpeg is not None and not 0 <= jpeg.min_quality <= jpeg.max_quality <= 100:
             raise ConfigError(f"{path}.parser.aug_rand_jpeg: min_quality ({jpeg.min_quality}) "
                               f"and max_quality ({jpeg.max_quality}) must satisfy 0 <= min <= "
@@ -267,11 +267,7 @@ class RetinaNetTask(TaskConfig):
         reject_unimplemented(self, "task", ("use_wod_metrics",))
         self.train_data.check("task.train_data")
         self.validation_data.check("task.validation_data")
-        bad = [m for m in self.init_modules() if m not in INIT_CHECKPOINT_MODULES]
-        if bad or not self.init_modules():
-            raise ConfigError(
-                f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all', "
-                f"'backbone', 'decoder' or a list of 'backbone' / 'decoder'.")
+        check_init_modules(self)
         if self.max_num_eval_detections < 1:
             raise ConfigError(f"task.max_num_eval_detections ({self.max_num_eval_detections}) "
                               f"must be >= 1.")
@@ -286,13 +282,22 @@ class RetinaNetTask(TaskConfig):
                               f"be in [0, 1].")
 
 
-def check_model(model: RetinaNet, path: str = "task.model") -> None:
-    """The checks of a RetinaNet model config that need no TensorFlow (the backbone type
-    first: one lite does not build is refused here)."""
+def check_init_modules(task_config) -> None:
+    """`task.init_checkpoint_modules` of a detection task: 'all', or 'backbone' / 'decoder'."""
+    modules = task_config.init_modules()
+    if not modules or [m for m in modules if m not in INIT_CHECKPOINT_MODULES]:
+        raise ConfigError(
+            f"task.init_checkpoint_modules {task_config.init_checkpoint_modules!r} must be "
+            f"'all', 'backbone', 'decoder' or a list of 'backbone' / 'decoder'.")
+
+
+def check_features(model, family: str, path: str = "task.model") -> None:
+    """The backbone (one lite builds), decoder (FPN or identity) and levels of a detection
+    model config (`family` names it in the message)."""
     model.backbone.check_built(f"{path}.backbone")
     if model.decoder.type not in DECODER_TYPES:
         raise ConfigError(f"{path}.decoder.type {model.decoder.type!r} is not implemented for "
-                          f"RetinaNet; use one of {', '.join(DECODER_TYPES)}.")
+                          f"{family}; use one of {', '.join(DECODER_TYPES)}.")
     if model.decoder.type == "fpn" and model.decoder.fpn.fusion_type not in ("sum", "concat"):
         raise ConfigError(f"{path}.decoder.fpn.fusion_type {model.decoder.fpn.fusion_type!r} "
                           f"must be 'sum' or 'concat'.")
@@ -305,6 +310,25 @@ def check_model(model: RetinaNet, path: str = "task.model") -> None:
         raise ConfigError(f"{path}.anchor: num_scales ({anchor.num_scales}) must be >= 1, "
                           f"aspect_ratios ({list(anchor.aspect_ratios)}) non-empty and > 0, "
                           f"anchor_size ({anchor.anchor_size}) > 0.")
+
+
+def check_nms(generator, where: str) -> None:
+    """The NMS fields both detection generators share (`where`: the config's path)."""
+    if generator.nms_version not in NMS_VERSIONS:
+        raise ConfigError(f"{where}.nms_version {generator.nms_version!r} is not implemented; "
+                          f"use one of {', '.join(NMS_VERSIONS)}.")
+    if generator.soft_nms_sigma is not None and generator.nms_version != "v1":
+        raise ConfigError(f"{where}.soft_nms_sigma needs nms_version 'v1' (it is "
+                          f"{generator.nms_version!r}).")
+    for name in ("pre_nms_top_k", "max_num_detections"):
+        if getattr(generator, name) < 1:
+            raise ConfigError(f"{where}.{name} ({getattr(generator, name)}) must be >= 1.")
+
+
+def check_model(model: RetinaNet, path: str = "task.model") -> None:
+    """The checks of a RetinaNet model config that need no TensorFlow (the backbone type
+    first: one lite does not build is refused here)."""
+    check_features(model, "RetinaNet", path)
     head = model.head
     if head.num_convs < 0 or head.num_filters < 1:
         raise ConfigError(f"{path}.head: num_convs ({head.num_convs}) must be >= 0 and "
@@ -328,12 +352,7 @@ def check_model(model: RetinaNet, path: str = "task.model") -> None:
                 raise ConfigError(f"{where}.{name} ({getattr(attribute, name)}) must be >= 0.")
     generator = model.detection_generator
     where = f"{path}.detection_generator"
-    if generator.nms_version not in NMS_VERSIONS:
-        raise ConfigError(f"{where}.nms_version {generator.nms_version!r} is not implemented; "
-                          f"use one of {', '.join(NMS_VERSIONS)}.")
-    if generator.soft_nms_sigma is not None and generator.nms_version != "v1":
-        raise ConfigError(f"{where}.soft_nms_sigma needs nms_version 'v1' (it is "
-                          f"{generator.nms_version!r}).")
+    check_nms(generator, where)
     if generator.use_class_agnostic_nms and generator.nms_version != "v2":
         raise ConfigError(f"{where}.use_class_agnostic_nms needs nms_version 'v2' (it is "
                           f"{generator.nms_version!r}).")
@@ -343,9 +362,6 @@ def check_model(model: RetinaNet, path: str = "task.model") -> None:
     if generator.box_coder_weights is not None and len(generator.box_coder_weights) != 4:
         raise ConfigError(f"{where}.box_coder_weights {list(generator.box_coder_weights)} must "
                           f"be 4 numbers [y, x, h, w] (or null).")
-    for name in ("pre_nms_top_k", "max_num_detections"):
-        if getattr(generator, name) < 1:
-            raise ConfigError(f"{where}.{name} ({getattr(generator, name)}) must be >= 1.")
 
 
 def check_buildable(task_config: RetinaNetTask) -> None:

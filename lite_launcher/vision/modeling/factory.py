@@ -3,12 +3,37 @@ holds the builders themselves; here each family's builder sits beside its model 
 `classification_model.build_classification_model`, `segmentation_model.build_segmentation_model`,
 so that a run imports only its own family).
 
+TFM's builder names resolve here too, on first use (`factory.build_maskrcnn(...)`, as a TFM
+user writes it): `BUILDERS` names each one's module, imported only when asked for (each
+model module imports this one, so these are lazy look-ups, not imports).
+
 L2 on kernels as TFM: `l2(decay / 2)` on every kernel (i.e. decay * tf.nn.l2_loss).
+The detection models (RetinaNet, Mask R-CNN) share how their heads meet the decoder
+(`decoder_inputs`, `feature_specs`).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Dict, Optional
+
+import keras
+
 from lite_launcher.vision.modeling.layers.nn_layers import L2KernelRegularizer, NormSettings
+
+# TFM's factory function -> the lite module it lives in (beside its model class).
+BUILDERS = {
+    "build_classification_model": "lite_launcher.vision.modeling.classification_model",
+    "build_segmentation_model": "lite_launcher.vision.modeling.segmentation_model",
+    "build_retinanet": "lite_launcher.vision.modeling.retinanet_model",
+    "build_maskrcnn": "lite_launcher.vision.modeling.maskrcnn_model",
+}
+
+
+def __getattr__(name):
+    if name in BUILDERS:
+        return getattr(importlib.import_module(BUILDERS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def norm_settings(model_config, l2_weight_decay: float = 0.0) -> NormSettings:
@@ -19,3 +44,25 @@ def norm_settings(model_config, l2_weight_decay: float = 0.0) -> NormSettings:
     return NormSettings(momentum=norm.norm_momentum, epsilon=norm.norm_epsilon,
                         synchronized=norm.use_sync_bn, activation=norm.activation,
                         kernel_regularizer=regularizer)
+
+
+def decoder_inputs(decoder: Optional[keras.layers.Layer], features) -> dict:
+    """The backbone features `decoder` takes: a Functional decoder is given exactly its
+    inputs (MobileNet's final map is not one); otherwise all of them."""
+    inputs = getattr(decoder, "input", None) if isinstance(decoder, keras.Model) else None
+    if isinstance(inputs, dict):
+        return {key: features[key] for key in inputs}
+    return dict(features)
+
+
+def feature_specs(backbone: keras.Model,
+                  decoder: Optional[keras.layers.Layer]) -> Dict[str, keras.KerasTensor]:
+    """{str(level): symbolic features} a detection head reads: the decoder's outputs on the
+    (Functional) backbone's symbolic outputs, or the backbone's with no decoder; nothing is
+    traced again."""
+    features = decoder_inputs(decoder, backbone.output)
+    if decoder is None:
+        return features
+    if isinstance(decoder, keras.Model):
+        return dict(decoder.output)
+    return decoder.compute_output_spec(features)

@@ -29,7 +29,7 @@ import tensorflow as tf
 from lite_launcher.vision.configs.retinanet import RetinaNet
 from lite_launcher.vision.modeling.backbones.factory import build_backbone, output_specs
 from lite_launcher.vision.modeling.decoders.factory import build_decoder
-from lite_launcher.vision.modeling.factory import norm_settings
+from lite_launcher.vision.modeling.factory import decoder_inputs, feature_specs, norm_settings
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import build_retinanet_head
 from lite_launcher.vision.modeling.layers.detection_generator import (
     MultilevelDetectionGenerator)
@@ -87,37 +87,15 @@ class RetinaNetModel(keras.Model):
     def feature_specs(self) -> Dict[str, keras.KerasTensor]:
         """{str(level): symbolic features} the head reads: the decoder's outputs (the
         backbone's with no decoder)."""
-        features = self._decoder_inputs(self._backbone.output)
-        if self._decoder is None:
-            return features
-        if isinstance(self._decoder, keras.Model):
-            return dict(self._decoder.output)
-        return self._decoder.compute_output_spec(features)
-
-    def _decoder_inputs(self, features):
-        """The backbone features the decoder takes (a Functional decoder is given exactly
-        its inputs: MobileNet's final map is not one)."""
-        inputs = getattr(self._decoder, "input", None) if isinstance(
-            self._decoder, keras.Model) else None
-        if isinstance(inputs, dict):
-            return {key: features[key] for key in inputs}
-        return dict(features)
+        return feature_specs(self._backbone, self._decoder)
 
     def _anchors(self, images, anchor_boxes):
         """{str(level): [B, h_l, w_l, 4 * A]}: the fixed, the given or generated anchors."""
-        batch_size = tf.shape(images)[0]
-        tile = lambda boxes: tf.tile(boxes[None], [batch_size, 1, 1, 1])
         if self._anchor_boxes is not None:
-            return {level: tile(boxes) for level, boxes in self._anchor_boxes.items()}
+            return anchor.tile_to_batch(self._anchor_boxes, images)
         if anchor_boxes is not None:
             return anchor_boxes
-        height, width = images.shape[1], images.shape[2]
-        if height is None or width is None:
-            raise ValueError(f"images of shape {images.shape} have no static height and width "
-                             f"to generate anchors from; pass anchor_boxes.")
-        generated = anchor.Anchor(image_size=(int(height), int(width)),
-                                  **self._anchor_config).multilevel_boxes
-        return {level: tile(boxes) for level, boxes in generated.items()}
+        return anchor.batch_multilevel_boxes(images, **self._anchor_config)
 
     def call(self, images, image_shape=None, anchor_boxes=None,
              output_intermediate_features: bool = False, training=None):
@@ -126,7 +104,8 @@ class RetinaNetModel(keras.Model):
         if output_intermediate_features:
             outputs.update({f"backbone_{k}": v for k, v in features.items()})
         if self._decoder is not None:
-            features = self._decoder(self._decoder_inputs(features), training=training)
+            features = self._decoder(decoder_inputs(self._decoder, features),
+                                     training=training)
         if output_intermediate_features:
             outputs.update({f"decoder_{k}": v for k, v in features.items()})
         scores, boxes, attributes = self._head(features, training=training)

@@ -104,6 +104,27 @@ class AnchorGenerator:
                       self.anchor_size, image_size).multilevel_boxes
 
 
+def tile_to_batch(multilevel_boxes, images):
+    """{str(level): [h_l, w_l, 4 * A]} -> {str(level): [B, h_l, w_l, 4 * A]}, B the batch
+    of `images`."""
+    batch_size = tf.shape(images)[0]
+    return {level: tf.tile(boxes[None], [batch_size, 1, 1, 1])
+            for level, boxes in multilevel_boxes.items()}
+
+
+def batch_multilevel_boxes(images, min_level, max_level, num_scales, aspect_ratios,
+                           anchor_size):
+    """The anchors of `images`' static height and width, for each image of the batch
+    ({str(level): [B, h_l, w_l, 4 * A]}): what TFM's detection models generate when they
+    are called without anchors."""
+    height, width = images.shape[1], images.shape[2]
+    if height is None or width is None:
+        raise ValueError(f"images of shape {images.shape} have no static height and width "
+                         f"to generate anchors from; pass anchor_boxes.")
+    return tile_to_batch(Anchor(min_level, max_level, num_scales, aspect_ratios, anchor_size,
+                                (int(height), int(width))).multilevel_boxes, images)
+
+
 def build_anchor_generator(min_level, max_level, num_scales, aspect_ratios, anchor_size):
     """The `AnchorGenerator` the RetinaNet parser and the serving module call per image size."""
     return AnchorGenerator(min_level, max_level, num_scales, aspect_ratios, anchor_size)

@@ -1,4 +1,5 @@
-"""The RetinaNet head (TFM's official/vision/modeling/heads/dense_prediction_heads.py).
+"""The dense heads of the one- and two-stage detectors (TFM's
+official/vision/modeling/heads/dense_prediction_heads.py): `RetinaNetHead` and `RPNHead`.
 
 `RetinaNetHead` reads the pyramid levels min_level .. max_level and predicts, per level and
 anchor, class logits (`num_classes` per anchor, class 0 the background) and 4 box offsets,
@@ -15,6 +16,10 @@ and a 3x3 predictor. As in TFM:
   across levels), one tower per `prediction_tower_name` (the first head naming it defines it),
   or, with `share_classification_heads`, a classification attribute reads the class tower.
 
+`RPNHead` (Faster / Mask R-CNN's region proposals) is TFM's: `num_convs` 3x3 convolutions
+shared by the levels with a BatchNormalization per level, then 1x1 objectness logits (one per
+anchor) and 1x1 box offsets (four per anchor), shared too.
+
 Sub-layers are attributes (not list items), so that `tf.train.Checkpoint` tracks every
 variable; only the layers a call uses are created, so every weight is built by one call.
 """
@@ -28,7 +33,7 @@ import keras
 
 from lite_launcher import tfm_checkpoint
 from lite_launcher.vision.modeling.layers.nn_layers import (
-    NormSettings, get_activation, register_serializable)
+    NormSettings, SettingsBlock, get_activation, register_serializable)
 
 # The focal-loss prior: a new class predictor says "foreground" with this probability.
 PRIOR_PROBABILITY = 0.01
@@ -247,3 +252,80 @@ def build_retinanet_head(model_config, settings: NormSettings,
         # TFM tests the value's truth: null shares nothing, as False.
         share_level_convs=bool(head.share_level_convs), settings=settings,
         name="head")
+
+
+@register_serializable
+class RPNHead(SettingsBlock):
+    """TFM's RPNHead: `head(features)` with features {str(level): [B, h, w, C]} returns
+    `(scores, boxes)`: {str(level): [B, h, w, A]} objectness logits and {str(level):
+    [B, h, w, 4 * A]} box offsets, A = num_anchors_per_location.
+
+    Args:
+      min_level, max_level: the levels read and predicted.
+      num_anchors_per_location: A.
+      num_convs, num_filters: the shared 3x3 convolutions (each level its own norms).
+      use_separable_conv: separable convolutions with Keras's default initializers and no
+        kernel regulariser (TFM's); otherwise N(0, 0.01) tower and N(0, 1e-5) predictor
+        kernels, regularised.
+      settings: normalisation, activation and the kernel regulariser.
+    """
+
+    def __init__(self, min_level: int, max_level: int, num_anchors_per_location: int,
+                 num_convs: int = 1, num_filters: int = 256, use_separable_conv: bool = False,
+                 settings: Optional[NormSettings] = None, **kwargs):
+        super().__init__(settings, min_level=min_level, max_level=max_level,
+                         num_anchors_per_location=num_anchors_per_location,
+                         num_convs=num_convs, num_filters=num_filters,
+                         use_separable_conv=use_separable_conv, **kwargs)
+        self._levels = list(range(min_level, max_level + 1))
+        self._activation = get_activation(self._settings.activation)
+        # TFM's order: the convolutions, the norms level by level, then the predictors.
+        for i in range(num_convs):
+            setattr(self, f"conv_{i}", self._conv(num_filters, 3, 0.01, f"rpn-conv_{i}"))
+        for level in self._levels:
+            for i in range(num_convs):
+                setattr(self, f"norm_{level}_{i}",
+                        self._settings.norm(name=f"rpn-conv-norm_{level}_{i}"))
+        self.classifier = self._conv(num_anchors_per_location, 1, 1e-5, "rpn-scores")
+        self.box_regressor = self._conv(4 * num_anchors_per_location, 1, 1e-5, "rpn-boxes")
+
+    def _conv(self, filters, kernel_size, stddev, name):
+        padding = "same" if kernel_size > 1 else "valid"
+        if self._args["use_separable_conv"]:
+            return keras.layers.SeparableConv2D(filters, kernel_size, padding=padding,
+                                                bias_initializer="zeros", name=name)
+        return keras.layers.Conv2D(filters, kernel_size, padding=padding,
+                                   kernel_initializer=_normal(stddev),
+                                   bias_initializer="zeros",
+                                   kernel_regularizer=self._settings.kernel_regularizer,
+                                   name=name)
+
+    def build(self, input_shape):
+        """Builds every sub-layer by a symbolic call on {str(level): shape}."""
+        features = {str(k): keras.KerasTensor(tuple(shape)) for k, shape in input_shape.items()}
+        self.built = True  # the symbolic call below must not build again
+        self(features)
+
+    def call(self, features, training=None):
+        scores, boxes = {}, {}
+        for level in self._levels:
+            x = features[str(level)]
+            for i in range(self._args["num_convs"]):
+                x = getattr(self, f"conv_{i}")(x)
+                x = getattr(self, f"norm_{level}_{i}")(x, training=training)
+                x = self._activation(x)
+            scores[str(level)] = self.classifier(x)
+            boxes[str(level)] = self.box_regressor(x)
+        return scores, boxes
+
+
+def build_rpn_head(model_config, settings: NormSettings) -> RPNHead:
+    """TFM's factory call of `RPNHead` for a `MaskRCNN` model config (A: num_scales *
+    len(aspect_ratios))."""
+    anchor = model_config.anchor
+    head = model_config.rpn_head
+    return RPNHead(min_level=model_config.min_level, max_level=model_config.max_level,
+                   num_anchors_per_location=anchor.num_scales * len(anchor.aspect_ratios),
+                   num_convs=head.num_convs, num_filters=head.num_filters,
+                   use_separable_conv=head.use_separable_conv, settings=settings,
+                   name="rpn_head")
