@@ -4,7 +4,9 @@ written in TFM's venv by make_tfm_maskrcnn_counts.py): every config value of the
 experiments and of TFM's five Mask R-CNN YAMLs loaded unchanged; the RPN, detection and mask
 heads' outputs with TFM's weights; the parameter counts, checkpoint parts and L2 terms of the
 experiments and of small variants, and the keys and shapes of their training and inference
-outputs; the checks that refuse a bad config in one line."""
+outputs; the checks that refuse a bad config in one line; and TFM-written Mask R-CNN and
+Cascade R-CNN checkpoints (tests/vision/data/tfm_checkpoints/maskrcnn, written by
+make_tfm_maskrcnn_checkpoints.py) restoring to TFM's detections and masks."""
 
 import functools
 import json
@@ -17,8 +19,10 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
+from lite_launcher import tfm_checkpoint
 from lite_launcher.base_config import ConfigError
 from lite_launcher.vision.configs import maskrcnn as maskrcnn_configs
+from lite_launcher.vision.modeling import maskrcnn_model
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import RPNHead
 from lite_launcher.vision.modeling.heads.instance_heads import DetectionHead, MaskHead
 from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
@@ -161,7 +165,7 @@ def test_mask_head_returns_each_rois_own_class_channel():
     head = MaskHead(num_classes=3, upsample_factor=1, num_convs=0, num_filters=2)
     features = tf.random.stateless_normal([1, 2, 3, 3, 4], [3, 4])
     head([features, tf.constant([[0, 2]])])
-    head.mask_regressor.kernel.assign(np.arange(24, dtype=np.float32).reshape(1, 1, 2, 3) / 10)
+    head.mask_regressor.kernel.assign(np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3) - 2.5)
     masks = head([features, tf.constant([[0, 2]])], training=False)
     hidden = head.deconv_norm(head.deconv(tf.reshape(features, [2, 3, 3, 4])), training=False)
     hidden = tf.nn.relu(hidden)
@@ -206,7 +210,6 @@ def _config(name):
 
 
 def _build(name):
-    from lite_launcher.vision.modeling import maskrcnn_model
     keras.backend.clear_session()
     task = _config(name).task
     maskrcnn_configs.check_buildable(task)
@@ -234,22 +237,27 @@ def _ground_truths(batch):
     return boxes, classes, masks
 
 
-# maskrcnn_resnetfpn_coco (46,431,985 weights at 91 classes) runs in the suite; the others
-# build the same heads on other backbones: `release`, each naming it.
-SUITE_EXPERIMENT = "maskrcnn_resnetfpn_coco"
-
-
-@pytest.mark.parametrize("name", [
-    name if name == SUITE_EXPERIMENT else pytest.param(name, marks=pytest.mark.release(
-        sibling=f"tests/vision/test_maskrcnn_model.py::"
-                f"test_experiment_model_counts_are_tfms[{SUITE_EXPERIMENT}]"))
+# The full-size models take seconds each to build: `release`, each naming the small
+# Mask R-CNN's count test (the same builder and checks on a ResNet-18 FPN).
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.release(
+    sibling="tests/vision/test_maskrcnn_model.py::"
+            "test_small_model_counts_and_output_shapes_are_tfms[small_maskrcnn]"))
     for name in EXPERIMENTS])
 def test_experiment_model_counts_are_tfms(name):
     # maskrcnn_resnetfpn_coco: 46,431,985; fasterrcnn_resnetfpn_coco: 43,780,758 (TFM 2.20).
     _assert_counts_are(_build(name), TFM["models"][name])
 
 
-@pytest.mark.parametrize("name", SMALL)
+# small_maskrcnn runs in the suite; Faster R-CNN, the cascade and the separable heads build
+# the same way with other options (each model costs seconds to build and call): `release`.
+SUITE_SMALL = "small_maskrcnn"
+
+
+@pytest.mark.parametrize("name", [
+    name if name == SUITE_SMALL else pytest.param(name, marks=pytest.mark.release(
+        sibling=f"tests/vision/test_maskrcnn_model.py::"
+                f"test_small_model_counts_and_output_shapes_are_tfms[{SUITE_SMALL}]"))
+    for name in SMALL])
 def test_small_model_counts_and_output_shapes_are_tfms(name):
     """Mask R-CNN, Faster R-CNN, a 3-stage cascade, separable heads with a class-agnostic
     mask head: weights, parts, L2 terms, and the keys and shapes of the training outputs
@@ -268,3 +276,56 @@ def test_small_model_counts_and_output_shapes_are_tfms(name):
                       training=False)
     assert {k: _shapes(v) for k, v in inference.items() if not k.endswith("_features")} == \
         expected["inference_outputs"]
+
+
+# ----- TFM-written checkpoints ------------------------------------------------------------
+
+CHECKPOINTS = os.path.join(DATA, "tfm_checkpoints", "maskrcnn")
+with open(os.path.join(CHECKPOINTS, "index.json")) as f:
+    CHECKPOINT_INDEX = json.load(f)
+
+
+def _close(got, expected, name):
+    """Within 1e-4 of the largest magnitude (float rounding of two implementations)."""
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=0,
+                               atol=1e-4 * max(np.abs(expected).max(), 1.0), err_msg=name)
+
+
+# The Mask R-CNN runs in the suite; the cascade (two more class-agnostic stages, the
+# ensemble of their scores) is `release`.
+@pytest.mark.parametrize("name", [
+    "maskrcnn_resnet50_fpn",
+    pytest.param("cascadercnn_resnet50_fpn", marks=pytest.mark.release(
+        sibling="tests/vision/test_maskrcnn_model.py::"
+                "test_tfm_checkpoint_gives_tfms_detections_and_masks[maskrcnn_resnet50_fpn]"))])
+def test_tfm_checkpoint_gives_tfms_detections_and_masks(name):
+    """A TFM-written Mask R-CNN (random weights, ResNet-50 at 1/16 width) restores by
+    structure through lite's reader: RPN outputs, the last stage's class and box outputs, the
+    detections after NMS and the masks equal TFM's on the same image."""
+    entry = CHECKPOINT_INDEX["models"][name]
+    config = ll.get_exp_config(entry["experiment"])
+    config.task.model.override(entry["model"])
+    config.validate()
+    keras.backend.clear_session()
+    model = maskrcnn_model.build_maskrcnn(config.task.model)
+    directory = os.path.join(CHECKPOINTS, name)
+    assert _count(model.weights) == entry["params"]
+    assert tfm_checkpoint.load_weights(model, tf.train.latest_checkpoint(directory),
+                                       "model") == len(model.weights)
+    tfm = np.load(os.path.join(directory, "reference.npz"))
+    outputs = model(tfm["images"], image_shape=tfm["image_shape"], training=False)
+    for level in outputs["rpn_scores"]:
+        _close(outputs["rpn_scores"][level], tfm[f"rpn_scores_{level}"], f"rpn_scores {level}")
+        _close(outputs["rpn_boxes"][level], tfm[f"rpn_boxes_{level}"], f"rpn_boxes {level}")
+    _close(outputs["cls_outputs"], tfm["cls_outputs"], "cls_outputs")
+    _close(outputs["box_outputs"], tfm["box_outputs"], "box_outputs")
+    count = int(tfm["num_detections"][0])
+    assert int(outputs["num_detections"][0]) == count > 1
+    np.testing.assert_array_equal(outputs["detection_classes"][0, :count],
+                                  tfm["detection_classes"][0, :count])
+    np.testing.assert_allclose(outputs["detection_scores"][0, :count],
+                               tfm["detection_scores"][0, :count], atol=1e-5)
+    np.testing.assert_allclose(outputs["detection_boxes"][0, :count],
+                               tfm["detection_boxes"][0, :count], atol=1e-3)
+    np.testing.assert_allclose(outputs["detection_masks"][0, :count],
+                               tfm["detection_masks"][0, :count], atol=1e-4)

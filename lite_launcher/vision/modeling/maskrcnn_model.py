@@ -268,7 +268,7 @@ class MaskRCNNModel(keras.Model):
             class_outputs = tf.add_n(all_class_outputs) / len(all_class_outputs)
         detections = self.detection_generator(
             tf.cast(box_outputs, tf.float32), tf.cast(class_outputs, tf.float32), rois,
-            image_shape, weights,
+            image_shape, regression_weights=weights,
             bbox_per_class=not self._options["class_agnostic_bbox_pred"])
         outputs.update(cls_outputs=class_outputs, box_outputs=box_outputs)
         if self.detection_generator.get_config()["apply_nms"]:
