@@ -29,6 +29,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from lite_launcher import checkpoints
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import _split_inputs, is_loss_scale_optimizer
@@ -58,6 +59,16 @@ class MaskRCNNTask(retinanet.RetinaNetTask):
         if config.freeze_backbone:
             model.backbone.trainable = False
         return model
+
+    def initialize(self, model: keras.Model) -> None:
+        """Restores `init_checkpoint`: with 'all' the whole model (TFM's task reads its
+        `model` object, not the checkpoint items); 'backbone' / 'decoder' as RetinaNet's.
+        TFM-written checkpoints are mapped onto lite's model by `tfm_checkpoint`."""
+        path = self.task_config.init_checkpoint
+        if path and "all" in self.task_config.init_modules():
+            checkpoints.read_weights({"model": model}, path, what="task.init_checkpoint")
+            return
+        super().initialize(model)
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's detection records (with masks when `model.include_mask`), parsed for
