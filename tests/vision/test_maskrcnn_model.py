@@ -30,7 +30,7 @@ from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
 sys.path.insert(0, HERE)
-from tfm_compare import as_plain_dict, differences  # noqa: E402
+from tfm_compare import as_plain_dict, count_weights, differences, shapes  # noqa: E402
 
 with open(os.path.join(DATA, "tfm_maskrcnn_counts.json")) as f:
     TFM = json.load(f)
@@ -177,26 +177,18 @@ def test_mask_head_returns_each_rois_own_class_channel():
 # ----- models ---------------------------------------------------------------------------
 
 
-def _count(weights):
-    return int(sum(int(np.prod(w.shape)) for w in weights))
-
-
 def _part_count(item):
-    return sum(_count(layer.weights) for layer in (item if isinstance(item, list) else [item]))
+    layers = item if isinstance(item, list) else [item]
+    return sum(count_weights(layer.weights) for layer in layers)
 
 
 def _assert_counts_are(model, expected):
     """All and trainable weights, each checkpoint part's and the L2 terms, as TFM's."""
-    assert _count(model.weights) == expected["params"]
-    assert _count(model.trainable_weights) == expected["trainable_params"]
-    assert {k: _part_count(v) for k, v in model.checkpoint_items.items()} == expected["parts"]
+    assert count_weights(model.weights) == expected["params"]
+    assert count_weights(model.trainable_weights) == expected["trainable_params"]
+    parts = model.checkpoint_items.items()
+    assert {k: _part_count(v) for k, v in parts} == expected["parts"]
     assert len(model.losses) == expected["l2_terms"]
-
-
-def _shapes(tree):
-    if isinstance(tree, dict):
-        return {str(k): _shapes(v) for k, v in tree.items()}
-    return [None if d is None else int(d) for d in tree.shape]
 
 
 def _config(name):
@@ -270,12 +262,34 @@ def test_small_model_counts_and_output_shapes_are_tfms(name):
     boxes, classes, masks = _ground_truths(2)
     train = model(images, image_shape=tf.constant([size[:2]] * 2, tf.float32), gt_boxes=boxes,
                   gt_classes=classes, gt_masks=masks, training=True)
-    assert {k: _shapes(v) for k, v in train.items() if not k.endswith("_features")} == \
+    assert {k: shapes(v) for k, v in train.items() if not k.endswith("_features")} == \
         expected["train_outputs"]
     inference = model(images[:1], image_shape=tf.constant([size[:2]], tf.float32),
                       training=False)
-    assert {k: _shapes(v) for k, v in inference.items() if not k.endswith("_features")} == \
+    assert {k: shapes(v) for k, v in inference.items() if not k.endswith("_features")} == \
         expected["inference_outputs"]
+
+
+def test_every_variable_is_checkpointed_and_the_keras_file_round_trips(tmp_path):
+    # The per-stage heads are attributes, not list items: tf.train.Checkpoint sees them all.
+    model = _built(SUITE_SMALL)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    saved = [name for name, _ in tf.train.list_variables(path)
+             if name.startswith("model/") and "OBJECT" not in name]
+    assert len(saved) == len(model.weights) == 199
+    model.save(str(tmp_path / "maskrcnn.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "maskrcnn.keras"))
+    assert type(loaded) is maskrcnn_model.MaskRCNNModel
+    assert sorted(loaded.checkpoint_items) == ["backbone", "decoder", "detection_head",
+                                               "mask_head", "rpn_head"]
+    assert len(loaded.losses) == len(model.losses) == 40
+    # The same parts and options (a call of each costs seconds; the weights pin the rest).
+    as_json = lambda config: json.loads(json.dumps(config))  # tuples read back as lists
+    assert as_json(loaded.get_config()) == as_json(model.get_config())
+    layer_and_name = lambda weights: [w.path.split("/")[-2:] for w in weights]
+    assert layer_and_name(loaded.weights) == layer_and_name(model.weights)
+    for saved_weight, weight in zip(loaded.weights, model.weights):
+        np.testing.assert_array_equal(saved_weight, weight, err_msg=weight.path)
 
 
 # ----- TFM-written checkpoints ------------------------------------------------------------
@@ -309,7 +323,7 @@ def test_tfm_checkpoint_gives_tfms_detections_and_masks(name):
     keras.backend.clear_session()
     model = maskrcnn_model.build_maskrcnn(config.task.model)
     directory = os.path.join(CHECKPOINTS, name)
-    assert _count(model.weights) == entry["params"]
+    assert count_weights(model.weights) == entry["params"]
     assert tfm_checkpoint.load_weights(model, tf.train.latest_checkpoint(directory),
                                        "model") == len(model.weights)
     tfm = np.load(os.path.join(directory, "reference.npz"))

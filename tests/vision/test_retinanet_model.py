@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 DATA = os.path.join(HERE, "data")
 sys.path.insert(0, HERE)
 from cli import lite_train_command  # noqa: E402
-from tfm_compare import as_plain_dict, differences  # noqa: E402
+from tfm_compare import as_plain_dict, count_weights, differences, shapes  # noqa: E402
 
 with open(os.path.join(DATA, "tfm_retinanet_reference.json")) as f:
     TFM = json.load(f)
@@ -38,22 +38,13 @@ SMALL = sorted(name for name in TFM["models"] if name.startswith("small"))
 LARGE = sorted(name for name in TFM["models"] if not name.startswith("small"))
 
 
-def _count(weights):
-    return int(sum(int(np.prod(w.shape)) for w in weights))
-
-
 def _assert_counts_are(model, expected):
     """All and trainable weights, each checkpoint part's and the L2 terms, as TFM's."""
-    assert _count(model.weights) == expected["params"]
-    assert _count(model.trainable_weights) == expected["trainable_params"]
-    assert {k: _count(v.weights) for k, v in model.checkpoint_items.items()} == expected["parts"]
+    assert count_weights(model.weights) == expected["params"]
+    assert count_weights(model.trainable_weights) == expected["trainable_params"]
+    parts = model.checkpoint_items.items()
+    assert {k: count_weights(v.weights) for k, v in parts} == expected["parts"]
     assert len(model.losses) == expected["l2_terms"]
-
-
-def _shapes(tree):
-    if isinstance(tree, dict):
-        return {str(k): _shapes(v) for k, v in tree.items()}
-    return [None if d is None else int(d) for d in tree.shape]
 
 
 def _config(name):
@@ -198,9 +189,9 @@ def test_experiment_model_counts_are_tfms(name):
     # features (a whole-model pass at 640x640 costs seconds; the small models run the call).
     scores, boxes, _ = model.head.compute_output_spec(model.feature_specs())
     expected_outputs = expected["train_outputs"]
-    assert {k: v[1:] for k, v in _shapes(scores).items()} == {
+    assert {k: v[1:] for k, v in shapes(scores).items()} == {
         k: v[1:] for k, v in expected_outputs["cls_outputs"].items()}
-    assert {k: v[1:] for k, v in _shapes(boxes).items()} == {
+    assert {k: v[1:] for k, v in shapes(boxes).items()} == {
         k: v[1:] for k, v in expected_outputs["box_outputs"].items()}
 
 
@@ -211,9 +202,9 @@ def test_small_model_counts_and_outputs_are_tfms(name):
     expected = TFM["models"][name]
     model = _built(name)
     _assert_counts_are(model, expected)
-    assert _shapes(model(_small_images(2), training=True)) == expected["train_outputs"]
+    assert shapes(model(_small_images(2), training=True)) == expected["train_outputs"]
     outputs = model(_small_images(), image_shape=tf.constant([[128.0, 128.0]]), training=False)
-    assert _shapes(outputs) == expected["inference_outputs"]
+    assert shapes(outputs) == expected["inference_outputs"]
 
 
 # TFM's RetinaNetHead arguments of the heads in tfm_retinanet_heads.npz (the generator's

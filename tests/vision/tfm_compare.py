@@ -55,3 +55,15 @@ def _walk(tfm, lite, path, missing, different):
     elif tfm != lite or type(tfm) is not type(lite) and not (
             isinstance(tfm, int) and isinstance(lite, float)):
         different.append((path, tfm, lite))
+
+
+def count_weights(weights):
+    """The number of values in `weights` (lite's or TFM's variables)."""
+    return int(sum(int(math.prod(w.shape)) for w in weights))
+
+
+def shapes(tree):
+    """A nested dict of tensors -> the same dict of their shapes as lists (None: unknown)."""
+    if isinstance(tree, dict):
+        return {str(k): shapes(v) for k, v in tree.items()}
+    return [None if d is None else int(d) for d in tree.shape]

@@ -9,7 +9,8 @@ model module imports this one, so these are lazy look-ups, not imports).
 
 L2 on kernels as TFM: `l2(decay / 2)` on every kernel (i.e. decay * tf.nn.l2_loss).
 The detection models (RetinaNet, Mask R-CNN) share how their heads meet the decoder
-(`decoder_inputs`, `feature_specs`).
+(`decoder_inputs`, `feature_specs`) and how they come back from a `.keras` file
+(`model_from_config`).
 """
 
 from __future__ import annotations
@@ -66,3 +67,20 @@ def feature_specs(backbone: keras.Model,
     if isinstance(decoder, keras.Model):
         return dict(decoder.output)
     return decoder.compute_output_spec(features)
+
+
+def model_from_config(cls, config, layer_keys, custom_objects=None):
+    """`cls(**config)` from a model's `get_config`: the entries `layer_keys` name (a layer, a
+    list of layers, or None) deserialised, `trainable` applied after construction."""
+    config = dict(config)
+    deserialize = lambda value: keras.saving.deserialize_keras_object(
+        value, custom_objects=custom_objects)
+    for key in layer_keys:
+        value = config.get(key)
+        if value is not None:
+            config[key] = ([deserialize(v) for v in value] if isinstance(value, list)
+                           else deserialize(value))
+    trainable = config.pop("trainable", True)
+    model = cls(**config)
+    model.trainable = trainable
+    return model

@@ -40,7 +40,8 @@ import tensorflow as tf
 from lite_launcher.vision.configs.maskrcnn import MaskRCNN
 from lite_launcher.vision.modeling.backbones.factory import build_backbone, output_specs
 from lite_launcher.vision.modeling.decoders.factory import build_decoder
-from lite_launcher.vision.modeling.factory import decoder_inputs, feature_specs, norm_settings
+from lite_launcher.vision.modeling.factory import (decoder_inputs, feature_specs,
+                                                  model_from_config, norm_settings)
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import build_rpn_head
 from lite_launcher.vision.modeling.heads.instance_heads import (build_detection_heads,
                                                                 build_mask_head)
@@ -328,18 +329,7 @@ class MaskRCNNModel(keras.Model):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        deserialize = lambda v: keras.saving.deserialize_keras_object(
-            v, custom_objects=custom_objects)
-        for key in _LAYER_KEYS:
-            value = config.get(key)
-            if value is not None:
-                config[key] = ([deserialize(v) for v in value] if isinstance(value, list)
-                               else deserialize(value))
-        trainable = config.pop("trainable", True)
-        model = cls(**config)
-        model.trainable = trainable
-        return model
+        return model_from_config(cls, config, _LAYER_KEYS, custom_objects)
 
 
 def build_maskrcnn(model_config: MaskRCNN, l2_weight_decay: float = 0.0,

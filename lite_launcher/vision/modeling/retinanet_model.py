@@ -29,7 +29,8 @@ import tensorflow as tf
 from lite_launcher.vision.configs.retinanet import RetinaNet
 from lite_launcher.vision.modeling.backbones.factory import build_backbone, output_specs
 from lite_launcher.vision.modeling.decoders.factory import build_decoder
-from lite_launcher.vision.modeling.factory import decoder_inputs, feature_specs, norm_settings
+from lite_launcher.vision.modeling.factory import (decoder_inputs, feature_specs,
+                                                  model_from_config, norm_settings)
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import build_retinanet_head
 from lite_launcher.vision.modeling.layers.detection_generator import (
     MultilevelDetectionGenerator)
@@ -178,15 +179,8 @@ class RetinaNetModel(keras.Model):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        for key in ("backbone", "decoder", "head", "detection_generator"):
-            if config.get(key) is not None:
-                config[key] = keras.saving.deserialize_keras_object(
-                    config[key], custom_objects=custom_objects)
-        trainable = config.pop("trainable", True)
-        model = cls(**config)
-        model.trainable = trainable
-        return model
+        return model_from_config(cls, config, ("backbone", "decoder", "head",
+                                               "detection_generator"), custom_objects)
 
 
 def build_retinanet(model_config: RetinaNet, l2_weight_decay: float = 0.0,

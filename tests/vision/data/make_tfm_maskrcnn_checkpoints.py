@@ -9,8 +9,8 @@ For each model of MODELS (TFM's maskrcnn_resnetfpn_coco shrunk: ResNet-50 at 1/1
 through TFM's own `depth_multiplier`, a narrow FPN and heads, 3 classes at 128x128; the
 cascade one with two more class-agnostic stages), TFM's factory (`factory.build_maskrcnn`)
 builds the model; every variable is set to random values (`randomize` of
-make_tfm_retinanet_checkpoints.py; the box predictors scaled down), the BatchNorm moving statistics to those of one training
-batch of noise (momentum 0), and the model is saved as TFM's Trainer saves it (`global_step`,
+make_tfm_retinanet_checkpoints.py; the box predictors scaled down), the BatchNorm moving
+statistics to those of one training batch of noise (momentum 0), and the model is saved as TFM's Trainer saves it (`global_step`,
 `model` and the `checkpoint_items`, prefix `ckpt`) into `<name>/`. `<name>/reference.npz`:
 `images` (one fixed normalised image [1, 128, 128, 3]), `image_shape`, and TFM's inference
 outputs on them with generated anchors: `rpn_scores_<level>`, `rpn_boxes_<level>`,
