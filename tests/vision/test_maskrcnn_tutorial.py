@@ -14,10 +14,11 @@ with COCO polygons (tests/vision/detection_images.py), turned into records the w
 tutorial's `_process_example` writes them (`coco_annotations_to_lists(..., include_masks=True)`
 and `tfrecord_lib.convert_to_feature`); the backbone checkpoint is a TFM-written MobileNetV2
 (1/32 width, tests/vision/data/tfm_checkpoints/mobilenetv2) instead of TFM's GCS one, so the
-model is that width. It runs at 64x64, 2 images a batch, 2 steps (`release`: 250 s on the
-loaded 2-core machine, mostly tracing; the suite's sibling is the lite-train test of
-test_maskrcnn_train.py, the same train / eval / COCO-with-masks path). matplotlib is not
-used: the drawn arrays are checked instead of shown.
+model is that width. Both variants are `release` (the suite's sibling is the lite-train test
+of test_maskrcnn_train.py, the same train / eval / COCO-with-masks / export path): 64x64, 2
+images a batch, 2 steps (250 s on the loaded 2-core machine, mostly tracing) and the
+tutorial's 256x256, batch 8, 10 steps (755 s). matplotlib is not used: the drawn arrays are
+checked instead of shown.
 """
 
 import json
@@ -108,7 +109,7 @@ def reframe_box_masks_to_image_masks(box_masks, boxes, image_height, image_width
 @pytest.mark.release(sibling="tests/vision/test_maskrcnn_train.py::"
                              "test_lite_train_maskrcnn_logs_tfms_losses_box_and_mask_ap_and_"
                              "writes_a_checkpoint")
-@pytest.mark.parametrize("size, batch_size, train_steps", [(64, 2, 2)])
+@pytest.mark.parametrize("size, batch_size, train_steps", [(64, 2, 2), (256, 8, 10)])
 def test_tfm_instance_segmentation_tutorial(tmp_path, size, batch_size, train_steps):
     root = str(tmp_path)
     # The tutorial's category map: {id + 1: {'id': ..., 'name': ...}} of the first classes.
