@@ -49,6 +49,7 @@ TASK_MODULES: Dict[str, str] = {
     "lite_launcher.vision.configs.semantic_segmentation":
         "lite_launcher.vision.tasks.semantic_segmentation",
     "lite_launcher.vision.configs.retinanet": "lite_launcher.vision.tasks.retinanet",
+    "lite_launcher.vision.configs.maskrcnn": "lite_launcher.vision.tasks.maskrcnn",
 }
 
 

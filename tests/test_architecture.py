@@ -576,11 +576,14 @@ VISION_TASK_FAMILIES = {
         "modeling/segmentation_model.py", "modeling/heads/segmentation_heads.py",
         "losses/segmentation_losses.py", "evaluation/segmentation_metrics.py",
         "serving/semantic_segmentation.py", "tasks/semantic_segmentation.py"},
-    # The detection ops, losses, decoders and COCO evaluator are shared (Mask R-CNN's too).
-    "retinanet": {
+    # One- and two-stage detection: Mask R-CNN builds on RetinaNet's configs, RPN head,
+    # serving and task. The detection ops, losses, decoders and COCO evaluator are shared.
+    "detection": {
         "configs/retinanet.py", "dataloaders/retinanet_input.py",
         "modeling/retinanet_model.py", "modeling/heads/dense_prediction_heads.py",
-        "serving/detection.py", "tasks/retinanet.py"},
+        "serving/detection.py", "tasks/retinanet.py",
+        "configs/maskrcnn.py", "dataloaders/maskrcnn_input.py", "modeling/maskrcnn_model.py",
+        "modeling/heads/instance_heads.py", "tasks/maskrcnn.py"},
 }
 
 

@@ -1,12 +1,14 @@
 """A synthetic detection data set drawn with NumPy: reddish squares (category 1) and bluish
 discs (category 2) on noise, written as PNGs with a COCO instances JSON and turned into TFM's
-detection TFRecords by `create_coco_tf_record`."""
+detection TFRecords by `create_coco_tf_record` (with `masks`: each object's segmentation as a
+COCO polygon, converted `--include_masks`)."""
 
 import json
 import os
 
 import numpy as np
 import tensorflow as tf
+import yaml
 
 from lite_launcher.vision.data import create_coco_tf_record
 
@@ -37,8 +39,21 @@ def draw(rng, size):
     return image, objects
 
 
-def write_coco(root, count, seed, size):
-    """images/ PNGs and annotations.json (COCO instances) under `root`; returns both paths."""
+def polygon(category, bbox, vertices=24):
+    """The COCO polygon of a drawn shape: a square's corners, or `vertices` points on a disc's
+    circle (inside its box)."""
+    left, top, side, _ = bbox
+    if category == 1:
+        return [left, top, left + side, top, left + side, top + side, left, top + side]
+    r = side / 2
+    angles = np.arange(vertices) * 2 * np.pi / vertices
+    points = np.stack([left + r + r * np.cos(angles), top + r + r * np.sin(angles)], axis=1)
+    return [round(float(v), 2) for v in points.reshape(-1)]
+
+
+def write_coco(root, count, seed, size, masks=False):
+    """images/ PNGs and annotations.json (COCO instances; with `masks` each object's
+    `segmentation` polygon) under `root`; returns both paths."""
     rng = np.random.default_rng(seed)
     image_dir = os.path.join(root, "images")
     os.makedirs(image_dir)
@@ -52,6 +67,8 @@ def write_coco(root, count, seed, size):
             annotations.append({"id": len(annotations) + 1, "image_id": i + 1,
                                 "category_id": category, "bbox": bbox,
                                 "area": bbox[2] * bbox[3], "iscrowd": 0})
+            if masks:
+                annotations[-1]["segmentation"] = [polygon(category, bbox)]
     annotation_file = os.path.join(root, "annotations.json")
     with open(annotation_file, "w") as f:
         json.dump({"images": images, "annotations": annotations,
@@ -59,17 +76,41 @@ def write_coco(root, count, seed, size):
     return image_dir, annotation_file
 
 
-def detection_tfrecords(root, train_count=32, eval_count=8, size=64):
+def detection_tfrecords(root, train_count=32, eval_count=8, size=64, masks=False):
     """{'train': glob, 'validation': glob, 'validation_json': path}: TFRecords written by
-    create_coco_tf_record from drawn images and their COCO JSON."""
+    create_coco_tf_record from drawn images and their COCO JSON (with `masks`: polygons in
+    the JSON, PNG masks in the records)."""
     paths = {}
     for split, count, seed in (("train", train_count, 0), ("validation", eval_count, 1)):
-        image_dir, annotation_file = write_coco(os.path.join(root, split), count, seed, size)
+        image_dir, annotation_file = write_coco(os.path.join(root, split), count, seed, size,
+                                                masks)
         prefix = os.path.join(root, split)
         code = create_coco_tf_record.main([
             "--image_dir", image_dir, "--object_annotations_file", annotation_file,
-            "--output_file_prefix", prefix, "--num_shards", "2"])
+            "--output_file_prefix", prefix, "--num_shards", "2"]
+            + (["--include_masks"] if masks else []))
         assert code == 0
         paths[split] = prefix + "-*-of-00002.tfrecord"
         paths[split + "_json"] = annotation_file
     return paths
+
+
+def write_override(base, data, root, **changes):
+    """`root`/override.yaml: the nested dict `base` with the records and JSON of `data` (from
+    `detection_tfrecords`) as task.train_data / validation_data / annotation_file, and each
+    `dotted.key=value` of `changes` set; returns its path (for --params_override)."""
+    override = json.loads(json.dumps(base))
+    task = override.setdefault("task", {})
+    task.setdefault("train_data", {})["input_path"] = data["train"]
+    task.setdefault("validation_data", {})["input_path"] = data["validation"]
+    task["annotation_file"] = data["validation_json"]
+    for dotted, value in changes.items():
+        node = override
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    path = os.path.join(root, "override.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(override, f)
+    return path

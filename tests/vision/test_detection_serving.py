@@ -109,3 +109,33 @@ def test_saved_model_round_trip(tmp_path):
     out = loaded(inputs=tf.constant([tf.io.encode_png(_image()[0]).numpy()]))
     np.testing.assert_allclose(out["detection_boxes"].numpy()[0], BOXES)
     np.testing.assert_array_equal(out["num_detections"].numpy(), [2])
+
+
+class TwoStageStandIn(StandInTask):
+    """A Mask R-CNN task as DetectionModule sees it: no `export_config` (TFM's two-stage
+    configs have none), masks and outer boxes among the detections."""
+
+    def __init__(self):
+        super().__init__(normalized=True, cast=True)
+        del self.task_config.export_config
+
+    def inference_step_with_anchors(self, images, model, anchor_boxes, image_shape):
+        detections = super().inference_step_with_anchors(images, model, anchor_boxes,
+                                                         image_shape)
+        batch = tf.shape(images)[0]
+        detections["detection_outer_boxes"] = detections["detection_boxes"] + 1.0
+        detections["detection_masks"] = tf.fill([batch, 2, 28, 28], 0.25)
+        return detections
+
+
+def test_two_stage_outputs_add_masks_and_outer_boxes_unchanged():
+    out = detection.build_serving_fn(TwoStageStandIn(), None, "image_tensor")[0](
+        tf.constant(_image()))
+    assert sorted(out) == ["detection_boxes", "detection_classes", "detection_masks",
+                           "detection_outer_boxes", "detection_scores", "image_info",
+                           "num_detections"]
+    np.testing.assert_allclose(out["detection_masks"].numpy(), np.full([1, 2, 28, 28], 0.25))
+    # Without an export_config nothing is normalised or cast (TFM's two-stage serving).
+    np.testing.assert_allclose(out["detection_boxes"].numpy()[0], BOXES)
+    np.testing.assert_allclose(out["detection_outer_boxes"].numpy()[0], np.array(BOXES) + 1)
+    assert out["detection_classes"].dtype == tf.int32

@@ -5,19 +5,18 @@ the eval summaries and a checkpoint -> `lite-export` of that checkpoint, loaded 
 `tf.saved_model.load` and run on an image; bad input refused in one line (exit code 2)."""
 
 import json
-import logging as std_logging
 import os
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from detection_images import detection_tfrecords  # noqa: E402
+from cli import run_lite_train  # noqa: E402
+from detection_images import detection_tfrecords, write_override  # noqa: E402
 from test_modes import read_scalars  # noqa: E402
 
 pytest.importorskip("pycocotools")
@@ -53,34 +52,10 @@ OVERRIDE = {
 
 
 def _override(data, root, **changes):
-    override = json.loads(json.dumps(OVERRIDE))
-    override["task"]["train_data"]["input_path"] = data["train"]
-    override["task"]["validation_data"]["input_path"] = data["validation"]
-    override["task"]["annotation_file"] = data["validation_json"]
-    for dotted, value in changes.items():
-        node = override
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    path = os.path.join(root, "override.yaml")
-    with open(path, "w") as f:
-        yaml.safe_dump(override, f)
-    return path
+    return write_override(OVERRIDE, data, root, **changes)
 
 
-def _run_main(monkeypatch, *args):
-    """`lite-train args` in this process; returns its exit code (0 when it returns)."""
-    from lite_launcher import main as main_lib
-
-    monkeypatch.setattr(sys, "argv", ["lite-train"] + [str(a) for a in args])
-    try:
-        main_lib.run()
-    except SystemExit as exit_request:
-        return exit_request.code or 0
-    finally:
-        std_logging.disable(std_logging.NOTSET)  # the driver silences logging for its exit
-    return 0
+_run_main = run_lite_train
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Serving signatures of object detection (TFM's official/vision/serving/detection.py).
 
-`lite-export --input_type` for a RetinaNet task (the inputs and their host-side decoding are
-`export_base.ExportModule`'s):
+`lite-export --input_type` for a RetinaNet or Mask R-CNN task (the inputs and their
+host-side decoding are `export_base.ExportModule`'s):
 
 | input_type | `inputs` | preprocessing in the SavedModel |
 |---|---|---|
@@ -18,10 +18,16 @@ the original image with `task.export_config.output_normalized_coordinates`),
 `cast_num_detections_to_float`) and `image_info` [batch, 4, 2] (original size, resized size,
 scale, offset). With `detection_generator.apply_nms: false`: `decoded_boxes` and
 `decoded_box_scores` instead of the four detection outputs.
+
+Mask R-CNN adds, as TFM's: `detection_masks` [batch, D, S, S] (each detection's mask
+probabilities in its box, S = mask_roi_aligner.crop_size * mask_head.upsample_factor) and
+with `outer_boxes_scale` > 1 `detection_outer_boxes` (the boxes the masks fill). Two-stage
+configs have no `export_config` (TFM applies none to them).
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Optional, Sequence
 
 import keras
@@ -33,11 +39,20 @@ from lite_launcher.vision.ops.preprocess_ops import (compute_padded_size, normal
 from lite_launcher.vision.serving import export_base
 
 INPUT_TYPES = export_base.INPUT_TYPES
+# The NMS outputs served; `detection_outer_boxes` where the model has outer boxes (Mask R-CNN
+# with outer_boxes_scale > 1).
+_BOX_KEYS = ("detection_boxes", "detection_scores", "detection_classes", "num_detections",
+             "detection_outer_boxes")
+# ExportConfig's defaults: outputs as the model gives them.
+_UNCHANGED = SimpleNamespace(output_normalized_coordinates=False,
+                             cast_num_detections_to_float=False,
+                             cast_detection_classes_to_float=False)
 
 
 class DetectionModule(export_base.ExportModule):
-    """TFM's DetectionModule for RetinaNet: the evaluation parser's normalisation, resize and
-    padding; TFM's detection outputs and `image_info`."""
+    """TFM's DetectionModule for RetinaNet and Mask R-CNN: the evaluation parser's
+    normalisation, resize and padding; TFM's detection outputs (and masks) and
+    `image_info`."""
 
     family = "object detection"
     size_example = "640,640"
@@ -90,13 +105,14 @@ class DetectionModule(export_base.ExportModule):
                    for level, boxes in self.anchor_boxes(self.padded_size).items()}
         detections = self.task.inference_step_with_anchors(images, self.model, anchors,
                                                            image_info[:, 1, :])
-        export_config = self.config.export_config
+        # Two-stage configs have no export_config: TFM serves their outputs unchanged.
+        export_config = getattr(self.config, "export_config", None) or _UNCHANGED
         if self.config.model.detection_generator.apply_nms:
-            result = {key: detections[key] for key in ("detection_boxes", "detection_scores",
-                                                        "detection_classes", "num_detections")}
+            result = {key: detections[key] for key in _BOX_KEYS if key in detections}
             if export_config.output_normalized_coordinates:
-                result["detection_boxes"] = self._normalized(result["detection_boxes"],
-                                                             image_info)
+                for key in ("detection_boxes", "detection_outer_boxes"):
+                    if key in result:
+                        result[key] = self._normalized(result[key], image_info)
             if export_config.cast_num_detections_to_float:
                 result["num_detections"] = tf.cast(result["num_detections"], tf.float32)
             if export_config.cast_detection_classes_to_float:
@@ -107,11 +123,14 @@ class DetectionModule(export_base.ExportModule):
             if export_config.output_normalized_coordinates:
                 result["decoded_boxes"] = self._normalized(result["decoded_boxes"][:, :, 0],
                                                            image_info)[:, :, None]
+        if "detection_masks" in detections:
+            result["detection_masks"] = detections["detection_masks"]
         result["image_info"] = image_info
         return result
 
 
 def build_serving_fn(task, model: keras.Model, input_type: str, batch_size: Optional[int] = None,
                      input_image_size: Optional[Sequence[int]] = None):
-    """`(fn, input_spec)` of `input_type` for a RetinaNet `task` (see the module docstring)."""
+    """`(fn, input_spec)` of `input_type` for a RetinaNet or Mask R-CNN `task` (see the
+    module docstring)."""
     return DetectionModule(task, model, input_type, batch_size, input_image_size).serving_fn()

@@ -40,25 +40,30 @@ from lite_launcher.vision.tasks import common
 
 LOSS_NAMES = ("total_loss", "cls_loss", "box_loss", "model_loss")
 # The fields of the model's outputs the COCO evaluator reads.
-_DETECTION_KEYS = ("detection_boxes", "detection_scores", "detection_classes", "num_detections")
+DETECTION_KEYS = ("detection_boxes", "detection_scores", "detection_classes", "num_detections")
 
 
-def _float32(outputs):
+def float32(outputs):
+    """`outputs` (any nest of tensors) cast to float32, as the losses read them."""
     return tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), outputs)
 
 
-def build_decoder(params):
-    """The record decoder of a RetinaNet DataConfig (`decoder.type`: simple or label map)."""
+def build_decoder(params, include_mask: bool = False):
+    """The record decoder of a detection DataConfig (`decoder.type`: simple or label map);
+    with `include_mask` it also decodes the instance masks (Mask R-CNN), binarised at
+    `mask_binarize_threshold` when that is set."""
     decoder_type = params.decoder.type
     decoder_config = params.decoder.get()
+    masks = dict(include_mask=include_mask,
+                 mask_binarize_threshold=decoder_config.mask_binarize_threshold)
     if decoder_type == "simple_decoder":
         return tf_example_decoder.TfExampleDecoder(
             regenerate_source_id=decoder_config.regenerate_source_id,
-            attribute_names=getattr(decoder_config, "attribute_names", None))
+            attribute_names=getattr(decoder_config, "attribute_names", None), **masks)
     if decoder_type == "label_map_decoder":
         return tf_example_label_map_decoder.TfExampleDecoderLabelMap(
             label_map=decoder_config.label_map,
-            regenerate_source_id=decoder_config.regenerate_source_id)
+            regenerate_source_id=decoder_config.regenerate_source_id, **masks)
     raise ConfigError(f"decoder.type {decoder_type!r} must be 'simple_decoder' or "
                       f"'label_map_decoder'.")
 
@@ -116,7 +121,7 @@ class RetinaNetTask(Task):
         heads = [retinanet_losses.AttributeHead(h.name, h.type, h.size)
                  for h in config.model.head.attribute_heads]
         return retinanet_losses.retinanet_losses(
-            _float32(model_outputs), labels, num_classes=config.model.num_classes,
+            float32(model_outputs), labels, num_classes=config.model.num_classes,
             focal_loss_alpha=losses.focal_loss_alpha, focal_loss_gamma=losses.focal_loss_gamma,
             huber_loss_delta=losses.huber_loss_delta, box_loss_weight=losses.box_loss_weight,
             loss_weight=losses.loss_weight,
@@ -171,7 +176,7 @@ class RetinaNetTask(Task):
         losses = self.all_losses(labels, outputs, aux_losses=model.losses)
         logs = {self.loss: losses["total_loss"]}
         if self.coco_metric is not None:
-            detections = {key: outputs[key] for key in _DETECTION_KEYS}
+            detections = {key: outputs[key] for key in DETECTION_KEYS}
             detections["source_id"] = labels["groundtruths"]["source_id"]
             detections["image_info"] = labels["image_info"]
             logs[self.coco_metric.name] = (labels["groundtruths"], detections)

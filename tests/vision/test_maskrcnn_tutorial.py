@@ -1,0 +1,240 @@
+"""TFM's instance-segmentation tutorial (tensorflow/models docs/vision/instance_segmentation
+.ipynb: fine-tune `maskrcnn_mobilenet_coco` from a MobileNetV2 backbone checkpoint on a
+3-class LVIS subset, train and evaluate with `run_experiment`, export with
+`export_inference_graph`, draw the served boxes and masks) on lite, with its imports changed as
+docs/porting_from_tfm.md says:
+
+    exp_factory.get_exp_config          -> ll.get_exp_config
+    tfm.core.task_factory.get_task      -> ll.get_task
+    tfm.core.train_lib.run_experiment   -> ll.run_experiment
+    official.vision.<module>            -> lite_launcher.vision.<module> (same module names)
+
+Local data in the tutorial's format instead of LVIS (no network here): drawn squares and discs
+with COCO polygons (tests/vision/detection_images.py), turned into records the way the
+tutorial's `_process_example` writes them (`coco_annotations_to_lists(..., include_masks=True)`
+and `tfrecord_lib.convert_to_feature`); the backbone checkpoint is a TFM-written MobileNetV2
+(1/32 width, tests/vision/data/tfm_checkpoints/mobilenetv2) instead of TFM's GCS one, so the
+model is that width. Both variants are `release` (the suite's sibling is the lite-train test
+of test_maskrcnn_train.py, the same train / eval / COCO-with-masks / export path): 64x64, 2
+images a batch, 2 steps (250 s on the loaded 2-core machine, mostly tracing) and the
+tutorial's 256x256, batch 8, 10 steps (755 s). matplotlib is not used: the drawn arrays are
+checked instead of shown.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import lite_launcher as ll
+from lite_launcher.vision.data import tfrecord_lib
+from lite_launcher.vision.data.create_coco_tf_record import coco_annotations_to_lists
+from lite_launcher.vision.dataloaders.tf_example_decoder import TfExampleDecoder
+from lite_launcher.vision.ops.preprocess_ops import resize_and_crop_image
+from lite_launcher.vision.serving import export_saved_model_lib
+from lite_launcher.vision.utils.object_detection import visualization_utils
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from detection_images import write_coco  # noqa: E402
+
+pytest.importorskip("pycocotools")
+
+BACKBONE_CHECKPOINT = os.path.join(HERE, "data", "tfm_checkpoints", "mobilenetv2", "ckpt-7")
+NUM_CLASSES = 2  # square, disc (the tutorial: 3 LVIS classes)
+
+
+def write_records(root, split, count, seed, size, category_index):
+    """The tutorial's `_generate_tf_records` on drawn images: one tf.train.Example per image
+    with the tutorial's keys."""
+    image_dir, annotation_file = write_coco(os.path.join(root, split), count, seed, size,
+                                            masks=True)
+    with open(annotation_file) as f:
+        coco = json.load(f)
+    id_to_name_map = {c["id"]: c["name"] for c in coco["categories"][:NUM_CLASSES]}
+    assert {k: v["name"] for k, v in category_index.items()} == id_to_name_map
+    path = os.path.join(root, "tfrecords", f"{split}-00000-of-00001.tfrecord")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for image_info in coco["images"]:
+            filename = image_info["file_name"]
+            image = tf.io.read_file(os.path.join(image_dir, filename))
+            instances = [a for a in coco["annotations"] if a["image_id"] == image_info["id"]]
+            data, _ = coco_annotations_to_lists(instances, id_to_name_map,
+                                                image_info["height"], image_info["width"],
+                                                include_masks=True)
+            keys_to_features = {
+                "image/encoded": tfrecord_lib.convert_to_feature(image.numpy()),
+                "image/filename": tfrecord_lib.convert_to_feature(filename.encode("utf8")),
+                "image/format": tfrecord_lib.convert_to_feature("png".encode("utf8")),
+                "image/height": tfrecord_lib.convert_to_feature(image_info["height"]),
+                "image/width": tfrecord_lib.convert_to_feature(image_info["width"]),
+                "image/source_id": tfrecord_lib.convert_to_feature(
+                    str(image_info["id"]).encode("utf8")),
+                "image/object/bbox/xmin": tfrecord_lib.convert_to_feature(data["xmin"]),
+                "image/object/bbox/xmax": tfrecord_lib.convert_to_feature(data["xmax"]),
+                "image/object/bbox/ymin": tfrecord_lib.convert_to_feature(data["ymin"]),
+                "image/object/bbox/ymax": tfrecord_lib.convert_to_feature(data["ymax"]),
+                "image/object/class/text": tfrecord_lib.convert_to_feature(
+                    data["category_names"]),
+                "image/object/class/label": tfrecord_lib.convert_to_feature(
+                    data["category_id"]),
+                "image/object/is_crowd": tfrecord_lib.convert_to_feature(data["is_crowd"]),
+                "image/object/area": tfrecord_lib.convert_to_feature(data["area"],
+                                                                     "float_list"),
+                "image/object/mask": tfrecord_lib.convert_to_feature(
+                    data["encoded_mask_png"]),
+            }
+            example = tf.train.Example(features=tf.train.Features(feature=keys_to_features))
+            writer.write(example.SerializeToString())
+    return path
+
+
+def reframe_box_masks_to_image_masks(box_masks, boxes, image_height, image_width):
+    """The tutorial's helper, in short: each box's mask pasted into a full image (boxes in
+    [0, 1] of the image)."""
+    height = tf.maximum(boxes[:, 2] - boxes[:, 0], 1e-4)
+    width = tf.maximum(boxes[:, 3] - boxes[:, 1], 1e-4)
+    corners = tf.stack([-boxes[:, 0] / height, -boxes[:, 1] / width,
+                        (1 - boxes[:, 0]) / height, (1 - boxes[:, 1]) / width], axis=1)
+    crops = tf.image.crop_and_resize(box_masks[..., None], corners,
+                                     tf.range(tf.shape(box_masks)[0]),
+                                     [image_height, image_width], extrapolation_value=0)
+    return crops[..., 0]
+
+
+@pytest.mark.release(sibling="tests/vision/test_maskrcnn_train.py::"
+                             "test_lite_train_maskrcnn_logs_tfms_losses_box_and_mask_ap_and_"
+                             "writes_a_checkpoint")
+@pytest.mark.parametrize("size, batch_size, train_steps", [(64, 2, 2), (256, 8, 10)])
+def test_tfm_instance_segmentation_tutorial(tmp_path, size, batch_size, train_steps):
+    root = str(tmp_path)
+    # The tutorial's category map: {id + 1: {'id': ..., 'name': ...}} of the first classes.
+    category_index = {1: {"id": 1, "name": "square"}, 2: {"id": 2, "name": "disc"}}
+    train_data_input_path = write_records(root, "train", 4 * batch_size, 0, size,
+                                          category_index)
+    valid_data_input_path = write_records(root, "val", batch_size, 1, size, category_index)
+    model_dir = os.path.join(root, "trained_model")
+    export_dir = os.path.join(root, "exported_model")
+    os.mkdir(model_dir)
+
+    exp_config = ll.get_exp_config("maskrcnn_mobilenet_coco")
+
+    BATCH_SIZE = batch_size  # noqa: N806  (the tutorial's names)
+    HEIGHT, WIDTH = size, size  # noqa: N806
+    IMG_SHAPE = [HEIGHT, WIDTH, 3]  # noqa: N806
+
+    # Backbone Config
+    exp_config.task.annotation_file = None
+    exp_config.task.freeze_backbone = True
+    exp_config.task.init_checkpoint = BACKBONE_CHECKPOINT
+    exp_config.task.init_checkpoint_modules = "backbone"
+    # (Not in the tutorial: the width of the local checkpoint; small images have fewer
+    # proposals than the 512 ROIs TFM samples.)
+    exp_config.task.model.backbone.mobilenet.filter_size_scale = 0.03125
+    if size < 256:
+        exp_config.task.model.roi_sampler.num_sampled_rois = 64
+        exp_config.task.model.mask_sampler.num_sampled_masks = 16
+
+    # Model Config
+    exp_config.task.model.num_classes = NUM_CLASSES + 1
+    exp_config.task.model.input_size = IMG_SHAPE
+
+    # Training Data Config
+    exp_config.task.train_data.input_path = train_data_input_path
+    exp_config.task.train_data.dtype = "float32"
+    exp_config.task.train_data.global_batch_size = BATCH_SIZE
+    exp_config.task.train_data.shuffle_buffer_size = 64
+    exp_config.task.train_data.parser.aug_scale_max = 1.0
+    exp_config.task.train_data.parser.aug_scale_min = 1.0
+
+    # Validation Data Config
+    exp_config.task.validation_data.input_path = valid_data_input_path
+    exp_config.task.validation_data.dtype = "float32"
+    exp_config.task.validation_data.global_batch_size = BATCH_SIZE
+
+    exp_config.trainer.steps_per_loop = train_steps
+    exp_config.trainer.summary_interval = train_steps
+    exp_config.trainer.checkpoint_interval = train_steps
+    exp_config.trainer.validation_interval = train_steps
+    exp_config.trainer.validation_steps = 1
+    exp_config.trainer.train_steps = train_steps
+    exp_config.trainer.optimizer_config.warmup.linear.warmup_steps = 1
+    exp_config.trainer.optimizer_config.learning_rate.type = "cosine"
+    exp_config.trainer.optimizer_config.learning_rate.cosine.decay_steps = train_steps
+    exp_config.trainer.optimizer_config.learning_rate.cosine.initial_learning_rate = 0.07
+    exp_config.trainer.optimizer_config.warmup.linear.warmup_learning_rate = 0.05
+
+    assert exp_config.as_dict()["task"]["model"]["num_classes"] == NUM_CLASSES + 1
+
+    logical_device_names = [d.name for d in tf.config.list_logical_devices()]
+    distribution_strategy = tf.distribute.OneDeviceStrategy(logical_device_names[0])
+
+    with distribution_strategy.scope():
+        task = ll.get_task(exp_config.task, logging_dir=model_dir)
+
+    for images, labels in task.build_inputs(exp_config.task.train_data).take(1):
+        assert images.shape == (BATCH_SIZE, HEIGHT, WIDTH, 3) and images.dtype == tf.float32
+        assert {"anchor_boxes", "image_info", "rpn_score_targets", "rpn_box_targets",
+                "gt_boxes", "gt_classes", "gt_masks", "gt_outer_boxes"} <= set(labels)
+
+    tf_ex_decoder = TfExampleDecoder(include_mask=True)
+    for serialized_example in tf.data.TFRecordDataset(
+            tf.io.gfile.glob(exp_config.task.train_data.input_path)).take(1):
+        decoded_tensors = tf_ex_decoder.decode(serialized_example)
+        image = decoded_tensors["image"].numpy().astype("uint8")
+        before = image.copy()
+        visualization_utils.visualize_boxes_and_labels_on_image_array(
+            image, decoded_tensors["groundtruth_boxes"].numpy(),
+            decoded_tensors["groundtruth_classes"].numpy().astype("int"),
+            np.ones(shape=(len(decoded_tensors["groundtruth_boxes"]))),
+            category_index=category_index, use_normalized_coordinates=True,
+            min_score_thresh=0.30,
+            instance_masks=decoded_tensors["groundtruth_instance_masks"].numpy().astype(
+                "uint8"),
+            line_thickness=4)
+        assert (image != before).any()  # boxes and masks drawn in place
+
+    model, eval_logs = ll.run_experiment(
+        distribution_strategy=distribution_strategy, task=task, mode="train_and_eval",
+        params=exp_config, model_dir=model_dir, run_post_eval=True)
+    # The backbone is TFM's checkpoint, frozen: its stem kernel is the checkpoint's.
+    assert model.backbone.trainable is False
+    stem = tf.train.load_checkpoint(BACKBONE_CHECKPOINT).get_tensor(
+        "backbone/layer_with_weights-0/_conv0/kernel/.ATTRIBUTES/VARIABLE_VALUE")
+    [kernel] = [w for w in model.backbone.weights if tuple(w.shape) == stem.shape]
+    np.testing.assert_array_equal(kernel.numpy(), stem)
+    for name in ("AP", "AP50", "mask_AP", "mask_AP50"):
+        assert 0.0 <= float(eval_logs[name]) <= 1.0, name
+    assert os.path.isfile(os.path.join(model_dir, "annotation.json"))
+
+    export_saved_model_lib.export_inference_graph(
+        input_type="image_tensor", batch_size=1, input_image_size=[HEIGHT, WIDTH],
+        params=exp_config, checkpoint_path=tf.train.latest_checkpoint(model_dir),
+        export_dir=export_dir)
+
+    imported = tf.saved_model.load(export_dir)
+    model_fn = imported.signatures["serving_default"]
+    for serialized_example in tf.data.TFRecordDataset(
+            tf.io.gfile.glob(valid_data_input_path)).take(1):
+        decoded_tensors = tf_ex_decoder.decode(serialized_example)
+        image, _ = resize_and_crop_image(decoded_tensors["image"], (HEIGHT, WIDTH),
+                                         padded_size=(HEIGHT, WIDTH), aug_scale_min=1.0,
+                                         aug_scale_max=1.0)
+        image = tf.cast(tf.expand_dims(image, axis=0), dtype=tf.uint8)
+        image_np = image[0].numpy()
+        result = model_fn(image)
+        assert result["detection_masks"].shape[:2] == result["detection_boxes"].shape[:2]
+        detection_masks_reframed = tf.cast(reframe_box_masks_to_image_masks(
+            result["detection_masks"][0], result["detection_boxes"][0] / float(HEIGHT),
+            HEIGHT, WIDTH) > 0.4, np.uint8)
+        assert detection_masks_reframed.shape[1:] == (HEIGHT, WIDTH)
+        visualization_utils.visualize_boxes_and_labels_on_image_array(
+            image_np, result["detection_boxes"][0].numpy(),
+            result["detection_classes"][0].numpy().astype(int),
+            result["detection_scores"][0].numpy(), category_index=category_index,
+            use_normalized_coordinates=False, max_boxes_to_draw=200, min_score_thresh=0.0,
+            instance_masks=detection_masks_reframed.numpy(), line_thickness=4)
