@@ -13,7 +13,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from lite_launcher import errors
 from lite_launcher.errors import MissingExtraError
+from lite_launcher.vision.configs import retinanet as retinanet_configs
 
 INSTALL_HINT = "pip install 'lite_launcher[detection]'"
 
@@ -21,15 +23,9 @@ INSTALL_HINT = "pip install 'lite_launcher[detection]'"
 def import_pycocotools():
     """(pycocotools.coco, pycocotools.cocoeval, pycocotools.mask); `MissingExtraError` in one
     line naming the extra if pycocotools is not installed."""
-    try:
-        # pylint: disable=import-outside-toplevel
-        from pycocotools import coco, cocoeval
-        from pycocotools import mask as mask_api
-    except ImportError as e:
-        raise MissingExtraError(
-            f"COCO evaluation and COCO masks need pycocotools, which is not installed "
-            f"({e}): {INSTALL_HINT}") from None
-    return coco, cocoeval, mask_api
+    return tuple(errors.import_extra(f"pycocotools.{name}",
+                                     retinanet_configs.PYCOCOTOOLS_PURPOSE, "detection")
+                 for name in ("coco", "cocoeval", "mask"))
 
 
 def _make_coco_wrapper_class():
