@@ -11,6 +11,8 @@ __version__ = "0.1.0"
 
 # Public name -> module that defines it.
 _EXPORTS = {
+    # TFM's `tfm.core` (task_factory, train_lib, exp_factory) for its tutorials' lines
+    "core": "lite_launcher.core",
     # configs
     "Config": "lite_launcher.base_config",
     "OneOfConfig": "lite_launcher.base_config",
@@ -76,7 +78,9 @@ def __getattr__(name):
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'lite_launcher' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
+    module = importlib.import_module(module_name)
+    # A submodule exported by name (`core`: `import lite_launcher as tfm; tfm.core...`).
+    value = module if module_name == f"{__name__}.{name}" else getattr(module, name)
     globals()[name] = value  # cache: later lookups skip __getattr__
     return value
 

@@ -599,6 +599,15 @@ class OneOfConfig(Config):
             out[key] = _to_plain(getattr(self, key))
         return out
 
+    def validate(self) -> None:
+        """Checks `type` and the chosen sub-config only: as in TFM, the others are never built,
+        so values a YAML leaves in them (TFM's MobileDet YAML sets `mobilenet.model_id:
+        MobileDetCPU` beside `type: mobiledet`) are not refused."""
+        self._validate()
+        _validate_value(self.get())
+        for key in self.extra_keys():
+            _validate_value(getattr(self, key))
+
     def _validate(self):
         choices = self.choices()
         if self.type is not None and self.type not in choices:

@@ -265,6 +265,11 @@ class TaskConfig(Config):
     # task logs images, so it is accepted either way.
     allow_image_summary: bool = False
 
+    def check_extras(self, mode: str) -> None:
+        """Refuses, in one line (`errors.MissingExtraError`), an optional package the task
+        needs in run `mode` that is not installed; the driver calls it before building
+        anything. None here; a task with an extra overrides it."""
+
     def _validate(self):
         if self.differential_privacy_config is not None:
             raise ConfigError(

@@ -45,6 +45,19 @@ class MissingExtraError(ConfigError):
     the extra to install, exit code 2."""
 
 
+def import_extra(module: str, purpose: str, extra: str):
+    """Imports and returns `module`; `MissingExtraError` in one line when it is not installed:
+    "`purpose`, which is not installed (...): pip install 'lite_launcher[`extra`]'"."""
+    import sys  # pylint: disable=import-outside-toplevel
+
+    try:
+        __import__(module)  # through builtins.__import__, which tests may patch
+    except ImportError as error:
+        raise MissingExtraError(f"{purpose}, which is not installed ({error}): "
+                                f"pip install 'lite_launcher[{extra}]'") from None
+    return sys.modules[module]
+
+
 class InputRecordError(ConfigError):
     """An input record the task cannot use (a mask of another size than its image, ...): the
     user's data, so one line naming the record and exit code 2; checkpoints stay intact."""

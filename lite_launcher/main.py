@@ -282,6 +282,9 @@ def _main():
         return
     mode, model_dir = FLAGS.mode, FLAGS.model_dir
     train_utils.check_init_checkpoint(params, mode, model_dir)
+    check_extras = getattr(params.task, "check_extras", None)  # a user's task may lack it
+    if check_extras:
+        check_extras(mode)
 
     from lite_launcher import strategy as strategy_lib
 

@@ -68,6 +68,17 @@ def test_numbers_from_accumulated_groundtruths_equal_tfms_with_per_category():
     assert 0.5 < tfm["AP"] < 0.8 and tfm["Precision mAP ByCategory/2"] != tfm["AP"]
 
 
+def test_groundtruth_counts_shaped_as_the_parser_gives_them_give_the_same_numbers():
+    """The RetinaNet parser's `num_detections` is TFM's `tf.shape(classes)`: [B, 1] once
+    batched (TFM's tutorial, annotation_file '', failed here on it)."""
+    batches = _batches(False)
+    for gt, _ in batches:
+        gt["num_detections"] = gt["num_detections"].reshape([-1, 1])
+    lite = _evaluate(batches, as_tensors=True, annotation_file=None, include_mask=False,
+                     per_category_metrics=True)
+    _assert_equal_numbers(lite, EVAL["runs"]["groundtruths_per_category"])
+
+
 def test_numbers_from_an_annotation_file_equal_tfms_and_name_categories(tmp_path):
     path = tmp_path / "instances.json"
     path.write_text(json.dumps(EVAL["annotation_json"]))

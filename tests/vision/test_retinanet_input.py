@@ -3,6 +3,7 @@
 TFM's venv), and its one-line refusals."""
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -11,8 +12,9 @@ import tensorflow as tf
 from lite_launcher import errors
 from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
 from lite_launcher.vision.dataloaders import retinanet_input
-from lite_launcher.vision.ops import preprocess_ops
+from lite_launcher.vision.ops import augment, box_ops, preprocess_ops
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
 REFERENCE = os.path.join(os.path.dirname(__file__), "data",
                          "tfm_retinanet_input_reference.npz")
 REF = dict(np.load(REFERENCE))
@@ -102,6 +104,122 @@ def test_class_id_beyond_num_classes_names_the_record():
     assert "num_classes 4" in line
 
 
-def test_aug_type_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match="aug_type 'randaug'.*not supported"):
-        retinanet_input.Parser(**PARSER_ARGS, aug_type=type("A", (), {"type": "randaug"})())
+def test_aug_types_tfm_has_only_box_aware_are_refused_in_one_line():
+    for kind in ("randaug", "autoaug"):
+        with pytest.raises(ConfigError, match=f"aug_type '{kind}'.*not supported") as info:
+            retinanet_input.Parser(**PARSER_ARGS, aug_type=type("A", (), {"type": kind})())
+        assert "\n" not in str(info.value) and "ssd_random_crop" in str(info.value)
+
+
+# ----- aug_type ssd_random_crop: TFM's SSD crop (data/make_tfm_ssd_crop_reference.py) ------
+
+import make_tfm_ssd_crop_reference as ssd  # noqa: E402  pylint: disable=wrong-import-position
+
+SSD_REF = dict(np.load(os.path.join(os.path.dirname(REFERENCE), "tfm_ssd_crop_reference.npz")))
+
+
+def test_ssd_crop_box_pieces_equal_tfm():
+    _, boxes, crop_box = ssd.inputs()
+    np.testing.assert_allclose(box_ops.bbox_intersection_over_area(boxes[None], crop_box),
+                               SSD_REF["ioa"], atol=1e-6)
+    np.testing.assert_allclose(augment.filter_boxes_by_ioa(boxes, crop_box,
+                                                           ssd.MIN_BOX_OVERLAP),
+                               SSD_REF["filtered"], atol=1e-6)
+    np.testing.assert_allclose(
+        augment.crop_normalized_boxes(boxes, tf.constant(ssd.IMAGE_SIZE),
+                                      tf.constant(ssd.CROP_SIZE), tf.constant(ssd.CROP_OFFSET)),
+        SSD_REF["cropped"], atol=1e-6)
+    # Only box 1 overlaps the crop by >= 0.4 of its area.
+    assert SSD_REF["filtered"][:, 0].tolist() == pytest.approx([0, 0.3, 0, 0, 0])
+
+
+def _find_crop(image, crop):
+    """(top, left) where `crop` lies in `image`."""
+    h, w = crop.shape[:2]
+    for top in range(image.shape[0] - h + 1):
+        for left in range(image.shape[1] - w + 1):
+            if np.array_equal(image[top:top + h, left:left + w], crop):
+                return top, left
+    raise AssertionError(f"the {h}x{w} output is no crop of the image")
+
+
+def test_ssd_random_crop_crops_the_image_and_moves_the_boxes_with_it():
+    """Each drawn crop (TF's sample_distorted_bounding_box: its draws differ between TF
+    versions, so not compared with TFM's) is a window of the image covering >= 0.5 of some
+    box, and the boxes are TFM's pieces applied to that window."""
+    image, boxes, _ = ssd.inputs()
+    crop = augment.SSDRandomCrop(
+        params=[dict(min_object_covered=0.5, min_box_overlap=0.6, prob_to_apply=1.0)])
+    height, width = ssd.IMAGE_SIZE
+    clipped = np.clip(boxes, 0, 1)
+    shapes = set()
+    for seed in range(6):
+        tf.random.set_seed(seed)
+        new_image, new_boxes = (t.numpy() for t in crop.distort_with_boxes(
+            tf.constant(image), tf.constant(boxes)))
+        top, left = _find_crop(image, new_image)
+        h, w = new_image.shape[:2]
+        shapes.add((h, w))
+        window = np.array([[[top / height, left / width, (top + h) / height,
+                             (left + w) / width]]], np.float32)
+        ioa = box_ops.bbox_intersection_over_area(clipped[None], window).numpy()[0, :, 0]
+        # TF's kernel measures min_object_covered on the boxes cut to whole pixels.
+        pixel_boxes = np.floor(clipped * [height, width, height, width]).astype(np.float32)
+        pixel_window = np.array([[[top, left, top + h, left + w]]], np.float32)
+        covered = box_ops.bbox_intersection_over_area(pixel_boxes[None], pixel_window)
+        assert covered.numpy().max() >= 0.5, (ioa, covered)
+        kept = clipped * (ioa >= 0.6)[:, None]
+        want = augment.crop_normalized_boxes(kept, tf.constant(ssd.IMAGE_SIZE),
+                                             tf.constant([h, w]), tf.constant([top, left]))
+        np.testing.assert_allclose(new_boxes, want, atol=1e-6)
+    assert len(shapes) >= 3  # the seeds do draw different crops
+    never = augment.SSDRandomCrop(params=[dict(min_object_covered=0.5, min_box_overlap=0.6,
+                                               prob_to_apply=0.0)])
+    same_image, same_boxes = never.distort_with_boxes(tf.constant(image), tf.constant(boxes))
+    np.testing.assert_array_equal(same_image, image)
+    np.testing.assert_array_equal(same_boxes, boxes)  # not even clipped, as TFM's
+
+
+def test_parser_with_ssd_random_crop_trains_on_the_cropped_boxes(monkeypatch):
+    """aug_type ssd_random_crop in the training parser (as TFM: after skipping crowds, before
+    normalising and flipping): its image and labels are the plain parser's on the crop."""
+    from lite_launcher.vision.configs.common import Augmentation
+
+    crops = []
+    distort = augment.SSDRandomCrop.distort_with_boxes
+
+    def recorded(self, image, boxes):
+        crops.append(distort(self, image, boxes))
+        return crops[-1]
+
+    monkeypatch.setattr(augment.SSDRandomCrop, "distort_with_boxes", recorded)
+    aug_type = Augmentation(type="ssd_random_crop")
+    aug_type.ssd_random_crop.override({"ssd_random_crop_params": [
+        {"min_object_covered": 0.5, "min_box_overlap": 0.5, "prob_to_apply": 1.0}]})
+    parser = retinanet_input.Parser(**PARSER_ARGS, num_classes=6, aug_type=aug_type)
+    record = _record()
+    tf.random.set_seed(3)
+    image, labels = parser.parse_fn(True)(record)
+    (crop_image, crop_boxes), = crops
+    assert crop_image.shape[:2] != (48, 64) and crop_boxes.shape == (3, 4)  # crowd skipped
+    keep = [0, 1, 3]
+    plain = retinanet_input.Parser(**PARSER_ARGS, num_classes=6)
+    want_image, want_labels = plain.parse_fn(True)(dict(
+        record, image=crop_image, groundtruth_boxes=crop_boxes,
+        groundtruth_classes=tf.gather(record["groundtruth_classes"], keep),
+        groundtruth_is_crowd=tf.zeros([3], tf.bool)))
+    np.testing.assert_allclose(image, want_image, atol=1e-6)
+    for key in ("cls_targets", "box_targets", "image_info"):
+        tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                              labels[key], want_labels[key])
+
+
+def test_retinanet_config_accepts_ssd_random_crop_only():
+    import lite_launcher as ll
+
+    config = ll.get_exp_config("retinanet_resnetfpn_coco")
+    config.task.train_data.override({"parser": {"aug_type": {"type": "ssd_random_crop"}}})
+    config.validate()
+    config.task.train_data.override({"parser": {"aug_type": {"type": "autoaug"}}})
+    with pytest.raises(ConfigError, match="aug_type 'autoaug'.*'ssd_random_crop' or null"):
+        config.validate()

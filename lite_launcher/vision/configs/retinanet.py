@@ -19,6 +19,7 @@ import dataclasses
 import os
 from typing import List, Optional, Sequence, Union
 
+from lite_launcher import errors
 from lite_launcher.base_config import Config, ConfigError
 from lite_launcher.config import DataConfig as BaseDataConfig
 from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
@@ -33,6 +34,8 @@ from lite_launcher.vision.configs.decoders import FPN, Decoder, Identity
 DECODER_TYPES = ("fpn", "identity")
 NMS_VERSIONS = ("v1", "v2", "batched")
 ATTRIBUTE_TYPES = ("regression", "classification")
+# How a missing pycocotools is named (errors.import_extra), by the driver and the evaluator.
+PYCOCOTOOLS_PURPOSE = "COCO evaluation and COCO masks need pycocotools"
 
 
 @dataclasses.dataclass
@@ -89,9 +92,11 @@ class DataConfig(BaseDataConfig):
             raise ConfigError(f"{path}.decoder.label_map_decoder.label_map is empty; set it to "
                               f"the label map file (one `id,name` row per class).")
         parser = self.parser
-        if parser.aug_type is not None and parser.aug_type.type is not None:
-            raise ConfigError(f"{path}.parser.aug_type {parser.aug_type.type!r} is not "
-                              f"implemented by lite_launcher's RetinaNet parser; set it to "
+        if parser.aug_type is not None and parser.aug_type.type not in (None,
+                                                                         "ssd_random_crop"):
+            raise ConfigError(f"{path}.parser.aug_type {parser.aug_type.type!r} (TFM's "
+                              f"box-aware AutoAugment / RandAugment) is not implemented by "
+                              f"lite_launcher's RetinaNet parser; use 'ssd_random_crop' or "
                               f"null.")
         if parser.num_channels != 3:
             raise ConfigError(f"{path}.parser.num_channels ({parser.num_channels}) must be 3 "
@@ -259,6 +264,12 @@ class RetinaNetTask(TaskConfig):
     def init_modules(self) -> List[str]:
         """`init_checkpoint_modules` as a list ('all' alone means the whole model)."""
         return init_modules(self)
+
+    def check_extras(self, mode: str) -> None:
+        """A mode that evaluates with COCO metrics needs pycocotools (the `detection` extra):
+        refused in one line by the driver, before anything is built."""
+        if mode != "train" and self.use_coco_metrics:
+            errors.import_extra("pycocotools.cocoeval", PYCOCOTOOLS_PURPOSE, "detection")
 
     def _validate(self):
         super()._validate()

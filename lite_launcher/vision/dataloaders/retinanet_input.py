@@ -20,7 +20,8 @@ label-map variant) into `image`, `groundtruth_boxes` (normalised yxyx), `groundt
 
 Lite's additions: with `num_classes`, a class id outside [0, num_classes) fails the pipeline at
 its record (one line naming its source_id, exit code 2 from `lite-train`); `aug_type`
-(AutoAugment / RandAugment / SSD crop on boxes) is refused in one line, not yet ported.
+'ssd_random_crop' is TFM's SSD crop on the image and boxes; 'autoaug' / 'randaug' (TFM's
+box-aware policies) are refused in one line, not yet ported.
 """
 
 from __future__ import annotations
@@ -31,10 +32,27 @@ import tensorflow as tf
 
 from lite_launcher.base_config import ConfigError
 from lite_launcher.vision.dataloaders import utils
-from lite_launcher.vision.ops import anchor, box_ops
+from lite_launcher.vision.ops import anchor, augment, box_ops
 from lite_launcher.vision.ops.preprocess_ops import (
     IMAGE_DTYPES, compute_padded_size, normalize_image, random_horizontal_flip_with_boxes,
     random_jpeg_quality)
+
+
+def _make_augmenter(aug_type):
+    """The box-aware augmenter of `aug_type` (None when unset); a type not ported is a
+    `ConfigError` in one line."""
+    kind = getattr(aug_type, "type", aug_type) if aug_type is not None else None
+    if kind is None:
+        return None
+    if kind != "ssd_random_crop":
+        raise ConfigError(
+            f"parser.aug_type {kind!r} (TFM's box-aware AutoAugment / RandAugment) is not "
+            f"supported for RetinaNet yet: use 'ssd_random_crop', or leave it unset and use "
+            f"aug_rand_hflip and aug_scale_min / aug_scale_max.")
+    crop = aug_type.ssd_random_crop
+    return augment.SSDRandomCrop(params=crop.ssd_random_crop_params,
+                                 aspect_ratio_range=crop.aspect_ratio_range,
+                                 area_range=crop.area_range)
 
 
 class Parser:
@@ -47,7 +65,8 @@ class Parser:
       min_level, max_level, num_scales, aspect_ratios, anchor_size: the anchors
         (`anchor.build_anchor_generator`).
       match_threshold, unmatched_threshold, box_coder_weights: the anchor labeler's.
-      aug_type: must be None here (see the module docstring).
+      aug_type: None, or a config with `type` None or 'ssd_random_crop' (TFM's
+        `ssd_random_crop` fields); 'autoaug' / 'randaug' are refused (module docstring).
       aug_rand_hflip: random horizontal flips in training.
       aug_rand_jpeg: None, or an object with `min_quality`, `max_quality`, `prob_to_apply`.
       aug_scale_min, aug_scale_max: the scale jitter range of training.
@@ -67,11 +86,7 @@ class Parser:
                  skip_crowd_during_training: bool = True, max_num_instances: int = 100,
                  dtype: str = "bfloat16", pad: bool = True, keep_aspect_ratio: bool = True,
                  num_classes: Optional[int] = None):
-        if aug_type is not None and getattr(aug_type, "type", aug_type) is not None:
-            raise ConfigError(
-                f"parser.aug_type {getattr(aug_type, 'type', aug_type)!r} (AutoAugment / "
-                f"RandAugment / SSD crop on boxes) is not supported for RetinaNet yet: leave "
-                f"it unset and use aug_rand_hflip and aug_scale_min / aug_scale_max.")
+        self._augmenter = _make_augmenter(aug_type)
         if dtype not in IMAGE_DTYPES:
             raise ConfigError(f"data dtype {dtype!r} is not one of "
                               f"{', '.join(IMAGE_DTYPES)}.")
@@ -132,6 +147,8 @@ class Parser:
             keep = tf.where(tf.logical_not(data["groundtruth_is_crowd"]))[:, 0]
             classes, boxes = tf.gather(classes, keep), tf.gather(boxes, keep)
         image = data["image"]
+        if self._augmenter is not None:
+            image, boxes = self._augmenter.distort_with_boxes(image, boxes)
         if self._aug_rand_jpeg is not None:
             image = random_jpeg_quality(image, self._aug_rand_jpeg.min_quality,
                                         self._aug_rand_jpeg.max_quality,

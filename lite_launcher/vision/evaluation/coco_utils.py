@@ -13,7 +13,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from lite_launcher import errors
 from lite_launcher.errors import MissingExtraError
+from lite_launcher.vision.configs import retinanet as retinanet_configs
 
 INSTALL_HINT = "pip install 'lite_launcher[detection]'"
 
@@ -21,15 +23,9 @@ INSTALL_HINT = "pip install 'lite_launcher[detection]'"
 def import_pycocotools():
     """(pycocotools.coco, pycocotools.cocoeval, pycocotools.mask); `MissingExtraError` in one
     line naming the extra if pycocotools is not installed."""
-    try:
-        # pylint: disable=import-outside-toplevel
-        from pycocotools import coco, cocoeval
-        from pycocotools import mask as mask_api
-    except ImportError as e:
-        raise MissingExtraError(
-            f"COCO evaluation and COCO masks need pycocotools, which is not installed "
-            f"({e}): {INSTALL_HINT}") from None
-    return coco, cocoeval, mask_api
+    return tuple(errors.import_extra(f"pycocotools.{name}",
+                                     retinanet_configs.PYCOCOTOOLS_PURPOSE, "detection")
+                 for name in ("coco", "cocoeval", "mask"))
 
 
 def _make_coco_wrapper_class():
@@ -217,7 +213,7 @@ def convert_groundtruths_to_coco_dataset(groundtruths: Dict[str, List[np.ndarray
     """Per-batch ground truths -> a COCO dataset dict (TFM's function of the same name).
 
     Required keys (lists with one array per batch): `source_id` [B], `height` [B], `width`
-    [B], `num_detections` [B], `boxes` [B, K, 4] (ymin, xmin, ymax, xmax in pixels), `classes`
+    [B], `num_detections` [B] (or [B, 1]), `boxes` [B, K, 4] (ymin, xmin, ymax, xmax in pixels), `classes`
     [B, K]. Optional: `is_crowds` [B, K], `areas` [B, K] (else from the box, or the mask),
     `masks` [B, K] of PNG bytes. The first `num_detections` of each image's K are used.
     `label_map` (id -> name) names the categories; without it they are the ids present.
@@ -230,7 +226,9 @@ def convert_groundtruths_to_coco_dataset(groundtruths: Dict[str, List[np.ndarray
             image_id = _image_id(source_id)
             images.append({"id": image_id, "height": int(groundtruths["height"][i][j]),
                            "width": int(groundtruths["width"][i][j])})
-            for k in range(min(int(groundtruths["num_detections"][i][j]), max_instances)):
+            # [B] or, as the RetinaNet parser gives it (TFM's `tf.shape(classes)`), [B, 1].
+            count = int(np.reshape(groundtruths["num_detections"][i][j], [-1])[0])
+            for k in range(min(count, max_instances)):
                 ymin, xmin, ymax, xmax = (float(v) for v in boxes[j, k])
                 ann = {"image_id": image_id,
                        "iscrowd": (int(groundtruths["is_crowds"][i][j, k])

@@ -227,6 +227,20 @@ def bbox_overlap(boxes, gt_boxes):
     return tf.where(gt_padding | box_padding, -tf.ones_like(iou), iou)
 
 
+def bbox_intersection_over_area(boxes, gt_boxes):
+    """Intersection over the area of each box: [batch, N, M] of boxes [batch, N, 4] with
+    gt_boxes [batch, M, 4] (0 for an empty box); -1 wherever either box is padding (all its
+    coordinates negative), as `bbox_overlap`."""
+    y1, x1, y2, x2 = tf.split(boxes, 4, axis=2)
+    gy1, gx1, gy2, gx2 = (tf.transpose(t, [0, 2, 1]) for t in tf.split(gt_boxes, 4, axis=2))
+    inter = (tf.maximum(tf.minimum(x2, gx2) - tf.maximum(x1, gx1), 0)
+             * tf.maximum(tf.minimum(y2, gy2) - tf.maximum(y1, gy1), 0))
+    ioa = tf.math.divide_no_nan(inter, (y2 - y1) * (x2 - x1))
+    gt_padding = tf.transpose(tf.reduce_max(gt_boxes, axis=-1, keepdims=True) < 0.0, [0, 2, 1])
+    box_padding = tf.reduce_max(boxes, axis=-1, keepdims=True) < 0.0
+    return tf.where(gt_padding | box_padding, -tf.ones_like(ioa), ioa)
+
+
 def box_matching(boxes, gt_boxes, gt_classes):
     """Matches each box [batch, N, 4] to its highest-IoU ground truth (padded with -1).
 
