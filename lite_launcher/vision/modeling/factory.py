@@ -52,6 +52,28 @@ def norm_settings(model_config, l2_weight_decay: float = 0.0) -> NormSettings:
 _PARTIAL_MODULES = ("backbone", "decoder")
 
 
+def select_init_checkpoint_items(checkpoint_items: Dict[str, Any],
+                                 modules: Sequence[str]) -> Dict[str, Any]:
+    """The items of a model's `checkpoint_items` that `task.init_checkpoint_modules` restores,
+    as TFM's tasks: all of them for 'all', else the backbone and / or decoder named.
+
+    Raises:
+      ConfigError: a module the model does not have (no decoder, or another name).
+    """
+    if "all" in modules:
+        return dict(checkpoint_items)
+    items = {}
+    for module in modules:
+        item = checkpoint_items.get(module) if module in _PARTIAL_MODULES else None
+        if item is None:
+            has = [m for m in _PARTIAL_MODULES if m in checkpoint_items]
+            raise ConfigError(
+                f"task.init_checkpoint_modules names {module!r}, which this model does not "
+                f"have; use 'all' or {' / '.join(has)}.")
+        items[module] = item
+    return items
+
+
 class BackboneDecoderHead:
     """What a backbone -> decoder -> head model shows (a mixin for `keras.Model` subclasses
     that set `_backbone`, `_decoder` (None for none) and `_head`): its parts, the checkpoint
@@ -79,24 +101,8 @@ class BackboneDecoderHead:
         return items
 
     def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, Any]:
-        """The items `task.init_checkpoint_modules` restores, as TFM's tasks: every checkpoint
-        item for 'all', else the backbone and / or decoder named.
-
-        Raises:
-          ConfigError: a module this model does not have (no decoder, or another name).
-        """
-        if "all" in modules:
-            return dict(self.checkpoint_items)
-        items = {}
-        for module in modules:
-            item = self.checkpoint_items.get(module) if module in _PARTIAL_MODULES else None
-            if item is None:
-                has = [m for m in _PARTIAL_MODULES if m in self.checkpoint_items]
-                raise ConfigError(
-                    f"task.init_checkpoint_modules names {module!r}, which this model does not "
-                    f"have; use 'all' or {' / '.join(has)}.")
-            items[module] = item
-        return items
+        """The items `task.init_checkpoint_modules` restores (`select_init_checkpoint_items`)."""
+        return select_init_checkpoint_items(self.checkpoint_items, modules)
 
 
 def decoder_inputs(decoder: Optional[keras.layers.Layer], features) -> dict:

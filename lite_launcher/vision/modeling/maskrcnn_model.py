@@ -41,6 +41,7 @@ from lite_launcher.vision.configs.maskrcnn import MaskRCNN
 from lite_launcher.vision.modeling.backbones.factory import build_backbone, output_specs
 from lite_launcher.vision.modeling.decoders.factory import build_decoder
 from lite_launcher.vision.modeling.factory import (decoder_inputs, feature_specs,
+                                                  select_init_checkpoint_items,
                                                   model_from_config, norm_settings)
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import build_rpn_head
 from lite_launcher.vision.modeling.heads.instance_heads import (build_detection_heads,
@@ -312,6 +313,11 @@ class MaskRCNNModel(keras.Model):
         if self.mask_head is not None:
             items["mask_head"] = self.mask_head
         return items
+
+    def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, Any]:
+        """The checkpoint items `task.init_checkpoint_modules` restores ('all', or the
+        backbone and / or decoder), as RetinaNet's and segmentation's models."""
+        return select_init_checkpoint_items(self.checkpoint_items, modules)
 
     def get_config(self):
         serialize = keras.saving.serialize_keras_object
