@@ -57,6 +57,7 @@ def run_lite_train_in_process(*args) -> InProcessRun:
     logging's disable level, the environment variables it sets for TensorFlow) is put back afterwards."""
     import gin
     import keras
+    from absl import logging as absl_logging
     import tensorflow as tf
     from lite_launcher import main as main_lib
 
@@ -70,8 +71,11 @@ def run_lite_train_in_process(*args) -> InProcessRun:
     saved_argv, sigterm = sys.argv, signal.getsignal(signal.SIGTERM)
     saved_environment = {name: os.environ.get(name) for name in _DRIVER_ENVIRONMENT}
     messages, stderr = _Messages(), io.StringIO()
-    root = logging.getLogger()
-    root.addHandler(messages)
+    # The driver logs through absl's logger, at INFO whatever an earlier test left its
+    # verbosity at (the record reaches this handler even where it does not propagate).
+    absl_logger, verbosity = absl_logging.get_absl_logger(), absl_logging.get_verbosity()
+    absl_logger.addHandler(messages)
+    absl_logging.set_verbosity(absl_logging.INFO)
     sys.argv = ["lite-train"] + [str(a) for a in args]
     tf.config.experimental.enable_op_determinism = record_determinism
     try:
@@ -83,7 +87,8 @@ def run_lite_train_in_process(*args) -> InProcessRun:
     finally:
         tf.config.experimental.enable_op_determinism = enable_determinism
         sys.argv = saved_argv
-        root.removeHandler(messages)
+        absl_logger.removeHandler(messages)
+        absl_logging.set_verbosity(verbosity)
         logging.disable(logging.NOTSET)  # the driver silences logging for its exit
         signal.signal(signal.SIGTERM, sigterm)  # and ignores SIGTERM once it exits
         for name, value in saved_environment.items():
