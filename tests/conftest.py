@@ -105,10 +105,8 @@ def _reset_the_driver_flags():
     after each test: absl keeps parsed values in the process, so a `--config_file` parsed by
     one test was read again by a later test's `parse_configuration` in the same worker."""
     yield
-    from absl import flags as absl_flags
-    for flag in absl_flags.FLAGS.get_flags_for_module("lite_launcher.flags"):
-        if flag.present:
-            flag.unparse()
+    import cli  # tests/ is on sys.path (see pytest_collection_modifyitems)
+    cli.reset_driver_flags()
 
 
 # Logging as every in-process `lite-train` / `lite-export` leaves it, from the first test on:
@@ -149,3 +147,15 @@ def _collect_the_modules_garbage():
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Collects what a module- or session-scoped fixture left in reference cycles as soon as it
+    is set up. A fixture that trains in-process leaves tf.data iterators in cycles; collected
+    only after the first test, they had lived as long as that fixture and test took, and
+    each destructor waited out an autotuning period doubled that many times (10-20 s
+    teardowns); collected now, they are young and go at once."""
+    yield
+    if fixturedef.scope in ("module", "session", "package", "class"):
+        gc.collect()

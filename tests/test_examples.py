@@ -1,5 +1,6 @@
 """The examples run end to end: custom_trainer.py, forked_driver/ and ranking/ (TFM's ranking driver)."""
 
+import gc
 import json
 import os
 import re
@@ -213,7 +214,8 @@ def _ranking_command(*args):
 
 
 def _ranking_straight_run(model_dir):
-    """train_and_eval in this process, through the example's own trainer builder."""
+    """train_and_eval in this process, through the example's own trainer builder; returns
+    the trainer's global step at the end."""
     sys.path.insert(0, RANKING)
     try:
         import ranking
@@ -225,13 +227,18 @@ def _ranking_straight_run(model_dir):
     trainer = ranking.build_ranking_trainer(params, task, strategy, "train_and_eval", model_dir)
     ll.run_experiment(distribution_strategy=strategy, task=task, mode="train_and_eval",
                       params=params, model_dir=model_dir, trainer=trainer)
-    return trainer
+    global_step = int(trainer.global_step.numpy())
+    # Its tf.data iterators go now, while young: collected at the test's end, after the
+    # processes below, each destructor waited out a long autotuning period (~20 s teardowns).
+    del trainer, task
+    gc.collect()
+    return global_step
 
 
 def test_ranking_example_killed_and_resumed_equals_a_straight_run_with_an_evaluator_beside(
         tmp_path):
     straight_dir = str(tmp_path / "straight")
-    straight = _ranking_straight_run(straight_dir)
+    straight_steps = _ranking_straight_run(straight_dir)
 
     model_dir = tmp_path / "killed"
     marker = tmp_path / "stalled"
@@ -287,7 +294,7 @@ def test_ranking_example_killed_and_resumed_equals_a_straight_run_with_an_evalua
     for i in (0, 1):
         assert resumed_values[f"optimizer/inner_optimizer_{i}/_iterations/"
                               f".ATTRIBUTES/VARIABLE_VALUE"] == 20
-    assert int(straight.global_step.numpy()) == 20
+    assert straight_steps == 20
 
     # One learning rate per optimizer, TFM's names; no made-up `loss` from model.compile.
     train = read_scalars(str(model_dir / "train"))

@@ -2,14 +2,16 @@
 TensorFlow alone.
 
 digits_mlp and a ResNet-10 `resnet_imagenet` (32x32, 5 classes) are trained a few steps
-in-process, exported with the `lite-export` CLI (digits: its one input type; ResNet: every
-TFM input type, one signature each, via `--function_keys`), and loaded in a fresh Python that
+in-process, exported (digits: its one input type, by lite-export's code in-process; ResNet:
+every TFM input type, one signature each, via the `lite-export` CLI's `--function_keys`), and
+loaded in a fresh Python that
 never imports lite_launcher. Each signature's outputs are compared with the Keras model's on
 the same inputs: JPEGs and tf.Examples against the evaluation pipeline's images (served =
 evaluated), decoded images and a PNG against a centre crop + resize + normalisation written
 here in numpy.
 """
 
+import gc
 import inspect
 import os
 import re
@@ -119,6 +121,7 @@ def train(params, model_dir, mode="train"):
     task = ll.get_task(params.task, logging_dir=str(model_dir))
     model, _ = ll.run_experiment(distribution_strategy=tf.distribute.get_strategy(), task=task,
                                  mode=mode, params=params, model_dir=str(model_dir))
+    gc.collect()  # the run's tf.data iterators while young (see conftest.pytest_fixture_setup)
     return task, model
 
 
@@ -132,8 +135,10 @@ def trained(tmp_path_factory, records):
     _, digits_model = train(digits_params, root / "digits")
     _, resnet_model = train(resnet_params(records.path), root / "resnet")
 
-    lite_export("--experiment", "digits_mlp", "--checkpoint_path", root / "digits",
-                "--export_dir", root / "digits_export")
+    # digits through lite-export's flags-to-export code in this process (its defaults: the
+    # flags' own); the ResNet through the `lite-export` command.
+    export_lib._main(_flags(  # pylint: disable=protected-access
+        checkpoint_path=str(root / "digits"), export_dir=str(root / "digits_export")))
     lite_export("--experiment", "resnet_imagenet", "--params_override", RESNET_OVERRIDE,
                 "--checkpoint_path", root / "resnet", "--export_dir", root / "resnet_export",
                 "--input_image_size", f"{SIZE},{SIZE}", "--function_keys",

@@ -26,7 +26,8 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from cli import lite_train_command
+import cli
+from cli import run_lite_train_in_process
 
 import lite_launcher as ll
 from lite_launcher.experiments import workloads
@@ -41,10 +42,7 @@ SUBPROCESS_TIMEOUT = 180
 
 def lite_train_command():
     """The `lite-train` script next to this Python, else `python -m lite_launcher.main`."""
-    script = os.path.join(os.path.dirname(sys.executable), "lite-train")
-    if os.path.exists(script):
-        return [script]
-    return lite_train_command()
+    return cli.lite_train_command(installed=True)
 
 
 def subprocess_env(extra_pythonpath=None):
@@ -486,9 +484,11 @@ def digits_runs(tmp_path_factory):
                 process.wait()
         assert process.returncode == 0, runs[mode][-4000:]
     runs["continuous_eval_seconds"] = time.monotonic() - start
-    runs["train"] = lite_train(*digits_args("train", model_dir, 60)).stderr
-    runs["train_and_post_eval"] = lite_train(
-        *digits_args("train_and_post_eval", model_dir, 80)).stderr
+    # The resumes through the driver in this process (mock_runs resumes across processes).
+    for mode, steps in (("train", 60), ("train_and_post_eval", 80)):
+        resumed = run_lite_train_in_process(*digits_args(mode, model_dir, steps))
+        assert resumed.returncode == 0, (resumed.stderr + resumed.logged)[-4000:]
+        runs[mode] = resumed.logged
     return runs
 
 

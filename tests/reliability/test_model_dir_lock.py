@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
+from cli import run_lite_train_in_process
 from lite_launcher import model_dir_lock, registry
 from reliability_utils import (ERROR_PREFIX, checkpoint_numbers, logged_train_steps, read_text,
                                restored_checkpoints, run_lite_train, snapshot, start_lite_train,
@@ -48,12 +49,12 @@ def test_a_second_trainer_is_refused_evaluators_are_not_and_kill_9_leaves_no_sta
             f"(evaluation modes may share it)."]
         assert snapshot(os.path.join(model_dir, "params.yaml")) == params_before
 
-        # An evaluator takes no lock and is not refused.
-        evaluation = run_lite_train(["--experiment=mock", "--mode=eval",
-                                     f"--model_dir={model_dir}",
-                                     "--params_override=trainer.validation_steps=2"])
-        assert evaluation.returncode == 0, evaluation.stderr[-3000:]
-        assert "in use by another trainer" not in evaluation.stderr
+        # An evaluator takes no lock and is not refused (the driver, in this process).
+        evaluation = run_lite_train_in_process("--experiment=mock", "--mode=eval",
+                                               f"--model_dir={model_dir}",
+                                               "--params_override=trainer.validation_steps=2")
+        assert evaluation.returncode == 0, (evaluation.stderr + evaluation.logged)[-3000:]
+        assert "in use by another trainer" not in evaluation.stderr + evaluation.logged
 
         # In-process (run_experiment), the same refusal, before anything is built.
         params = registry.get_exp_config("mock")
@@ -67,13 +68,14 @@ def test_a_second_trainer_is_refused_evaluators_are_not_and_kill_9_leaves_no_sta
         first.wait(timeout=60)
     assert first.returncode == -signal.SIGKILL
 
-    # The OS dropped the lock with the killed process: the next trainer resumes at once.
+    # The OS dropped the lock with the killed process: the next trainer (the driver, in this
+    # process) resumes at once.
     latest = max(checkpoint_numbers(model_dir))
-    resumed = run_lite_train(_train(model_dir, latest + 100))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert restored_checkpoints(resumed.stderr) == [(os.path.join(model_dir, f"ckpt-{latest}"),
+    resumed = run_lite_train_in_process(*_train(model_dir, latest + 100))
+    assert resumed.returncode == 0, (resumed.stderr + resumed.logged)[-3000:]
+    assert restored_checkpoints(resumed.logged) == [(os.path.join(model_dir, f"ckpt-{latest}"),
                                                      latest)]
-    assert logged_train_steps(resumed.stderr) == [latest + 100]
+    assert logged_train_steps(resumed.logged) == [latest + 100]
     assert max(checkpoint_numbers(model_dir)) == latest + 100
     assert not model_dir_lock.held(model_dir)  # run_experiment's refusal kept no hold
 

@@ -29,6 +29,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from shapes_images import shapes_tfrecords  # noqa: E402
 from test_modes import read_scalars, subprocess_env  # noqa: E402
+from cli import run_lite_train_in_process  # noqa: E402
 
 TIMEOUT = 600
 SIZE = 64
@@ -84,8 +85,11 @@ def mnv2_run(shapes, tmp_path_factory):
     override_file = root / "override.yaml"
     override_file.write_text(yaml.safe_dump(override))
     model_dir = root / "model"
-    run_cli("lite_launcher.main", "--experiment", "mnv2_deeplabv3_pascal", "--mode",
-            "train_and_eval", "--model_dir", model_dir, "--params_override", override_file)
+    # The driver in this process: the command's code without a TensorFlow start-up.
+    trained = run_lite_train_in_process(
+        "--experiment", "mnv2_deeplabv3_pascal", "--mode", "train_and_eval", "--model_dir",
+        model_dir, "--params_override", override_file)
+    assert trained.returncode == 0, (trained.stderr + trained.logged)[-4000:]
     return root, model_dir, override_file
 
 
