@@ -111,7 +111,10 @@ def run_lite_train_in_process(*args) -> InProcessRun:
 
 
 def run_lite_train(monkeypatch, *args) -> int:
-    """`lite-train ARGS` in this process (`run_lite_train_in_process`); its exit code.
+    """`lite-train ARGS` in this process (`run_lite_train_in_process`); its exit code, with what
+    it wrote to stderr passed on to this process's stderr (where `capsys` reads it).
     `monkeypatch` is kept for the callers' signature (the helper restores what it changes)."""
     del monkeypatch
-    return run_lite_train_in_process(*args).returncode
+    run = run_lite_train_in_process(*args)
+    sys.stderr.write(run.stderr)
+    return run.returncode
