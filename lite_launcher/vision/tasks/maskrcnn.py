@@ -32,7 +32,7 @@ from absl import logging
 from lite_launcher import checkpoints
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.registry import register_task_cls
-from lite_launcher.task import _split_inputs, is_loss_scale_optimizer
+from lite_launcher.task import _split_inputs
 from lite_launcher.vision.configs import maskrcnn as maskrcnn_configs
 from lite_launcher.vision.dataloaders import coco_groundtruth_generator, maskrcnn_input
 from lite_launcher.vision.evaluation import coco_evaluator
@@ -165,16 +165,8 @@ class MaskRCNNTask(retinanet.RetinaNetTask):
             kwargs["gt_masks"] = labels["gt_masks"]
             if model_config.outer_boxes_scale > 1.0:
                 kwargs["gt_outer_boxes"] = labels["gt_outer_boxes"]
-        with tf.GradientTape() as tape:
-            outputs = model(images, training=True, **kwargs)
-            losses = self.all_losses(labels, outputs, aux_losses=model.losses)
-            loss = losses["total_loss"]
-            num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            scaled_loss = loss / num_replicas if num_replicas > 1 else loss
-            if is_loss_scale_optimizer(optimizer):
-                scaled_loss = optimizer.scale_loss(scaled_loss)
-        grads = tape.gradient(scaled_loss, model.trainable_variables)
-        return grads, loss, {"losses": losses}
+        return self.loss_gradients(model, optimizer, labels,
+                                   lambda: model(images, training=True, **kwargs))
 
     # ----- evaluation ------------------------------------------------------------------
 

@@ -155,8 +155,14 @@ class RetinaNetTask(Task):
         """As `Task.compute_gradients`; the outputs returned for the metrics carry the four
         losses under 'losses'."""
         features, labels = _split_inputs(inputs)
+        return self.loss_gradients(model, optimizer, labels,
+                                   lambda: model(features, training=True))
+
+    def loss_gradients(self, model: keras.Model, optimizer, labels, forward):
+        """Gradients of `all_losses` on `forward()`'s outputs (the replica-scaled, loss-scaled
+        total), the total loss and {'losses': every loss}: the detection tasks' gradient step."""
         with tf.GradientTape() as tape:
-            outputs = model(features, training=True)
+            outputs = forward()
             losses = self.all_losses(labels, outputs, aux_losses=model.losses)
             loss = losses["total_loss"]
             num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
