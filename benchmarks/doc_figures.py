@@ -7,12 +7,14 @@ computes the figure from its results file. A claim passes when the doc holds the
 the recomputed figures (whitespace and `**` bold markers ignored, since prose wraps). A figure
 quoted in prose but absent from `CLAIMS` is not checked: add it here when you quote one.
 
-Not checked yet (quoted in benchmarks/README.md or docs/benchmarks.md, no claim here): the
-op-time profiles (`vision_profile.py` files: the per-op tables, 300 / 375 ms, 235 / 218 ms), the
-oneDNN primitive counts of the bf16 probe, the start-up profile and the outer-loop A/B
-(45 / 76 µs; no results file), d190cc5's per-process steps/s and loop-time ranges, the earlier
-runs 4ea454c / c711b1e / 513f9aa / 1ded3d0 / 0361e2f, the loop-graph node counts, the
-XLA-on-CPU 0.17x, and the 32-round step_vs_tfm sums over three runs.
+Not checked, because no results file holds them (the docs say so where they quote them:
+"no results file", "printed, not filed", "not filed"): the start-up profile of `lite-train
+--experiment mock` (benchmarks/README.md, "Where the start-up time goes", and its summary in
+docs/benchmarks.md), the summary-write A/B (45 / 76 µs) and the in-process loop split (1.03×),
+the first-step bullets' op / conversion / import counts, `import tensorflow, keras` 4.15–4.65 s
+and the 437-variable cProfile, the ViT projection A/B (1.16×) and the op-histogram counts of
+the Adam powers and MobileNetV3 activations. The soaks' own prose about how they ran, machine
+descriptions, loads, and the commands' duration estimates are not figures of a result.
 
 Standard library only, like report.py.
 """
@@ -80,7 +82,8 @@ def _shipped_ab_summary(records, variants):
                                   max=max(rates)) if rates else None}
     return out
 # The docs whose benchmark figures are checked.
-DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_worker_faults.md")
+DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_worker_faults.md",
+        "docs/detection.md")
 # The rendered blocks: (start marker, end marker).
 BLOCKS = ((report.START_MARKER, report.END_MARKER),
           (report.VISION_START_MARKER, report.VISION_END_MARKER),
@@ -195,6 +198,12 @@ def lite_raw_row(workload):
 
 def first_ratio(name, model, side="lite", field="first_step_s"):
     return first_step.summarize(load(name)["records"])["ratios"][f"{model}/{side}/tfm"][field]
+
+
+def _fs_records(name, model, side) -> List[dict]:
+    """The successful first_step.py records of one model and side."""
+    return [r for r in load(name)["records"] if r.get("rc") == 0
+            and (r["model"], r["side"]) == (model, side)]
 
 
 def first_rounds(name, model, side="lite") -> List[float]:
@@ -599,6 +608,479 @@ CLAIMS: List[Claim] = [
 ]
 
 
+
+# --- vision_profile.py files (op time by type, ms per step) ---------------------------------
+
+PROFILE21, PROFILE_FIXED, PROFILE_BF16 = (
+    "2026-12-01-vision-profile-resnet18.json", "2026-12-01-4ea454c-vision-profile-resnet18.json",
+    "2026-12-02-vision-profile-resnet18-bf16.json")
+# The ops that are the parser's per-image work (decode, parse, resize, flip, normalise).
+PARSER_OPS = ("DecodeAndCropJpeg", "ExtractJpegShape", "ParseExampleV2", "ResizeBilinear",
+              "ReverseV2", "RealDiv", "Sub")
+
+
+def profile(name, key) -> dict:
+    """One side's profile: `key` is a profile's name, or 'side/dtype' in a bf16 probe file."""
+    data = load(name)
+    if "profiles" in data:
+        return data["profiles"][key]
+    side, dtype = key.split("/")
+    return next(r for r in data["records"] if (r["side"], r["dtype"]) == (side, dtype))
+
+
+def op_ms(name, key, *ops) -> float:
+    """ms a step of these op types, summed over threads; no types: all the step's op time
+    (tf.data's events included, the trace's host-side events not)."""
+    times = profile(name, key)["op_ms_per_step"]
+    return sum(v for op, v in times.items() if (op in ops if ops else not op.startswith(" ")))
+
+
+def op_count(name, key, *ops) -> float:
+    """Ops run a step of these types; no types: every op but tf.data's events."""
+    counts = profile(name, key)["op_count_per_step"]
+    return sum(v for op, v in counts.items()
+               if (op in ops if ops else not op.startswith("tf.data")))
+
+
+def tf_data_ms(name, key) -> float:
+    """tf.data's iterator events a step, summed (they nest, so the sum over-counts)."""
+    times = profile(name, key)["op_ms_per_step"]
+    return sum(v for op, v in times.items() if op.startswith("tf.data"))
+
+
+def wall_ms(name, key) -> float:
+    return profile(name, key)["wall_ms_per_step"]
+
+
+def profile_row(name, keys, figure, digits=0) -> Tuple[str, ...]:
+    """`figure(name, key)` for each key, formatted as the profile tables print it."""
+    return tuple(f"{figure(name, k):,.{digits}f}" for k in keys)
+
+
+PROFILE21_KEYS = ("lite/default", "tfm/default", "lite/inter_op_1", "tfm/inter_op_1")
+CONV = ("_MklNativeConv2D", "_MklNativeConv2DBackpropInput", "_MklNativeConv2DBackpropFilter")
+FUSED_BN = ("_MklNativeFusedBatchNormV3", "_MklNativeFusedBatchNormEx",
+            "_MklNativeFusedBatchNormGradV3")
+# bf16 probe rows: (label of docs/benchmarks.md's table, op types).
+BF16_ROWS = (
+    ("Conv2D backprop filter (weight gradients)", ("_MklNativeConv2DBackpropFilter",)),
+    ("Conv2D backprop input", ("_MklNativeConv2DBackpropInput",)),
+    ("Conv2D forward", ("_MklNativeConv2D",)),
+    ("batch-norm gradient, ReluGrad, AddN, Mul",
+     ("_MklNativeFusedBatchNormGradV3", "ReluGrad", "AddN", "Mul")))
+
+
+def bf16_row(label, ops) -> Tuple[str, Callable[[], Tuple[str, ...]]]:
+    def figures():
+        f32, bf16 = (op_ms(PROFILE_BF16, f"lite/{d}", *ops) for d in ("float32", "bfloat16"))
+        return f"{f32:.0f}", f"{bf16:.0f}", f"{f32 / bf16:.2f}"
+    return f"| {label} | {{}} | {{}} | {{}}× |", figures
+
+
+def bf16_net_gain_ms() -> float:
+    """What bf16 saved on the forward and input-gradient convolutions, less what the weight
+    gradient lost (lite, ms a step)."""
+    f32, bf16 = ({op: op_ms(PROFILE_BF16, f"lite/{d}", op) for op in CONV}
+                 for d in ("float32", "bfloat16"))
+    return sum(f32[op] - bf16[op] for op in CONV)
+
+
+def probe(name, model, side) -> Tuple[int, int]:
+    """(bf16 primitives, primitives) of a vision suite's oneDNN probe."""
+    record = next(r for r in load(name)["records"] if r.get("setting") == "probe"
+                  and "error" not in r and (r["model"], r["side"]) == (model, side))
+    return record["onednn_kernels"]["bf16_primitives"], record["onednn_kernels"]["primitives"]
+
+
+# --- the earliest vision_suite.py runs and their per-process figures ------------------------
+
+def process_range(name, model, side, setting="like", digits=2) -> str:
+    """min–max over rounds of one side's per-process training steps/s."""
+    s = suite(name)[0][(model, "float32", setting, side, "train")]
+    return _range([s["min"], s["max"]], digits)
+
+
+def timed_loops(name, model, side) -> List[List[float]]:
+    """Per process, its timed loops' ms (the like-for-like processes of `side`)."""
+    return [r["loop_ms"]["first"] for r in load(name)["records"]
+            if r.get("model") == model and r["side"] == side and "loop_ms" in r
+            and r.get("dtype", "float32") == "float32"
+            and (side == "lite" or not r.get("as_shipped"))]
+
+
+def loop_range(name, model, side, scale=1.0, digits=0) -> str:
+    loops = [ms / scale for process in timed_loops(name, model, side) for ms in process]
+    return _range(loops, digits) if scale != 1.0 else f"{min(loops):,.0f}–{max(loops):,.0f}"
+
+
+def within_process(name, model, side) -> Tuple[float, List[float]]:
+    """(largest slower/faster − 1 between one process's timed loops, that process's loops)."""
+    return max(((max(p) / min(p) - 1, p) for p in timed_loops(name, model, side)),
+               key=lambda x: x[0])
+
+
+def pairs(name, group) -> List[float]:
+    return [v for _, v in load(name)["steps_per_sec"][group]]
+
+
+def pair_ratios(name) -> List[float]:
+    rates = pairs(name, "lite_vs_tfm_like")
+    return [rates[i + 1] / rates[i] for i in range(0, len(rates), 2)]
+
+
+# --- step_vs_tfm.py: rounds pooled over several files ---------------------------------------
+
+POOLED_STEP_VS_TFM = ("2026-12-02-ee33327-step-vs-tfm.json", "2026-12-02-a95e1a7-step-vs-tfm.json",
+                      "2026-12-02-06d0950-step-vs-tfm.json")
+RETINANET, VIT_LOADED = ("2026-12-03-26e1fa9-step-vs-tfm-retinanet.json",
+                         "2026-12-03-137157f-step-vs-tfm-vit.json")
+
+
+def pooled(model, dtype, names=POOLED_STEP_VS_TFM) -> Tuple[float, int, int]:
+    """(median lite/TFM training, rounds lite won, rounds) over the rounds of several files."""
+    values = [v for f in names for r in load(f)["records"]
+              if (r["model"], r["dtype"]) == (model, dtype)
+              for v in step_vs_tfm.ratios(r, "train")]
+    return statistics.median(values), sum(v > 1.0 for v in values), len(values)
+
+
+def retinanet_row(model, kind) -> Tuple[str, ...]:
+    """A row of docs/benchmarks.md's RetinaNet table: ms a step, lite/TFM, rounds, images/s."""
+    record = next(r for r in load(RETINANET)["records"] if r["model"] == model)
+    s = step_vs_tfm.summarize(record, kind)
+    batch = 2
+    return (f"{s['lite_ms']:,.0f}", f"{s['tfm_ms']:,.0f}", spread(s),
+            f"{s['lite_wins']}/{s['rounds']}", *(
+                f"{1000 * batch / s[f'{side}_ms']:.2g}"
+                for side in ("lite", "tfm")))
+
+
+def first_call_s(model) -> Tuple[str, ...]:
+    record = next(r for r in load(RETINANET)["records"] if r["model"] == model)
+    return tuple(f"{record['first_call_s'][side][kind]:.0f}"
+                 for kind in ("train", "eval") for side in ("lite", "tfm"))
+
+
+# --- XLA on CPU and oneDNN's numerics (the issue-21 profile file's extra entries) -----------
+
+def onednn_loss_gap() -> float:
+    """Largest relative difference of the digits_cnn loss curves, oneDNN off against on."""
+    runs = load(PROFILE21)["digits_cnn_onednn_losses"]
+    off = runs["TF_ENABLE_ONEDNN_OPTS=0"]["losses"]
+    return max(abs(a - b) / abs(a) for key, run in runs.items() if run["onednn"]
+               for a, b in zip(off, run["losses"]))
+
+
+def loop_graph_nodes(when, workload) -> str:
+    data = load("2026-12-01-loop-graph-ops-bf05557-vs-fused.json")
+    return str(data["before_bf05557" if when == "before" else "after"][workload]["nodes"])
+
+
+
+D190_MODELS = (("resnet18", "ResNet-18"), ("resnet50", "ResNet-50"))
+E4EA, E513, E1DED, E0361 = ("2026-12-01-4ea454c-vision.json", "2026-12-01-513f9aa-vision.json",
+                            "2026-12-01-1ded3d0-vision.json", "2026-12-01-0361e2f-vision.json")
+C711 = "2026-12-01-c711b1e-resnet18-4step-pairs.json"
+SMOKE = "2026-12-02-b26c3e1-dirty-vision-smoke.json"
+F51 = FIRST_STEP_WINDOWS[1]
+
+CLAIMS += [
+    # The op-time profiles (vision_profile.py): issue 21's (before the fused kernels), the one
+    # after them (4ea454c) and the bf16 one (issue 31).
+    Claim(DB, "Lite's step runs TFM's kernels (profiled {} against {} ms a step).",
+          lambda: profile_row(PROFILE_FIXED, ("lite", "tfm"), wall_ms)),
+    Claim(BR, "| wall (ms) | {} | {} | {} | {} |",
+          lambda: profile_row(PROFILE21, PROFILE21_KEYS, wall_ms)),
+    Claim(BR, "| TensorFlow ops run (tf.data's events not counted) | {} | {} | {} | {} |",
+          lambda: profile_row(PROFILE21, PROFILE21_KEYS, op_count)),
+    Claim(BR, "| op time, all threads (ms) | {} | {} | {} | {} |",
+          lambda: profile_row(PROFILE21, PROFILE21_KEYS, op_ms)),
+    *[Claim(BR, f"| {label} ({n}, ms) | {{}} | {{}} | {{}} | {{}} |",
+            lambda op=op: profile_row(PROFILE21, PROFILE21_KEYS,
+                                      lambda f, k: op_ms(f, k, op)))
+      for label, n, op in (("`Conv2D` forward", "21 ops", CONV[0]),
+                           ("`Conv2DBackpropInput`", "20", CONV[1]),
+                           ("`Conv2DBackpropFilter`", "21", CONV[2]))],
+    Claim(BR, "| tf.data events, nested, summed (ms) | {} | {} | {} | {} |",
+          lambda: profile_row(PROFILE21, PROFILE21_KEYS, tf_data_ms)),
+    Claim(BR, "| of which `Root` (the step waiting in GetNext, ms) | {} | {} | {} | {} |",
+          lambda: profile_row(PROFILE21, PROFILE21_KEYS,
+                              lambda f, k: op_ms(f, k, "tf.data Root"), 1)),
+    Claim(BR, "unfused: `Mul` ×{}, `Sub` ×{}, `AddN` ×{}",
+          lambda: tuple(f"{op_count(PROFILE21, 'lite/default', op):.0f}"
+                        for op in ("Mul", "Sub", "AddN"))),
+    Claim(BR, "fused: `FusedBatchNormV3`/`Ex`/`GradV3` ×{}, {} ms",
+          lambda: (f"{op_count(PROFILE21, 'tfm/default', *FUSED_BN):.0f}",
+                   f"{op_ms(PROFILE21, 'tfm/default', *FUSED_BN):.0f}")),
+    Claim(BR, "`ResourceApplyKerasMomentum` ×{}, {} ms |",
+          lambda: (f"{op_count(PROFILE21, 'tfm/default', 'ResourceApplyKerasMomentum'):.0f}",
+                   f"{op_ms(PROFILE21, 'tfm/default', 'ResourceApplyKerasMomentum'):.0f}")),
+    Claim(BR, "`L2Loss` + `Mul`, {} ms |",
+          lambda: (f"{op_ms(PROFILE21, 'tfm/default', 'L2Loss', 'Mul'):.0f}",)),
+    Claim(BR, "both sides take the same {} / {} ms",
+          lambda: profile_row(PROFILE21, PROFILE21_KEYS[2:], wall_ms)),
+    Claim(BR, "TFM gains {} % ({} → {} ms) and lite *loses* ({} → {} ms): lite's step has {}× as "
+          "many ops",
+          lambda: (f"{100 * (1 - wall_ms(PROFILE21, 'tfm/default') / wall_ms(PROFILE21, 'tfm/inter_op_1')):.0f}",
+                   *profile_row(PROFILE21, ("tfm/inter_op_1", "tfm/default", "lite/inter_op_1",
+                                            "lite/default"), wall_ms),
+                   f"{op_count(PROFILE21, 'lite/default') / op_count(PROFILE21, 'tfm/default'):.1f}")),
+    Claim(BR, "its tf.data events add up to ≤ {} ms a step of the {}–{}, and the step waits ≤ {} ms "
+          "in GetNext",
+          lambda: (f"{max(tf_data_ms(PROFILE21, k) for k in PROFILE21_KEYS):.0f}",
+                   f"{min(wall_ms(PROFILE21, k) for k in PROFILE21_KEYS):.0f}",
+                   f"{max(wall_ms(PROFILE21, k) for k in PROFILE21_KEYS):.0f}",
+                   f"{max(op_ms(PROFILE21, k, 'tf.data Root') for k in PROFILE21_KEYS):.0f}")),
+    Claim(BR, "| wall (ms) | {} ({} in a repeat) | {} |",
+          lambda: profile_row(PROFILE_FIXED, ("lite", "lite_repeat", "tfm"), wall_ms)),
+    Claim(BR, "| TensorFlow ops run (tf.data's events not counted) | {} | {} |",
+          lambda: profile_row(PROFILE_FIXED, ("lite", "tfm"), op_count)),
+    Claim(BR, "| `Conv2DBackpropFilter` / `BackpropInput` / `Conv2D` (ms) | {} / {} / {} | {} / {} "
+          "/ {} |",
+          lambda: tuple(f"{op_ms(PROFILE_FIXED, k, op):.0f}" for k in ("lite", "tfm")
+                        for op in reversed(CONV))),
+    Claim(BR, "| fused batch norm forward + gradient ({} ops, ms) | {} | {} |",
+          lambda: (f"{op_count(PROFILE_FIXED, 'lite', *FUSED_BN):.0f}",)
+          + profile_row(PROFILE_FIXED, ("lite", "tfm"), lambda f, k: op_ms(f, k, *FUSED_BN))),
+    *[Claim(BR, f"| `{op}` ×{{}} (ms) | {{}} | {{}} |",
+            lambda op=op: (f"{op_count(PROFILE_FIXED, 'lite', op):.0f}",)
+            + profile_row(PROFILE_FIXED, ("lite", "tfm"), lambda f, k: op_ms(f, k, op)))
+      for op in ("ResourceApplyKerasMomentum", "L2Loss")],
+    Claim(BR, "| `AddN` / `Mul` (ms) | {} / {} | {} / {} |",
+          lambda: tuple(f"{op_ms(PROFILE_FIXED, k, op):.0f}" for k in ("lite", "tfm")
+                        for op in ("AddN", "Mul"))),
+    Claim(BR, "The profile (`vision_profile.py`, below) has lite's step at {}–{} ms against TFM's "
+          "{} ms with the same kernels.",
+          lambda: profile_row(PROFILE_FIXED, ("lite", "lite_repeat", "tfm"), wall_ms)),
+    Claim(DB, "the step went from {} ms (float32) to {} ms (bfloat16), {}×.",
+          lambda: profile_row(PROFILE_BF16, ("lite/float32", "lite/bfloat16"), wall_ms)
+          + (f"{wall_ms(PROFILE_BF16, 'lite/float32') / wall_ms(PROFILE_BF16, 'lite/bfloat16'):.2f}",)),
+    *[Claim(DB, *bf16_row(label, ops)) for label, ops in BF16_ROWS],
+    Claim(DB, "| Cast (float32 weights → bf16 each step, bf16 gradients → float32) | {} | {} | — |",
+          lambda: profile_row(PROFILE_BF16, ("lite/float32", "lite/bfloat16"),
+                              lambda f, k: op_ms(f, k, "Cast"))),
+    Claim(DB, "| optimizer (momentum), L2 loss (float32 variables) | {} | {} | ~1× |",
+          lambda: profile_row(PROFILE_BF16, ("lite/float32", "lite/bfloat16"),
+                              lambda f, k: op_ms(f, k, "ResourceApplyKerasMomentum", "L2Loss"))),
+    Claim(DB, "What bf16 wins there (~{} ms, net of the slower weight gradient)",
+          lambda: (f"{bf16_net_gain_ms():.0f}",)),
+    Claim(DB, "their gradients back every step (2 × 11.7 M values, {} ms)",
+          lambda: (f"{op_ms(PROFILE_BF16, 'lite/bfloat16', 'Cast'):.0f}",)),
+    Claim(DB, "its step has {} casts against TFM's {}",
+          lambda: tuple(f"{op_count(PROFILE_BF16, k, 'Cast'):.0f}"
+                        for k in ("lite/bfloat16", "tfm/bfloat16"))),
+    Claim(DB, "TFM's bf16 step, profiled the same way, took {} ms with the same op pattern ({} "
+          "casts).",
+          lambda: (f"{wall_ms(PROFILE_BF16, 'tfm/bfloat16'):.0f}",
+                   f"{op_count(PROFILE_BF16, 'tfm/bfloat16', 'Cast'):.0f}")),
+    Claim(DB, "the `ONEDNN_VERBOSE` probe of the suite: {} of {} primitives of a ResNet-18 step",
+          lambda: tuple(map(str, probe(FINAL_SUITE, "resnet18", "lite")))),
+    Claim(DB, "ResNet-18 {} / {} primitives bf16 on each side, ResNet-50 {}, MobileNetV2 {}, "
+          "MobileNetV3Large {}; ViT-Ti/16 {} of {} (lite) and {} of {} (TFM)",
+          lambda: tuple(f"{n:,}" for n in probe(SMOKE, "resnet18", "lite"))
+          + tuple(f"{probe(SMOKE, m, 'lite')[1]:,}"
+                  for m in ("resnet50", "mobilenetv2", "mobilenetv3large"))
+          + tuple(str(n) for side in ("lite", "tfm") for n in probe(SMOKE, "vit_ti16", side))),
+    *[Claim(BR, text, lambda: tuple(map(str, probe(FINAL_SUITE, "vit_ti16", "lite"))))
+      for text in ("ran bf16 on `avx512_core_bf16` kernels, {} of {} of ViT-Ti's",
+                   "the matmuls run bf16 ({} of {} primitives)")],
+    Claim(DB, "its ops (JPEG decode-and-crop, parse, resize, flip, normalisation: {} ms; "
+          "tf.data's map / prefetch / shuffle events, which nest and so over-count: {} ms more) "
+          "take at most {} ms of ~{} ms of CPU time a step (float32), i.e. ≤ {} %",
+          lambda: (f"{op_ms(PROFILE_BF16, 'lite/float32', *PARSER_OPS):.1f}",
+                   f"{tf_data_ms(PROFILE_BF16, 'lite/float32'):.1f}",
+                   f"{op_ms(PROFILE_BF16, 'lite/float32', *PARSER_OPS) + tf_data_ms(PROFILE_BF16, 'lite/float32'):.0f}",
+                   f"{op_ms(PROFILE_BF16, 'lite/float32'):.0f}",
+                   f"{100 * (op_ms(PROFILE_BF16, 'lite/float32', *PARSER_OPS) + tf_data_ms(PROFILE_BF16, 'lite/float32')) / op_ms(PROFILE_BF16, 'lite/float32'):.0f}")),
+    Claim(DB, "The step's ops fill ~{} % of the two cores ({} ms of op time in {} ms of wall time;",
+          lambda: (f"{100 * op_ms(PROFILE_BF16, 'lite/float32') / (2 * wall_ms(PROFILE_BF16, 'lite/float32')):.0f}",
+                   f"{op_ms(PROFILE_BF16, 'lite/float32'):.0f}",
+                   f"{wall_ms(PROFILE_BF16, 'lite/float32'):.0f}")),
+    # XLA on CPU and oneDNN's numerics (entries of the issue-21 profile file).
+    Claim(BR, "(ResNet-18, oneDNN on, {} rounds of {} steps, in one process): the XLA-compiled step "
+          "ran at {}× [{}–{}] the speed of the uncompiled one",
+          lambda: (str(len(load(PROFILE21)["step_ab_xla"]["rounds"])),
+                   str(load(PROFILE21)["step_ab_xla"]["steps"]),
+                   *(f"{load(PROFILE21)['step_ab_xla']['speedup_vs_base']['xla'][k]:.2f}"
+                     for k in ("median", "min", "max")))),
+    Claim(BR, "the loss curves with oneDNN on and off differ by at most {} relative",
+          lambda: (f"{onednn_loss_gap():.1e}".replace("e-0", "e-"),)),
+    # The loop graphs of the workload rows (loop_graph_ops.py).
+    Claim(BR, "`mlp_tiny` ({} nodes) and `mock` ({}) are identical before and after",
+          lambda: (loop_graph_nodes("before", "mlp_tiny"), loop_graph_nodes("before", "mock"))
+          if all(loop_graph_nodes("before", w) == loop_graph_nodes("after", w)
+                 for w in ("mlp_tiny", "mock")) else ("?", "?")),
+    Claim(BR, "goes from {} to {} nodes",
+          lambda: tuple(loop_graph_nodes(w, "cnn_small") for w in ("before", "after"))),
+    Claim(DB, "`mlp_tiny` and `mock` identical ({} / {} nodes); `cnn_small` {} → {} nodes",
+          lambda: (loop_graph_nodes("after", "mlp_tiny"), loop_graph_nodes("after", "mock"),
+                   loop_graph_nodes("before", "cnn_small"), loop_graph_nodes("after", "cnn_small"))),
+    # d190cc5's per-process figures.
+    Claim(BR, "Per process, lite ran ResNet-18 at {} steps/s and ResNet-50 at {} over the five "
+          "rounds; TFM at {} and {}, raw at {} and {}, MobileNetV2 TFM {} against lite's {}.",
+          lambda: tuple(process_range(D190, m, side) for side in ("lite", "tfm", "raw")
+                        for m, _ in D190_MODELS)
+          + tuple(process_range(D190, "mobilenetv2", side) for side in ("tfm", "lite"))),
+    Claim(BR, "Lite's 4-step loops took {} ms (ResNet-18), TFM's {} ms, and TFM's two timed loops "
+          "of one process differ by up to {} % ({} / {} ms) where lite's differ by at most {} %.",
+          lambda: (loop_range(D190, "resnet18", "lite"), loop_range(D190, "resnet18", "tfm"),
+                   f"{100 * within_process(D190, 'resnet18', 'tfm')[0]:.0f}",
+                   *(f"{ms:,.0f}" for ms in within_process(D190, "resnet18", "tfm")[1]),
+                   f"{100 * within_process(D190, 'resnet18', 'lite')[0]:.0f}")),
+    Claim(BR, "in the 5-round run lite's took {} s and TFM's {} s.",
+          lambda: tuple(loop_range(D190, "resnet18", side, 1000, 2) for side in ("lite", "tfm"))),
+    # The earliest vision runs.
+    Claim(BR, "lite/TFM ResNet-18 {}, ResNet-50 {}, lite/raw {} / {} — misses, with TFM at the top "
+          "of its per-process range in that half hour ({}).",
+          lambda: tuple(f"{suite_ratio(E4EA, m, other=o)['median']:.3f}"
+                        for o in ("tfm", "raw") for m, _ in D190_MODELS)
+          + (process_range(E4EA, "resnet18", "tfm"),)),
+    Claim(BR, "Two alternated pairs 70 min later gave {} and {}; summaries every loop or never made "
+          "no difference to lite ({} / {} against {} / {})",
+          lambda: tuple(f"{r:.3f}" for r in pair_ratios(C711))
+          + tuple(f"{v:.2f}" for v in pairs(C711, "summary_ab")[0::2] + pairs(C711, "summary_ab")[1::2])),
+    Claim(BR, "(`results/2026-12-01-513f9aa-vision.json`, ResNet-18 {} rounds, ResNet-50 {}): {} "
+          "and {}, lite/raw {}.",
+          lambda: tuple(str(suite_ratio(E513, m)["n"]) for m, _ in D190_MODELS)
+          + tuple(f"{suite_ratio(E513, m)['median']:.3f}" for m, _ in D190_MODELS)
+          + (f"{suite_ratio(E513, 'resnet18', other='raw')['median']:.3f}",)),
+    Claim(BR, "(\"lite's 4-step loops take {} s against TFM's {} s\", `4ea454c`'s) was one half "
+          "hour's processes",
+          lambda: tuple(loop_range(E4EA, "resnet18", side, 1000, 2) for side in ("lite", "tfm"))),
+    Claim(BR, "measured lite/TFM {} / {} and lite/raw {} / {} that way.",
+          lambda: tuple(f"{suite_ratio(E1DED, m, other=o)['median']:.{d}f}"
+                        for o, d in (("tfm", 3), ("raw", 2)) for m, _ in D190_MODELS)),
+    Claim(BR, "(`results/2026-12-01-0361e2f-vision.json`, {} rounds: {}); the table above measures "
+          "it again ({} over {} rounds).",
+          lambda: (str(suite_ratio(E0361, "mobilenetv2")["n"]),
+                   f"{suite_ratio(E0361, 'mobilenetv2')['median']:.3f}",
+                   f"{suite_ratio(D190, 'mobilenetv2')['median']:.3f}",
+                   str(suite_ratio(D190, "mobilenetv2")["n"]))),
+    Claim(BR, "1ded3d0's {} rounds gave {}, so what oneDNN gains",
+          lambda: (str(suite_ratio(E1DED, "mobilenetv2", setting="shipped")["n"]),
+                   f"{suite_ratio(E1DED, 'mobilenetv2', setting='shipped')['median']:.2f}")),
+    Claim(BR, "100 batches); 1ded3d0's {} rounds {}.",
+          lambda: (str(suite_ratio(E1DED, "resnet18", "input", "input")["n"]),
+                   f"{suite_ratio(E1DED, 'resnet18', 'input', 'input')['median']:.2f}")),
+    Claim(BR, "lite ahead in {} of {} rounds. Both pipelines",
+          lambda: (str(sum(r["images_per_sec"]["lite"] > r["images_per_sec"]["tfm"] for r in
+                           load("2026-12-01-input-ab-resnet18.json")["rounds"])),
+                   str(len(load("2026-12-01-input-ab-resnet18.json")["rounds"])))),
+    # Both trainers in one process: earlier runs, pooled rounds, the loaded re-measurement.
+    Claim(BR, "(`results/2026-12-02-ee33327-step-vs-tfm.json`; the suite had it at {}).",
+          lambda: (f"{suite_ratio(FINAL_SUITE, 'vit_ti16', dtype='bfloat16')['median']:.3f}",)),
+    Claim(BR, "lite's bf16/fp32 for ViT-Ti went from {} to {} in the final run",
+          lambda: tuple(f"{step_speedup('vit_ti16', 'lite', f):.2f}"
+                        for f in ("2026-12-02-ee33327-step-vs-tfm.json", FINAL_STEP_VS_TFM))),
+    Claim(BR, "lite/TFM training is ResNet-50 {} / {} (float32 / bf16; lite faster in {} and {} of "
+          "{} rounds), ResNet-18 {} / {} ({}, {}), MobileNetV2 {} / {} ({}, {}).",
+          lambda: (lambda r: (f"{r[0][0]:.3f}", f"{r[1][0]:.3f}", str(r[0][1]), str(r[1][1]),
+                              str(r[0][2]), f"{r[2][0]:.3f}", f"{r[3][0]:.3f}", str(r[2][1]),
+                              str(r[3][1]), f"{r[4][0]:.3f}", f"{r[5][0]:.3f}", str(r[4][1]),
+                              str(r[5][1])))(
+              [pooled(m, d) for m in ("resnet50", "resnet18", "mobilenetv2")
+               for d in ("float32", "bfloat16")])),
+    Claim(BR, "before the MobileNet activations: MobileNetV3Large float32 train {}, lite faster in "
+          "{} of {})",
+          lambda: (lambda s: (f"{s['median']:.3f}", str(s["lite_wins"]), str(s["rounds"])))(
+              step_vs_tfm_row("2026-12-02-06d0950-step-vs-tfm.json", "mobilenetv3large",
+                              "float32"))),
+    *[Claim(DB, f"| RetinaNet {title} | {kind_text} | {{}} | {{}} | {{}} | {{}} | {{}} / {{}} |",
+            lambda m=m, k=k: retinanet_row(m, k))
+      for m, title in (("retinanet_resnet50_fpn", "ResNet-50 FPN"),
+                       ("retinanet_mobilenetv2_fpn", "MobileNetV2 FPN"))
+      for k, kind_text in (("train", "train"), ("eval", "eval (with NMS)"))],
+    Claim(DB, "(TFM faster in {} of {} rounds each)",
+          lambda: (lambda rows: (str(rows[0]["rounds"] - rows[0]["lite_wins"]),
+                                 str(rows[0]["rounds"])) if len({(s["lite_wins"], s["rounds"])
+                                                                  for s in rows}) == 1
+                   else ("?", "?"))([step_vs_tfm.summarize(r, k) for r in load(RETINANET)[
+                       "records"] if r["model"].startswith("retinanet") for k in ("train", "eval")])),
+    Claim(DB, "first train call (trace + run) {} / {} s against TFM's {} / {} s, first eval call {} "
+          "/ {} s against {} / {} s (ResNet-50 FPN / MobileNetV2 FPN)",
+          lambda: tuple(first_call_s(m)[i] for i in range(4)
+                        for m in ("retinanet_resnet50_fpn", "retinanet_mobilenetv2_fpn"))),
+    Claim("docs/detection.md", "lite/TFM {} on the medians with every spread crossing 1.0",
+          lambda: (_range([s["median"] for r in load(RETINANET)["records"]
+                           if r["model"].startswith("retinanet") for k in ("train", "eval")
+                           for s in [step_vs_tfm.summarize(r, k)]]),)),
+    Claim(DB, "ViT-Ti/16 float32 train {}, eval {}, lite faster in {} of {} rounds each",
+          lambda: (spread(step_vs_tfm_row(VIT_LOADED, "vit_ti16", "float32")),
+                   spread(step_vs_tfm_row(VIT_LOADED, "vit_ti16", "float32", "eval")),
+                   str(step_vs_tfm_row(VIT_LOADED, "vit_ti16", "float32")["lite_wins"]),
+                   str(step_vs_tfm_row(VIT_LOADED, "vit_ti16", "float32")["rounds"]))),
+    Claim(DB, "ResNet-18 float32 train {}, eval {}, lite faster in {} of {} (in the RetinaNet file",
+          lambda: (spread(step_vs_tfm_row(RETINANET, "resnet18", "float32")),
+                   spread(step_vs_tfm_row(RETINANET, "resnet18", "float32", "eval")),
+                   str(step_vs_tfm_row(RETINANET, "resnet18", "float32")["lite_wins"]),
+                   str(step_vs_tfm_row(RETINANET, "resnet18", "float32")["rounds"]))),
+    Claim(DB, "(ViT-Ti {}, ResNet-18 {} train, {} rounds) the medians did not drop, but at {} / {} "
+          "ms a step against {} / {} ms there",
+          lambda: (f"{step_vs_tfm_row(FINAL_STEP_VS_TFM, 'vit_ti16', 'float32')['median']:.3f}",
+                   f"{step_vs_tfm_row(FINAL_STEP_VS_TFM, 'resnet18', 'float32')['median']:.3f}",
+                   str(load(FINAL_STEP_VS_TFM)["rounds"]),
+                   f"{step_vs_tfm_row(VIT_LOADED, 'vit_ti16', 'float32')['lite_ms']:.0f}",
+                   f"{step_vs_tfm_row(RETINANET, 'resnet18', 'float32')['lite_ms']:.0f}",
+                   f"{step_vs_tfm_row(FINAL_STEP_VS_TFM, 'vit_ti16', 'float32')['lite_ms']:.0f}",
+                   f"{step_vs_tfm_row(FINAL_STEP_VS_TFM, 'resnet18', 'float32')['lite_ms']:.0f}")),
+    # The vision suites' durations.
+    *[Claim(doc, text, lambda: (f"{load(FINAL_SUITE)['meta']['elapsed_s'] / 60:.0f}",))
+      for doc, text in ((DB, "(5 rounds, the AVX-512 BF16 EPYC, {} min)"),
+                        (BR, "every row, 5 alternating rounds, {} min on the 2 idle cores"))],
+    Claim(BR, "from the 5-round run of 944d805, which took {} min.",
+          lambda: (f"{load(E944)['meta']['elapsed_s'] / 60:.0f}",)),
+    # Time to first step: the windows' own figures.
+    Claim(DB, "this window was slower than the one above: TFM's ResNet-50 {} s against {} s",
+          lambda: (f"{_median(F51, 'resnet50', 'tfm'):.1f}",
+                   f"{_median(FIRST_STEP_WINDOWS[0], 'resnet50', 'tfm'):.2f}")),
+    Claim(DB, "i.e. ~{}× of TFM's ResNet-50 first step ({} s)",
+          lambda: (f"{4.15 / _median(F51, 'resnet50', 'tfm'):.2f}",
+                   f"{_median(F51, 'resnet50', 'tfm'):.1f}")),
+    Claim(DB, "(~{} s of lite's {}, TFM's ~{} s)",
+          lambda: (f"{_median(F51, 'resnet50', 'lite', 'trace_compile_s'):.0f}",
+                   f"{_median(F51, 'resnet50', 'lite'):.1f}",
+                   f"{_median(F51, 'resnet50', 'tfm', 'trace_compile_s'):.0f}")),
+    Claim(DB, "(start-up {} vs {} s, trace+compile {}×, process CPU {}×)",
+          lambda: (f"{_median(F51, 'resnet50', 'lite', 'startup_s'):.1f}",
+                   f"{_median(F51, 'resnet50', 'tfm', 'startup_s'):.1f}",
+                   f"{first_ratio(F51, 'resnet50', field='trace_compile_s')['median']:.2f}",
+                   f"{first_ratio(F51, 'resnet50', field='cpu_s')['median']:.2f}")),
+    Claim(DB, "a slower window again: TFM's ResNet-50 {} s)",
+          lambda: (f"{_median(C45, 'resnet50', 'tfm'):.1f}",)),
+    Claim(DB, "its {} → {} is the window (lite's own first step got slower, median {} → {} s, "
+          "TFM's more, {} → {} s)",
+          lambda: (f"{first_ratio(F51, 'resnet50')['median']:.3f}",
+                   f"{first_ratio(C45, 'resnet50')['median']:.3f}",
+                   *(f"{_median(f, 'resnet50', side):.2f}" for side in ("lite", "tfm")
+                     for f in (F51, C45)))),
+    Claim(DB, "lite's ResNet-50 start-up (import and build) alone was {} s of its {} s.",
+          lambda: (_range([r["startup_s"] for r in _fs_records(C45, "resnet50", "lite")]),
+                   _range([r["first_step_s"] for r in _fs_records(C45, "resnet50", "lite")], 1))),
+    # The run.py files' own figures.
+    Claim(DB, "{} alternating rounds in {} min on a 2-core AMD EPYC VM",
+          lambda: (str(load(B9A)["meta"]["rounds"]),
+                   f"{load(B9A)['meta']['elapsed_s'] / 60:.0f}")),
+    Claim(DB, "(a {} round for mlp_tiny at spl=1; lite/raw of {} for mlp_tiny",
+          lambda: (f"{run_ratios(B9A)['mlp_tiny']['ratios']['train1 lite@tfm/tfm@tfm']['min']:.2f}",
+                   _range([run_ratios(B9A)["mlp_tiny"]["ratios"][f"train100 lite@{e}/raw@{e}"]
+                           ["median"] for e in ("tfm", "project")]))),
+    Claim(DB, "mock's {} on TF 2.21 is a miss.",
+          lambda: (f"{run_ratios(B9A)['mock']['ratios']['train100 lite@project/raw@project']['median']:.3f}",)),
+    Claim(DB, "issue 13's change (39d2e4f → e3f2ba2): B/A {} on the medians over {} rounds",
+          lambda: (lambda s: (_range([r["median"] for w in s.values() for r in w.values()]),
+                              str(max(r["rounds"] for w in s.values() for r in w.values()))))(
+              _checkout_ab_summary(load("2026-12-01-ab-39d2e4f-vs-e3f2ba2.json")["samples"],
+                                   ("train100", "train1", "train1_nosum", "eval"),
+                                   ("mlp_tiny", "mock", "cnn_small")))),
+    Claim(DB, "ResNet-50, {} rotated rounds: fused momentum {}, fused BatchNorm {}, the three "
+          "together {} of the step without them (the `l2_loss` form alone {})",
+          lambda: (str(len(load("2026-12-01-bf05557-resnet50-step-ab.json")["rounds"])),)
+          + tuple(spread(load("2026-12-01-bf05557-resnet50-step-ab.json")["speedup_vs_base"][k])
+                  for k in ("fusedmom", "fusedbn", "l2loss+fusedbn+fusedmom"))
+          + (f"{load('2026-12-01-bf05557-resnet50-step-ab.json')['speedup_vs_base']['l2loss']['median']:.3f}",)),
+]
+
+
 def normalise(text: str) -> str:
     """Whitespace runs as one space, bold markers dropped: prose wraps and emphasises freely."""
     return re.sub(r"\s+", " ", text.replace("**", ""))
@@ -616,16 +1098,17 @@ def render_block(source: str) -> str:
 
 
 def check(docs: Optional[Dict[str, str]] = None, claims: Optional[List[Claim]] = None,
-          blocks: bool = True) -> List[str]:
+          blocks: bool = True, docs_root: str = REPO_ROOT) -> List[str]:
     """Every mismatch between the docs and their results files, one line each ([]: none).
 
     `docs`: {path: text} read instead of the files (tests alter a figure this way); `claims`:
-    these instead of CLAIMS; `blocks`: False leaves the rendered blocks unchecked.
+    these instead of CLAIMS; `blocks`: False leaves the rendered blocks unchecked;
+    `docs_root`: where the docs are read (the results files always come from this checkout).
     """
     docs = dict(docs or {})
     for path in DOCS:
         if path not in docs:
-            with open(os.path.join(REPO_ROOT, path)) as f:
+            with open(os.path.join(docs_root, path)) as f:
                 docs[path] = f.read()
     problems = []
     for path in DOCS:

@@ -683,13 +683,16 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true",
                         help="check every benchmark figure in the docs against its results "
                         "file; exit 1 on a mismatch")
+    parser.add_argument("--docs_root", metavar="DIR",
+                        help="with --check: read the docs (README.md, docs/..., benchmarks/"
+                        "README.md) under DIR instead of this checkout, e.g. an edited copy")
     parser.add_argument("--update", nargs="+", default=[], metavar="FILE",
                         help="replace the bench-results block of these files (docs/benchmarks.md, "
                         "benchmarks/README.md) with the report")
     args = parser.parse_args(argv)
     if args.check:
         import doc_figures  # pylint: disable=import-outside-toplevel
-        problems = doc_figures.check()
+        problems = doc_figures.check(docs_root=args.docs_root or doc_figures.REPO_ROOT)
         for problem in problems:
             print(problem)
         print(f"{len(doc_figures.CLAIMS)} quoted sentences and every rendered block checked: "

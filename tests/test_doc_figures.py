@@ -1,6 +1,7 @@
 """`benchmarks/report.py --check`: every benchmark figure the docs quote is recomputed from its
 committed results file, and an altered figure is caught (pure JSON and number work, ~1 s)."""
 
+import functools
 import os
 import re
 import sys
@@ -22,6 +23,11 @@ def _docs():
     return docs
 
 
+@functools.lru_cache(maxsize=None)
+def _normalised(path):
+    return doc_figures.normalise(_docs()[path])
+
+
 def test_check_finds_every_quoted_figure_and_block_equal_to_its_results_file(capsys):
     assert report.main(["--check"]) == 0
     assert "0 mismatch(es)" in capsys.readouterr().out
@@ -38,7 +44,7 @@ def test_each_quoted_figure_altered_in_its_doc_is_reported(index):
     altered[k] = re.sub(r"(\d)(\D*)$", lambda m: str((int(m.group(1)) + 1) % 10) + m.group(2),
                         altered[k])
     wrong = doc_figures.normalise(claim.text.format(*altered))
-    text = doc_figures.normalise(_docs()[claim.doc])
+    text = _normalised(claim.doc)
     assert expected in text
     docs = {claim.doc: text.replace(expected, wrong)}
     problems = doc_figures.check(docs, claims=[claim], blocks=False)
@@ -56,3 +62,19 @@ def test_an_altered_cell_of_a_rendered_block_is_reported(capsys):
         "benchmarks/README.md: the <!-- step-vs-tfm:start --> block differs from what report.py "
         "renders from benchmarks/results/2026-12-02-4cc55f6-step-vs-tfm.json; rerun report.py "
         "--update"]
+
+
+def test_check_fails_on_a_copy_of_the_docs_with_one_profile_figure_altered(tmp_path, capsys):
+    for path in doc_figures.DOCS:
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        with open(os.path.join(doc_figures.REPO_ROOT, path)) as f:
+            (tmp_path / path).write_text(f.read())
+    doc = tmp_path / "docs/benchmarks.md"
+    text = doc.read_text()
+    assert text.count("(profiled 300 against") == 1
+    doc.write_text(text.replace("(profiled 300 against", "(profiled 290 against"))
+    assert report.main(["--check", "--docs_root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert ("docs/benchmarks.md: expected \"Lite's step runs TFM's kernels (profiled 300 against "
+            "375 ms a step).\"") in out
+    assert out.strip().endswith("1 mismatch(es)")
