@@ -12,7 +12,7 @@ and arithmetic. The public pieces mirror `official.vision.ops.augment` and
 * `RandomErasing`: `.distort(image)` on a float `[H, W, C]` image.
 * `MixupAndCutmix`: called on a float batch `[B, H, W, C]` and int labels `[B]`.
 * `color_jitter`: random brightness, contrast, saturation (in that fixed order, as TFM).
-* `SSDRandomCrop`: `.distort_with_boxes(image, boxes)` for detection (normalised boxes).
+* `SSDRandomCrop` (from `box_augment`): `.distort_with_boxes(image, boxes)` for detection.
 
 Geometric ops (from `box_augment`) fill uncovered pixels by reflection, as TFM 2.20 does (its grey `replace` value
 never shows); `fill_mode='constant'` on the op functions gives the original grey fill.
@@ -29,10 +29,11 @@ import math
 
 import tensorflow as tf
 
-from lite_launcher.vision.ops import box_augment, box_ops
-# The geometric image ops live beside their box rules; they are part of this module's API too.
+from lite_launcher.vision.ops import box_augment
+# The geometric ops and SSD's crop live beside their box rules; they are TFM's names here too.
 from lite_launcher.vision.ops.box_augment import (  # pylint: disable=unused-import
-    POLICY_FILL as _POLICY_FILL, rotate, shear_x, shear_y, translate_x, translate_y)
+    POLICY_FILL as _POLICY_FILL, SSDRandomCrop, crop_normalized_boxes, filter_boxes_by_ioa,
+    rotate, shear_x, shear_y, translate_x, translate_y)
 
 # Magnitudes (levels) of the AutoAugment / RandAugment ops run from 0 to this value.
 _MAX_LEVEL = 10.0
@@ -309,9 +310,10 @@ RAND_AUGMENT_OPS = (
 # The box-aware op RandAugment.build_for_detection puts in place of each geometric op.
 _BOX_AWARE_OPS = {"Rotate": "Rotate_BBox", "ShearX": "ShearX_BBox", "ShearY": "ShearY_BBox",
                   "TranslateX": "TranslateX_BBox", "TranslateY": "TranslateY_BBox"}
+# The ops that need the boxes (distort_with_boxes).
+BOX_OPS = tuple(_BOX_AWARE_OPS.values()) + ("TranslateY_Only_BBoxes",)
 # Ops an AutoAugment policy may name.
-AUTO_AUGMENT_OPS = RAND_AUGMENT_OPS + ("Grayscale", "Gaussian_Noise") + tuple(
-    _BOX_AWARE_OPS.values()) + ("TranslateY_Only_BBoxes",)
+AUTO_AUGMENT_OPS = RAND_AUGMENT_OPS + ("Grayscale", "Gaussian_Noise") + BOX_OPS
 
 
 def _to_uint8(image):
@@ -326,14 +328,25 @@ def _keep_shape(fn, image, boxes):
     """Runs `fn(image, boxes)` and restores the static shapes that some ops lose."""
     output, output_boxes = fn(image, boxes)
     output.set_shape(image.shape)
-    output_boxes.set_shape(boxes.shape)
+    if boxes is not None:
+        output_boxes.set_shape(boxes.shape)
     return output, output_boxes
 
 
+def _refuse_box_ops(names, augmenter):
+    """`distort(image)` has no boxes: a ValueError naming the box-aware ops among `names` (TFM
+    fails on them too) rather than an image moved without its boxes."""
+    moving = sorted(set(names) & set(BOX_OPS))
+    if moving:
+        raise ValueError(f"{augmenter} ops {', '.join(moving)} need boxes: call "
+                         f"distort_with_boxes(image, boxes), not distort(image)")
+
+
 def _policy_inputs(image, bboxes):
-    """(uint8 image, float32 boxes, the image's dtype) for a policy; None boxes become [0, 4]."""
+    """(uint8 image, float32 boxes, the image's dtype) for a policy; boxes may be None (an
+    image alone: the image ops pass None on)."""
     image = tf.convert_to_tensor(image)
-    bboxes = tf.zeros([0, 4]) if bboxes is None else tf.convert_to_tensor(bboxes, tf.float32)
+    bboxes = None if bboxes is None else tf.convert_to_tensor(bboxes, tf.float32)
     return _to_uint8(image), bboxes, image.dtype
 
 
@@ -416,6 +429,7 @@ class RandAugment(ImageAugment):
 
     def distort(self, image):
         """Applies the RandAugment layers to one `[H, W, 3]` image; returns the input dtype."""
+        _refuse_box_ops(self.available_ops, "RandAugment")
         return self.distort_with_boxes(image, None)[0]
 
     def distort_with_boxes(self, image, bboxes):
@@ -430,7 +444,8 @@ class RandAugment(ImageAugment):
                 selected, branches, default=lambda x=image, b=boxes: (tf.identity(x), b))
             if self.prob_to_apply is not None:
                 keep = tf.random.uniform([]) < self.prob_to_apply
-                augmented, moved = tf.where(keep, augmented, image), tf.where(keep, moved, boxes)
+                augmented = tf.where(keep, augmented, image)
+                moved = None if boxes is None else tf.where(keep, moved, boxes)
             image, boxes = augmented, moved
         return tf.cast(image, input_dtype), boxes
 
@@ -611,6 +626,7 @@ class AutoAugment(ImageAugment):
 
     def distort(self, image):
         """Applies one uniformly chosen sub-policy to an `[H, W, 3]` image; keeps the dtype."""
+        _refuse_box_ops([step[0] for sub in self.policies for step in sub], "AutoAugment")
         return self.distort_with_boxes(image, None)[0]
 
     def distort_with_boxes(self, image, bboxes):
@@ -818,71 +834,3 @@ def color_jitter(image, brightness=0., contrast=0., saturation=0., seed=None):
             factor = tf.random.uniform([], max(0.0, 1.0 - magnitude), 1.0 + magnitude, seed=seed)
             image = adjust(image, factor)
     return image
-
-
-# --------------------------------------------------------------------------------------------
-# Detection: SSD's random crop on an image and its normalised boxes.
-# --------------------------------------------------------------------------------------------
-
-
-def filter_boxes_by_ioa(boxes, crop_box, min_box_overlap):
-    """Normalised boxes [N, 4] with every box whose intersection with `crop_box` [1, 1, 4]
-    covers less than `min_box_overlap` of its own area zeroed (dropped later as empty)."""
-    ioa = box_ops.bbox_intersection_over_area(boxes[None], crop_box)[0]
-    return boxes * tf.cast(ioa >= min_box_overlap, boxes.dtype)
-
-
-def crop_normalized_boxes(boxes, image_size, crop_size, offset):
-    """Normalised boxes [N, 4] of an `image_size` [2] image re-expressed in its crop of
-    `crop_size` [2] at `offset` [2] (pixels), clipped to [0, 1]."""
-    pixels = box_ops.denormalize_boxes(boxes, image_size)
-    pixels -= tf.tile(tf.cast(offset, tf.float32), [2])[None]
-    return tf.clip_by_value(box_ops.normalize_boxes(pixels, crop_size), 0.0, 1.0)
-
-
-class SSDRandomCrop:
-    """SSD's random crop (TFM's augment.SSDRandomCrop): one of `params` (objects with
-    `min_object_covered`, `min_box_overlap`, `prob_to_apply`) drawn per image; with its
-    probability, a crop from `tf.image.sample_distorted_bounding_box` covering at least
-    `min_object_covered` of some box; boxes overlapping the crop by less than
-    `min_box_overlap` of their area become empty, the others follow the crop.
-
-    Args:
-      params: the choices; None: TFM's seven (min_object_covered 0, .1, .3, .5, .7, .9, 1).
-      aspect_ratio_range, area_range: of the crop, relative to the image.
-    """
-
-    def __init__(self, params=None, aspect_ratio_range=(0.5, 2.0), area_range=(0.1, 1.0)):
-        if params is None:
-            params = [dict(min_object_covered=covered, min_box_overlap=0.5, prob_to_apply=0.85)
-                      for covered in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)]
-
-        def field(name):
-            return tf.constant([p[name] if isinstance(p, dict) else getattr(p, name)
-                                for p in params], tf.float32)
-
-        self._num_cases = len(params)
-        self._min_object_covered = field("min_object_covered")
-        self._min_box_overlap = field("min_box_overlap")
-        self._prob_to_apply = field("prob_to_apply")
-        self._aspect_ratio_range = tuple(aspect_ratio_range)
-        self._area_range = tuple(area_range)
-
-    def distort_with_boxes(self, image, boxes):
-        """(image [h, w, C] cropped or not, normalised boxes [N, 4] following it)."""
-        case = tf.random.uniform([], maxval=self._num_cases, dtype=tf.int32)
-
-        def crop():
-            image_size = tf.shape(image)
-            clipped = tf.clip_by_value(boxes, 0.0, 1.0)
-            offset, size, crop_box = tf.image.sample_distorted_bounding_box(
-                image_size=image_size, bounding_boxes=clipped[None],
-                min_object_covered=self._min_object_covered[case],
-                aspect_ratio_range=self._aspect_ratio_range, area_range=self._area_range,
-                max_attempts=100, use_image_if_no_bounding_boxes=True)
-            kept = filter_boxes_by_ioa(clipped, crop_box, self._min_box_overlap[case])
-            return (tf.slice(image, offset, size),
-                    crop_normalized_boxes(kept, image_size[:2], size[:2], offset[:2]))
-
-        skip = tf.random.uniform([]) > self._prob_to_apply[case]
-        return tf.cond(skip, lambda: (tf.identity(image), tf.identity(boxes)), crop)

@@ -10,6 +10,7 @@ AutoAugment / RandAugment policies of `augment` use for detection
   as TFM moves it: its corners taken to whole pixels (truncated), transformed, truncated again,
   and the box enclosing them clipped to [0, 1].
 * `translate_y_only_bboxes`: the content inside each box shifted vertically, boxes unchanged.
+* `SSDRandomCrop`: SSD's random crop of the image, the boxes following it.
 
 Boxes are normalised yxyx `[N, 4]`; an empty `[0, 4]` goes through unchanged. A box that leaves
 the image is not dropped: clipping flattens it at the border, and TFM's minimum-area rule
@@ -20,6 +21,8 @@ parser keeps as a ground truth (it drops only boxes of zero area), as TFM's does
 import math
 
 import tensorflow as tf
+
+from lite_launcher.vision.ops import box_ops
 
 # Grey value the policies paint into pixels a geometric op or cutout leaves empty (with the
 # default reflect fill it never shows).
@@ -235,3 +238,71 @@ def translate_y_only_bboxes(image, bboxes, prob, pixels, replace=POLICY_FILL):
     shifted = apply_inside_boxes(image, bboxes, prob / 3.0,
                                  lambda region: translate_y(region, pixels, replace))
     return shifted, bboxes
+
+
+# --------------------------------------------------------------------------------------------
+# Detection: SSD's random crop on an image and its normalised boxes.
+# --------------------------------------------------------------------------------------------
+
+
+def filter_boxes_by_ioa(boxes, crop_box, min_box_overlap):
+    """Normalised boxes [N, 4] with every box whose intersection with `crop_box` [1, 1, 4]
+    covers less than `min_box_overlap` of its own area zeroed (dropped later as empty)."""
+    ioa = box_ops.bbox_intersection_over_area(boxes[None], crop_box)[0]
+    return boxes * tf.cast(ioa >= min_box_overlap, boxes.dtype)
+
+
+def crop_normalized_boxes(boxes, image_size, crop_size, offset):
+    """Normalised boxes [N, 4] of an `image_size` [2] image re-expressed in its crop of
+    `crop_size` [2] at `offset` [2] (pixels), clipped to [0, 1]."""
+    pixels = box_ops.denormalize_boxes(boxes, image_size)
+    pixels -= tf.tile(tf.cast(offset, tf.float32), [2])[None]
+    return tf.clip_by_value(box_ops.normalize_boxes(pixels, crop_size), 0.0, 1.0)
+
+
+class SSDRandomCrop:
+    """SSD's random crop (TFM's augment.SSDRandomCrop): one of `params` (objects with
+    `min_object_covered`, `min_box_overlap`, `prob_to_apply`) drawn per image; with its
+    probability, a crop from `tf.image.sample_distorted_bounding_box` covering at least
+    `min_object_covered` of some box; boxes overlapping the crop by less than
+    `min_box_overlap` of their area become empty, the others follow the crop.
+
+    Args:
+      params: the choices; None: TFM's seven (min_object_covered 0, .1, .3, .5, .7, .9, 1).
+      aspect_ratio_range, area_range: of the crop, relative to the image.
+    """
+
+    def __init__(self, params=None, aspect_ratio_range=(0.5, 2.0), area_range=(0.1, 1.0)):
+        if params is None:
+            params = [dict(min_object_covered=covered, min_box_overlap=0.5, prob_to_apply=0.85)
+                      for covered in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)]
+
+        def field(name):
+            return tf.constant([p[name] if isinstance(p, dict) else getattr(p, name)
+                                for p in params], tf.float32)
+
+        self._num_cases = len(params)
+        self._min_object_covered = field("min_object_covered")
+        self._min_box_overlap = field("min_box_overlap")
+        self._prob_to_apply = field("prob_to_apply")
+        self._aspect_ratio_range = tuple(aspect_ratio_range)
+        self._area_range = tuple(area_range)
+
+    def distort_with_boxes(self, image, boxes):
+        """(image [h, w, C] cropped or not, normalised boxes [N, 4] following it)."""
+        case = tf.random.uniform([], maxval=self._num_cases, dtype=tf.int32)
+
+        def crop():
+            image_size = tf.shape(image)
+            clipped = tf.clip_by_value(boxes, 0.0, 1.0)
+            offset, size, crop_box = tf.image.sample_distorted_bounding_box(
+                image_size=image_size, bounding_boxes=clipped[None],
+                min_object_covered=self._min_object_covered[case],
+                aspect_ratio_range=self._aspect_ratio_range, area_range=self._area_range,
+                max_attempts=100, use_image_if_no_bounding_boxes=True)
+            kept = filter_boxes_by_ioa(clipped, crop_box, self._min_box_overlap[case])
+            return (tf.slice(image, offset, size),
+                    crop_normalized_boxes(kept, image_size[:2], size[:2], offset[:2]))
+
+        skip = tf.random.uniform([]) > self._prob_to_apply[case]
+        return tf.cond(skip, lambda: (tf.identity(image), tf.identity(boxes)), crop)
