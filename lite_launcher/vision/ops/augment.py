@@ -1,4 +1,5 @@
-"""Image augmentation for classification, with TFM's semantics, on plain TensorFlow ops.
+"""Image augmentation (and its policies with boxes for detection), with TFM's semantics, on
+plain TensorFlow ops.
 
 Everything here runs in graph mode (inside `tf.data.Dataset.map`) and needs nothing beyond
 TensorFlow: geometric ops use `tf.raw_ops.ImageProjectiveTransformV3`, colour ops use `tf.image`
@@ -14,8 +15,8 @@ and arithmetic. The public pieces mirror `official.vision.ops.augment` and
 * `color_jitter`: random brightness, contrast, saturation (in that fixed order, as TFM).
 * `SSDRandomCrop` (from `box_augment`): `.distort_with_boxes(image, boxes)` for detection.
 
-Geometric ops (from `box_augment`) fill uncovered pixels by reflection, as TFM 2.20 does (its grey `replace` value
-never shows); `fill_mode='constant'` on the op functions gives the original grey fill.
+Geometric ops (from `box_augment`) fill uncovered pixels by reflection, as TFM 2.20 does (its
+grey `replace` value never shows); `fill_mode='constant'` on them gives the original grey fill.
 
 Where TFM has a plain bug this module does the evident intent and says so in the docstring:
 cutmix boxes use the image width for their width and the label weight is the pasted area;
