@@ -184,7 +184,7 @@ def test_randaugment_sharpness_equals_tfm_at_every_level(level):
     image = np.array(reference["image"], np.uint8)
     expected = reference["levels"][str(level)]
     assert augment._enhance_factor(level) == pytest.approx(expected["factor"], abs=0)
-    sharpness_op = augment._policy_ops(cutout_const=40.0, translate_const=100.0)["Sharpness"]
+    sharpness_op = augment._image_ops(cutout_const=40.0, translate_const=100.0)["Sharpness"]
     out = _np(sharpness_op(tf.constant(image), float(level)))
     np.testing.assert_array_equal(out, np.array(expected["output"], np.uint8))
 

@@ -104,13 +104,6 @@ def test_class_id_beyond_num_classes_names_the_record():
     assert "num_classes 4" in line
 
 
-def test_aug_types_tfm_has_only_box_aware_are_refused_in_one_line():
-    for kind in ("randaug", "autoaug"):
-        with pytest.raises(ConfigError, match=f"aug_type '{kind}'.*not supported") as info:
-            retinanet_input.Parser(**PARSER_ARGS, aug_type=type("A", (), {"type": kind})())
-        assert "\n" not in str(info.value) and "ssd_random_crop" in str(info.value)
-
-
 # ----- aug_type ssd_random_crop: TFM's SSD crop (data/make_tfm_ssd_crop_reference.py) ------
 
 import make_tfm_ssd_crop_reference as ssd  # noqa: E402  pylint: disable=wrong-import-position
@@ -180,32 +173,32 @@ def test_ssd_random_crop_crops_the_image_and_moves_the_boxes_with_it():
     np.testing.assert_array_equal(same_boxes, boxes)  # not even clipped, as TFM's
 
 
-def test_parser_with_ssd_random_crop_trains_on_the_cropped_boxes(monkeypatch):
-    """aug_type ssd_random_crop in the training parser (as TFM: after skipping crowds, before
-    normalising and flipping): its image and labels are the plain parser's on the crop."""
-    from lite_launcher.vision.configs.common import Augmentation
-
-    crops = []
-    distort = augment.SSDRandomCrop.distort_with_boxes
+def _parse_recording_the_augmenter(monkeypatch, augmenter_class, aug_type, seed):
+    """(image, labels) of the training parser with `aug_type` on `_record()` under `seed`, and
+    the (image, boxes) its augmenter (of `augmenter_class`) handed on."""
+    handed_on = []
+    distort = augmenter_class.distort_with_boxes
 
     def recorded(self, image, boxes):
-        crops.append(distort(self, image, boxes))
-        return crops[-1]
+        handed_on.append(distort(self, image, boxes))
+        return handed_on[-1]
 
-    monkeypatch.setattr(augment.SSDRandomCrop, "distort_with_boxes", recorded)
-    aug_type = Augmentation(type="ssd_random_crop")
-    aug_type.ssd_random_crop.override({"ssd_random_crop_params": [
-        {"min_object_covered": 0.5, "min_box_overlap": 0.5, "prob_to_apply": 1.0}]})
+    monkeypatch.setattr(augmenter_class, "distort_with_boxes", recorded)
     parser = retinanet_input.Parser(**PARSER_ARGS, num_classes=6, aug_type=aug_type)
-    record = _record()
-    tf.random.set_seed(3)
-    image, labels = parser.parse_fn(True)(record)
-    (crop_image, crop_boxes), = crops
-    assert crop_image.shape[:2] != (48, 64) and crop_boxes.shape == (3, 4)  # crowd skipped
-    keep = [0, 1, 3]
+    tf.random.set_seed(seed)
+    image, labels = parser.parse_fn(True)(_record())
+    (augmented_image, augmented_boxes), = handed_on
+    assert augmented_boxes.shape == (3, 4)  # after the crowd box is skipped
+    return image, labels, augmented_image, augmented_boxes
+
+
+def _assert_plain_parser_gives(image, labels, augmented_image, augmented_boxes):
+    """As TFM, the augmenter runs after crowds are skipped and before normalising, flipping and
+    resizing: the parser's output is the plain parser's on the augmented record."""
+    record, keep = _record(), [0, 1, 3]
     plain = retinanet_input.Parser(**PARSER_ARGS, num_classes=6)
     want_image, want_labels = plain.parse_fn(True)(dict(
-        record, image=crop_image, groundtruth_boxes=crop_boxes,
+        record, image=augmented_image, groundtruth_boxes=augmented_boxes,
         groundtruth_classes=tf.gather(record["groundtruth_classes"], keep),
         groundtruth_is_crowd=tf.zeros([3], tf.bool)))
     np.testing.assert_allclose(image, want_image, atol=1e-6)
@@ -214,12 +207,58 @@ def test_parser_with_ssd_random_crop_trains_on_the_cropped_boxes(monkeypatch):
                               labels[key], want_labels[key])
 
 
-def test_retinanet_config_accepts_ssd_random_crop_only():
+def test_parser_with_ssd_random_crop_trains_on_the_cropped_boxes(monkeypatch):
+    from lite_launcher.vision.configs.common import Augmentation
+
+    aug_type = Augmentation(type="ssd_random_crop")
+    aug_type.ssd_random_crop.override({"ssd_random_crop_params": [
+        {"min_object_covered": 0.5, "min_box_overlap": 0.5, "prob_to_apply": 1.0}]})
+    image, labels, crop_image, crop_boxes = _parse_recording_the_augmenter(
+        monkeypatch, augment.SSDRandomCrop, aug_type, seed=3)
+    assert crop_image.shape[:2] != (48, 64)
+    _assert_plain_parser_gives(image, labels, crop_image, crop_boxes)
+
+
+# ----- aug_type autoaug / randaug: TFM's box-aware policies (ops: test_box_augment.py) -----
+
+@pytest.mark.parametrize("kind", ["autoaug", "randaug"])
+def test_parser_with_box_aware_policies_keeps_valid_boxes_and_shapes(monkeypatch, kind):
+    """AutoAugment 'detection_v0' / RandAugment.build_for_detection in the training parser:
+    the boxes it hands on stay in [0, 1] and ordered, one per instance, the image keeps its
+    shape and dtype, and over a few draws both the image and the boxes change."""
+    from lite_launcher.vision.configs.common import Augmentation
+
+    aug_type = Augmentation(type=kind)
+    aug_type.autoaug.augmentation_name = "detection_v0"
+    aug_type.randaug.override({"num_layers": 2, "magnitude": 8, "translate_const": 12})
+    record = _record()
+    original_boxes = record["groundtruth_boxes"].numpy()[[0, 1, 3]]
+    changed_image = moved_boxes = False
+    for seed in range(4):
+        image, labels, augmented_image, boxes = _parse_recording_the_augmenter(
+            monkeypatch, augment.AutoAugment if kind == "autoaug" else augment.RandAugment,
+            aug_type, seed)
+        monkeypatch.undo()
+        boxes = boxes.numpy()
+        assert augmented_image.shape == (48, 64, 3) and augmented_image.dtype == tf.uint8
+        assert image.shape == (64, 64, 3)
+        assert ((boxes >= 0) & (boxes <= 1)).all()
+        assert (boxes[:, :2] <= boxes[:, 2:]).all()
+        changed_image |= not np.array_equal(augmented_image, record["image"])
+        moved_boxes |= not np.allclose(boxes, original_boxes, atol=1e-6)
+        if seed == 0:
+            _assert_plain_parser_gives(image, labels, augmented_image, boxes)
+    assert changed_image and moved_boxes
+
+
+def test_retinanet_config_accepts_every_aug_type_and_names_a_bad_policy():
     import lite_launcher as ll
 
     config = ll.get_exp_config("retinanet_resnetfpn_coco")
-    config.task.train_data.override({"parser": {"aug_type": {"type": "ssd_random_crop"}}})
-    config.validate()
-    config.task.train_data.override({"parser": {"aug_type": {"type": "autoaug"}}})
-    with pytest.raises(ConfigError, match="aug_type 'autoaug'.*'ssd_random_crop' or null"):
+    for kind in ("ssd_random_crop", "autoaug", "randaug"):
+        config.task.train_data.override({"parser": {"aug_type": {"type": kind}}})
         config.validate()
+    aug_type = config.task.train_data.parser.aug_type
+    aug_type.override({"type": "autoaug", "autoaug": {"augmentation_name": "detection_v1"}})
+    with pytest.raises(ValueError, match="augmentation_name 'detection_v1' is unknown"):
+        retinanet_input.Parser(**PARSER_ARGS, aug_type=aug_type)

@@ -147,7 +147,6 @@ def test_lite_train_refuses_an_unbuilt_backbone_with_exit_2_and_writes_nothing(t
                 "detection_generator": {"nms_version": "v1"}}}, "'regression' or"),
     ({"model": {"decoder": {"type": "aspp"}}}, "decoder.type 'aspp'"),
     ({"train_data": {"decoder": {"type": "label_map_decoder"}}}, "label_map is empty"),
-    ({"train_data": {"parser": {"aug_type": {"type": "randaug"}}}}, "aug_type 'randaug'"),
     ({"init_checkpoint_modules": ["backbone", "head"]}, "init_checkpoint_modules"),
     ({"use_wod_metrics": True}, "use_wod_metrics"),
 ])

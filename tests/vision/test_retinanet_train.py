@@ -65,12 +65,29 @@ def data(tmp_path_factory):
                                eval_count=8, size=SIZE)
 
 
+# The policies of the AutoAugments whose distort_with_boxes the `trained` run traced.
+TRAINED_POLICIES = []
+
+
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
+    """A train_and_eval run, with TFM's box-aware AutoAugment ('detection_v0') on the
+    training records: the augmentation's path from the config to the parser."""
+    from lite_launcher.vision.ops import augment
+
     root = str(tmp_path_factory.mktemp("retinanet"))
-    override = _override(data, root)
+    override = _override(data, root, **{
+        "task.train_data.parser.aug_type": {"type": "autoaug",
+                                            "autoaug": {"augmentation_name": "detection_v0"}}})
     model_dir = os.path.join(root, "model")
     monkeypatch = pytest.MonkeyPatch()
+    distort = augment.AutoAugment.distort_with_boxes
+
+    def recorded(self, image, boxes):
+        TRAINED_POLICIES.append(self.augmentation_name)
+        return distort(self, image, boxes)
+
+    monkeypatch.setattr(augment.AutoAugment, "distort_with_boxes", recorded)
     try:
         code = _run_main(monkeypatch, "--experiment", "retinanet_resnetfpn_coco", "--mode",
                          "train_and_eval", "--model_dir", model_dir, "--params_override",
@@ -83,6 +100,7 @@ def trained(data, tmp_path_factory):
 
 def test_lite_train_retinanet_reports_the_coco_numbers_and_writes_a_checkpoint(trained):
     _, model_dir, _ = trained
+    assert TRAINED_POLICIES == ["detection_v0"]  # traced once, for the training records
     validation = read_scalars(os.path.join(model_dir, "validation"))
     for name in COCO_NAMES:
         assert sorted(validation[name]) == [STEPS], name

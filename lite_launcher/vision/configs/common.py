@@ -106,8 +106,8 @@ class SSDRandomCropParam(Config):
 
 @dataclasses.dataclass
 class SSDRandomCrop(Config):
-    """SSD's random crop (TFM's common.SSDRandomCrop; no lite parser implements it: kept so
-    that a config naming it loads)."""
+    """SSD's random crop (TFM's common.SSDRandomCrop; the RetinaNet parser's
+    `aug_type: ssd_random_crop`)."""
 
     ssd_random_crop_params: Sequence[SSDRandomCropParam] = dataclasses.field(
         default_factory=lambda: tuple(SSDRandomCropParam(min_object_covered=covered)

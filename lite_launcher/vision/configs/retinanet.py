@@ -92,12 +92,6 @@ class DataConfig(BaseDataConfig):
             raise ConfigError(f"{path}.decoder.label_map_decoder.label_map is empty; set it to "
                               f"the label map file (one `id,name` row per class).")
         parser = self.parser
-        if parser.aug_type is not None and parser.aug_type.type not in (None,
-                                                                         "ssd_random_crop"):
-            raise ConfigError(f"{path}.parser.aug_type {parser.aug_type.type!r} (TFM's "
-                              f"box-aware AutoAugment / RandAugment) is not implemented by "
-                              f"lite_launcher's RetinaNet parser; use 'ssd_random_crop' or "
-                              f"null.")
         if parser.num_channels != 3:
             raise ConfigError(f"{path}.parser.num_channels ({parser.num_channels}) must be 3 "
                               f"(RGB images).")

@@ -18,10 +18,16 @@ label-map variant) into `image`, `groundtruth_boxes` (normalised yxyx), `groundt
 `anchor_boxes` (dict of [h_l, w_l, A*4]), `cls_weights` / `box_weights` ([num_anchors]),
 `image_info` ([4, 2]: original size, scaled size, scale, offset).
 
-Lite's additions: with `num_classes`, a class id outside [0, num_classes) fails the pipeline at
-its record (one line naming its source_id, exit code 2 from `lite-train`); `aug_type`
-'ssd_random_crop' is TFM's SSD crop on the image and boxes; 'autoaug' / 'randaug' (TFM's
-box-aware policies) are refused in one line, not yet ported.
+`aug_type` (training only, on the uint8 image and its normalised boxes, after crowds are
+skipped and before normalisation, flip and resize, as TFM): 'autoaug' is `augment.AutoAugment`
+(its box-aware policy is 'detection_v0'; the image policies leave the boxes alone), 'randaug'
+is `augment.RandAugment.build_for_detection` (rotate, shear and translate move the boxes),
+'ssd_random_crop' is TFM's SSD crop. A box the policies push out of the image survives as
+TFM's 0.05-wide sliver at the border (`box_augment.keep_min_area`); boxes of zero area are
+dropped after the resize. Unlike TFM's parser, RandAugment's `magnitude_std` is honoured.
+
+Lite's addition: with `num_classes`, a class id outside [0, num_classes) fails the pipeline at
+its record (one line naming its source_id, exit code 2 from `lite-train`).
 """
 
 from __future__ import annotations
@@ -39,16 +45,10 @@ from lite_launcher.vision.ops.preprocess_ops import (
 
 
 def _make_augmenter(aug_type):
-    """The box-aware augmenter of `aug_type` (None when unset); a type not ported is a
-    `ConfigError` in one line."""
-    kind = getattr(aug_type, "type", aug_type) if aug_type is not None else None
-    if kind is None:
-        return None
-    if kind != "ssd_random_crop":
-        raise ConfigError(
-            f"parser.aug_type {kind!r} (TFM's box-aware AutoAugment / RandAugment) is not "
-            f"supported for RetinaNet yet: use 'ssd_random_crop', or leave it unset and use "
-            f"aug_rand_hflip and aug_scale_min / aug_scale_max.")
+    """The box-aware augmenter of `aug_type` (None when unset): `distort_with_boxes(image,
+    boxes)` of AutoAugment, RandAugment (box-aware geometric ops) or SSD's random crop."""
+    if aug_type is None or aug_type.type != "ssd_random_crop":
+        return utils.build_augmenter(aug_type, for_detection=True)
     crop = aug_type.ssd_random_crop
     return augment.SSDRandomCrop(params=crop.ssd_random_crop_params,
                                  aspect_ratio_range=crop.aspect_ratio_range,
@@ -65,8 +65,8 @@ class Parser:
       min_level, max_level, num_scales, aspect_ratios, anchor_size: the anchors
         (`anchor.build_anchor_generator`).
       match_threshold, unmatched_threshold, box_coder_weights: the anchor labeler's.
-      aug_type: None, or a config with `type` None or 'ssd_random_crop' (TFM's
-        `ssd_random_crop` fields); 'autoaug' / 'randaug' are refused (module docstring).
+      aug_type: None, or TFM's `Augmentation` config: `type` None, 'autoaug', 'randaug' or
+        'ssd_random_crop' with that type's fields (module docstring).
       aug_rand_hflip: random horizontal flips in training.
       aug_rand_jpeg: None, or an object with `min_quality`, `max_quality`, `prob_to_apply`.
       aug_scale_min, aug_scale_max: the scale jitter range of training.

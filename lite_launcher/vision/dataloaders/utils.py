@@ -87,14 +87,20 @@ def resize_image_and_boxes(image, boxes, output_size, padded_size, aug_scale_min
     return image, boxes, image_info
 
 
-def build_augmenter(aug_type):
-    """The `augment.RandAugment` / `AutoAugment` an `aug_type` config names (None when unset)."""
+def build_augmenter(aug_type, for_detection: bool = False):
+    """The `augment.RandAugment` / `AutoAugment` an `aug_type` config names (None when unset).
+
+    `for_detection`: RandAugment's geometric ops are TFM's box-aware ones
+    (`RandAugment.build_for_detection`, as TFM's RetinaNet parser builds it), for
+    `distort_with_boxes`; AutoAugment is the same either way (its policy names its ops).
+    """
     if aug_type is None or aug_type.type is None:
         return None
     from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
     if aug_type.type == "randaug":
         c = aug_type.randaug
-        return augment.RandAugment(
+        build = augment.RandAugment.build_for_detection if for_detection else augment.RandAugment
+        return build(
             num_layers=c.num_layers, magnitude=c.magnitude, cutout_const=c.cutout_const,
             translate_const=c.translate_const, magnitude_std=c.magnitude_std,
             prob_to_apply=c.prob_to_apply, exclude_ops=c.exclude_ops)

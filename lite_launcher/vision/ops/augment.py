@@ -1,18 +1,22 @@
-"""Image augmentation for classification, with TFM's semantics, on plain TensorFlow ops.
+"""Image augmentation (and its policies with boxes for detection), with TFM's semantics, on
+plain TensorFlow ops.
 
 Everything here runs in graph mode (inside `tf.data.Dataset.map`) and needs nothing beyond
 TensorFlow: geometric ops use `tf.raw_ops.ImageProjectiveTransformV3`, colour ops use `tf.image`
 and arithmetic. The public pieces mirror `official.vision.ops.augment` and
 `preprocess_ops.color_jitter`:
 
-* `RandAugment` / `AutoAugment`: `.distort(image)` on a uint8 `[H, W, 3]` image.
+* `RandAugment` / `AutoAugment`: `.distort(image)` on a uint8 `[H, W, 3]` image, and
+  `.distort_with_boxes(image, boxes)` for detection: TFM's box-aware ops ('detection_v0',
+  `RandAugment.build_for_detection`) move the normalised boxes with the image
+  (`box_augment`); every other op leaves them as they are.
 * `RandomErasing`: `.distort(image)` on a float `[H, W, C]` image.
 * `MixupAndCutmix`: called on a float batch `[B, H, W, C]` and int labels `[B]`.
 * `color_jitter`: random brightness, contrast, saturation (in that fixed order, as TFM).
-* `SSDRandomCrop`: `.distort_with_boxes(image, boxes)` for detection (normalised boxes).
+* `SSDRandomCrop` (from `box_augment`): `.distort_with_boxes(image, boxes)` for detection.
 
-Geometric ops fill uncovered pixels by reflection, as TFM 2.20 does (its grey `replace` value
-never shows); `fill_mode='constant'` on the op functions gives the original grey fill.
+Geometric ops (from `box_augment`) fill uncovered pixels by reflection, as TFM 2.20 does (its
+grey `replace` value never shows); `fill_mode='constant'` on them gives the original grey fill.
 
 Where TFM has a plain bug this module does the evident intent and says so in the docstring:
 cutmix boxes use the image width for their width and the label weight is the pasted area;
@@ -26,12 +30,14 @@ import math
 
 import tensorflow as tf
 
-from lite_launcher.vision.ops import box_ops
+from lite_launcher.vision.ops import box_augment
+# The geometric ops and SSD's crop live beside their box rules; they are TFM's names here too.
+from lite_launcher.vision.ops.box_augment import (  # pylint: disable=unused-import
+    POLICY_FILL as _POLICY_FILL, SSDRandomCrop, crop_normalized_boxes, filter_boxes_by_ioa,
+    rotate, shear_x, shear_y, translate_x, translate_y)
 
 # Magnitudes (levels) of the AutoAugment / RandAugment ops run from 0 to this value.
 _MAX_LEVEL = 10.0
-# Grey value the policies paint into pixels a geometric op or cutout leaves empty.
-_POLICY_FILL = 128
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,7 +179,7 @@ def equalize(image):
 
 
 # --------------------------------------------------------------------------------------------
-# Rectangles and geometric ops.
+# Rectangles (the geometric ops are in box_augment).
 # --------------------------------------------------------------------------------------------
 
 def _in_range(size, start, stop):
@@ -209,61 +215,8 @@ def cutout(image, pad_size, replace=0):
     return tf.where(mask, fill, image)
 
 
-def _transform(image, matrix, replace, fill_mode):
-    """Applies a projective transform (8 numbers mapping output to input) with nearest pixels.
-
-    `fill_mode` is 'reflect' (TFM 2.20's default for every geometric op), 'constant' (fills with
-    `replace`, the original AutoAugment behaviour), 'wrap' or 'nearest'.
-    """
-    image = tf.convert_to_tensor(image)
-    matrix = tf.reshape(tf.stack([tf.cast(v, tf.float32) for v in matrix]), [1, 8])
-    output = tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None], transforms=matrix, output_shape=tf.shape(image)[0:2],
-        fill_value=tf.cast(replace, tf.float32), interpolation="NEAREST",
-        fill_mode=fill_mode.upper())[0]
-    output.set_shape(image.shape)
-    return output
-
-
-def rotate(image, degrees, replace=_POLICY_FILL, fill_mode="reflect"):
-    """Rotates the image about its centre by `degrees`.
-
-    With the image's row axis pointing down, positive degrees rotate the content
-    counter-clockwise: on a square image, 90 degrees equals `np.rot90(image)`.
-    """
-    image = tf.convert_to_tensor(image)
-    radians = tf.cast(degrees, tf.float32) * (math.pi / 180.0)
-    height = tf.cast(tf.shape(image)[0], tf.float32)
-    width = tf.cast(tf.shape(image)[1], tf.float32)
-    cos, sin = tf.cos(radians), tf.sin(radians)
-    # Offsets that keep the centre pixel fixed.
-    x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0
-    y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / 2.0
-    return _transform(image, [cos, -sin, x_offset, sin, cos, y_offset, 0., 0.], replace, fill_mode)
-
-
-def translate_x(image, pixels, replace=_POLICY_FILL, fill_mode="reflect"):
-    """Shifts content left by `pixels` (right when negative): out[y, x] = in[y, x + pixels]."""
-    return _transform(image, [1., 0., pixels, 0., 1., 0., 0., 0.], replace, fill_mode)
-
-
-def translate_y(image, pixels, replace=_POLICY_FILL, fill_mode="reflect"):
-    """Shifts content up by `pixels` (down when negative): out[y, x] = in[y + pixels, x]."""
-    return _transform(image, [1., 0., 0., 0., 1., pixels, 0., 0.], replace, fill_mode)
-
-
-def shear_x(image, level, replace=_POLICY_FILL, fill_mode="reflect"):
-    """Shears along x: out[y, x] = in[y, x + level * y]."""
-    return _transform(image, [1., level, 0., 0., 1., 0., 0., 0.], replace, fill_mode)
-
-
-def shear_y(image, level, replace=_POLICY_FILL, fill_mode="reflect"):
-    """Shears along y: out[y, x] = in[y + level * x, x]."""
-    return _transform(image, [1., 0., 0., level, 1., 0., 0., 0.], replace, fill_mode)
-
-
 # --------------------------------------------------------------------------------------------
-# Policy ops: name -> image op at a level in [0, 10].
+# Policy ops: name -> op at a level in [0, 10].
 # --------------------------------------------------------------------------------------------
 
 def _random_sign(value):
@@ -283,13 +236,25 @@ def _enhance_factor(level):
     return (level / _MAX_LEVEL) * 1.8 + 0.1
 
 
-def _policy_ops(cutout_const, translate_const):
-    """Maps each op name to `fn(image, level)`; random signs are drawn when `fn` runs."""
+def _rotate_degrees(level):
+    return _random_sign(level / _MAX_LEVEL * 30.0)
+
+
+def _shear_level(level):
+    return _random_sign(level / _MAX_LEVEL * 0.3)
+
+
+def _shift_pixels(level, translate_const):
+    return _random_sign(level / _MAX_LEVEL * float(translate_const))
+
+
+def _image_ops(cutout_const, translate_const):
+    """Maps each image op name to `fn(image, level)`; random signs are drawn when `fn` runs."""
     return {
         "AutoContrast": lambda image, level: autocontrast(image),
         "Equalize": lambda image, level: equalize(image),
         "Invert": lambda image, level: invert(image),
-        "Rotate": lambda image, level: rotate(image, _random_sign(level / _MAX_LEVEL * 30.0)),
+        "Rotate": lambda image, level: rotate(image, _rotate_degrees(level)),
         "Posterize": lambda image, level: posterize(image, _scaled_int(level, 4)),
         "Solarize": lambda image, level: solarize(image, _scaled_int(level, 256)),
         "SolarizeAdd": lambda image, level: solarize_add(image, _scaled_int(level, 110)),
@@ -297,12 +262,12 @@ def _policy_ops(cutout_const, translate_const):
         "Contrast": lambda image, level: contrast(image, _enhance_factor(level)),
         "Brightness": lambda image, level: brightness(image, _enhance_factor(level)),
         "Sharpness": lambda image, level: sharpness(image, _enhance_factor(level)),
-        "ShearX": lambda image, level: shear_x(image, _random_sign(level / _MAX_LEVEL * 0.3)),
-        "ShearY": lambda image, level: shear_y(image, _random_sign(level / _MAX_LEVEL * 0.3)),
+        "ShearX": lambda image, level: shear_x(image, _shear_level(level)),
+        "ShearY": lambda image, level: shear_y(image, _shear_level(level)),
         "TranslateX": lambda image, level: translate_x(
-            image, _random_sign(level / _MAX_LEVEL * float(translate_const))),
+            image, _shift_pixels(level, translate_const)),
         "TranslateY": lambda image, level: translate_y(
-            image, _random_sign(level / _MAX_LEVEL * float(translate_const))),
+            image, _shift_pixels(level, translate_const)),
         "Cutout": lambda image, level: cutout(
             image, _scaled_int(level, float(cutout_const)), _POLICY_FILL),
         # AutoAugment only (DeiT III's three augmentations).
@@ -313,14 +278,43 @@ def _policy_ops(cutout_const, translate_const):
     }
 
 
+def _policy_ops(cutout_const, translate_const):
+    """Maps each op name to `fn(image, boxes, level, prob)` returning (image, boxes): image ops
+    leave the boxes alone, TFM's `_BBox` ops move them with the image. `prob` is the op's
+    probability in its sub-policy, which TranslateY_Only_BBoxes also uses per box."""
+    ops = {name: (lambda image, boxes, level, prob, fn=fn: (fn(image, level), boxes))
+           for name, fn in _image_ops(cutout_const, translate_const).items()}
+    ops.update({
+        "Rotate_BBox": lambda image, boxes, level, prob: box_augment.rotate_with_bboxes(
+            image, boxes, _rotate_degrees(level)),
+        "ShearX_BBox": lambda image, boxes, level, prob: box_augment.shear_with_bboxes(
+            image, boxes, _shear_level(level), shear_horizontal=True),
+        "ShearY_BBox": lambda image, boxes, level, prob: box_augment.shear_with_bboxes(
+            image, boxes, _shear_level(level), shear_horizontal=False),
+        "TranslateX_BBox": lambda image, boxes, level, prob: box_augment.translate_bbox(
+            image, boxes, _shift_pixels(level, translate_const), shift_horizontal=True),
+        "TranslateY_BBox": lambda image, boxes, level, prob: box_augment.translate_bbox(
+            image, boxes, _shift_pixels(level, translate_const), shift_horizontal=False),
+        # Box contents move by up to 120 pixels whatever translate_const, as in TFM.
+        "TranslateY_Only_BBoxes": lambda image, boxes, level, prob: (
+            box_augment.translate_y_only_bboxes(image, boxes, prob, _shift_pixels(level, 120))),
+    })
+    return ops
+
+
 # RandAugment's op list, in TFM's order.
 RAND_AUGMENT_OPS = (
     "AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color",
     "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY",
     "Cutout", "SolarizeAdd",
 )
+# The box-aware op RandAugment.build_for_detection puts in place of each geometric op.
+_BOX_AWARE_OPS = {"Rotate": "Rotate_BBox", "ShearX": "ShearX_BBox", "ShearY": "ShearY_BBox",
+                  "TranslateX": "TranslateX_BBox", "TranslateY": "TranslateY_BBox"}
+# The ops that need the boxes (distort_with_boxes).
+BOX_OPS = tuple(_BOX_AWARE_OPS.values()) + ("TranslateY_Only_BBoxes",)
 # Ops an AutoAugment policy may name.
-AUTO_AUGMENT_OPS = RAND_AUGMENT_OPS + ("Grayscale", "Gaussian_Noise")
+AUTO_AUGMENT_OPS = RAND_AUGMENT_OPS + ("Grayscale", "Gaussian_Noise") + BOX_OPS
 
 
 def _to_uint8(image):
@@ -331,11 +325,30 @@ def _to_uint8(image):
     return tf.cast(tf.clip_by_value(image, 0.0, 255.0), tf.uint8)
 
 
-def _keep_shape(fn, image):
-    """Runs `fn(image)` and restores the static shape that some ops lose."""
-    output = fn(image)
+def _keep_shape(fn, image, boxes):
+    """Runs `fn(image, boxes)` and restores the static shapes that some ops lose."""
+    output, output_boxes = fn(image, boxes)
     output.set_shape(image.shape)
-    return output
+    if boxes is not None:
+        output_boxes.set_shape(boxes.shape)
+    return output, output_boxes
+
+
+def _refuse_box_ops(names, augmenter):
+    """`distort(image)` has no boxes: a ValueError naming the box-aware ops among `names` (TFM
+    fails on them too) rather than an image moved without its boxes."""
+    moving = sorted(set(names) & set(BOX_OPS))
+    if moving:
+        raise ValueError(f"{augmenter} ops {', '.join(moving)} need boxes: call "
+                         f"distort_with_boxes(image, boxes), not distort(image)")
+
+
+def _policy_inputs(image, bboxes):
+    """(uint8 image, float32 boxes, the image's dtype) for a policy; boxes may be None (an
+    image alone: the image ops pass None on)."""
+    image = tf.convert_to_tensor(image)
+    bboxes = None if bboxes is None else tf.convert_to_tensor(bboxes, tf.float32)
+    return _to_uint8(image), bboxes, image.dtype
 
 
 class ImageAugment:
@@ -343,6 +356,10 @@ class ImageAugment:
 
     def distort(self, image):
         """Returns the augmented version of `image` (values in [0, 255])."""
+        raise NotImplementedError
+
+    def distort_with_boxes(self, image, bboxes):
+        """Returns (augmented `image`, its normalised boxes `bboxes` [N, 4] following it)."""
         raise NotImplementedError
 
 
@@ -398,24 +415,40 @@ class RandAugment(ImageAugment):
             return tf.clip_by_value(noisy, 0.0, _MAX_LEVEL)
         return self.magnitude
 
-    def _apply(self, name, image):
-        return self._ops[name](image, self._level())
+    @classmethod
+    def build_for_detection(cls, *args, **kwargs):
+        """A RandAugment (same arguments) whose Rotate, ShearX/Y and TranslateX/Y are TFM's
+        box-aware ops, so that `distort_with_boxes` moves the boxes with the image;
+        `exclude_ops` names the plain ops."""
+        augmenter = cls(*args, **kwargs)
+        augmenter.available_ops = [_BOX_AWARE_OPS.get(name, name)
+                                   for name in augmenter.available_ops]
+        return augmenter
+
+    def _apply(self, name, image, boxes):
+        return self._ops[name](image, boxes, self._level(), 1.0)
 
     def distort(self, image):
         """Applies the RandAugment layers to one `[H, W, 3]` image; returns the input dtype."""
-        image = tf.convert_to_tensor(image)
-        input_dtype = image.dtype
-        image = _to_uint8(image)
+        _refuse_box_ops(self.available_ops, "RandAugment")
+        return self.distort_with_boxes(image, None)[0]
+
+    def distort_with_boxes(self, image, bboxes):
+        """`distort` of an image with its normalised boxes `[N, 4]`: (image, boxes). The boxes
+        move with the box-aware ops (`build_for_detection`); other ops leave them alone."""
+        image, boxes, input_dtype = _policy_inputs(image, bboxes)
         for _ in range(self.num_layers):
-            branches = [functools.partial(_keep_shape, functools.partial(self._apply, name), image)
-                        for name in self.available_ops]
+            branches = [functools.partial(_keep_shape, functools.partial(self._apply, name),
+                                          image, boxes) for name in self.available_ops]
             selected = tf.random.uniform([], maxval=len(branches) + 1, dtype=tf.int32)
-            augmented = tf.switch_case(selected, branches, default=lambda x=image: tf.identity(x))
+            augmented, moved = tf.switch_case(
+                selected, branches, default=lambda x=image, b=boxes: (tf.identity(x), b))
             if self.prob_to_apply is not None:
                 keep = tf.random.uniform([]) < self.prob_to_apply
                 augmented = tf.where(keep, augmented, image)
-            image = augmented
-        return tf.cast(image, input_dtype)
+                moved = None if boxes is None else tf.where(keep, moved, boxes)
+            image, boxes = augmented, moved
+        return tf.cast(image, input_dtype), boxes
 
 
 # AutoAugment sub-policies: (op, probability, level) applied in sequence.
@@ -495,6 +528,14 @@ _POLICIES = {
     ],
     # One deterministic-probability sub-policy, for debugging.
     "test": [[("TranslateX", 1., 4), ("Equalize", 1., 10)]],
+    # The detection policy of https://arxiv.org/abs/1906.11172: use with distort_with_boxes.
+    "detection_v0": [
+        [("TranslateX_BBox", .6, 4), ("Equalize", .8, 10)],
+        [("TranslateY_Only_BBoxes", .2, 2), ("Cutout", .8, 8)],
+        [("Sharpness", 0., 8), ("ShearX_BBox", .4, 0)],
+        [("ShearY_BBox", 1., 2), ("TranslateY_Only_BBoxes", .6, 6)],
+        [("Rotate_BBox", .6, 10), ("Color", 1., 6)],
+    ],
     "panoptic_deeplab_policy": [
         [("Sharpness", .4, 1.4), ("Brightness", .2, 2.)],
         [("Equalize", 0., 1.8), ("Contrast", .2, 2.)],
@@ -553,8 +594,8 @@ class AutoAugment(ImageAugment):
     Args:
       augmentation_name: one of `AUTO_AUGMENT_POLICIES` ('v0', 'reduced_cifar10', 'svhn',
         'reduced_imagenet', 'simple', 'test', 'panoptic_deeplab_policy', 'vit',
-        'deit3_three_augment'); ignored when `policies` is given. TFM's box-aware
-        'detection_v0' is not here (classification only).
+        'deit3_three_augment', and TFM's box-aware 'detection_v0' for `distort_with_boxes`);
+        ignored when `policies` is given.
       cutout_const: cutout half-size at level 10.
       translate_const: translation in pixels at level 10.
       policies: custom sub-policies, `[[(op, probability, level), ...], ...]`.
@@ -574,25 +615,30 @@ class AutoAugment(ImageAugment):
                              f"valid names are {', '.join(AUTO_AUGMENT_POLICIES)}")
         self._ops = _policy_ops(self.cutout_const, self.translate_const)
 
-    def _apply_sub_policy(self, sub_policy, image):
+    def _apply_sub_policy(self, sub_policy, image, boxes):
         for name, prob, level in sub_policy:
             if prob <= 0.0:
                 continue
-            augmented = functools.partial(
-                _keep_shape, lambda x, name=name, level=level: self._ops[name](x, level), image)
-            image = tf.cond(tf.random.uniform([]) < prob, augmented, lambda x=image: x)
-        return image
+            op = functools.partial(self._ops[name], level=level, prob=prob)
+            image, boxes = tf.cond(tf.random.uniform([]) < prob,
+                                   functools.partial(_keep_shape, op, image, boxes),
+                                   lambda x=image, b=boxes: (x, b))
+        return image, boxes
 
     def distort(self, image):
         """Applies one uniformly chosen sub-policy to an `[H, W, 3]` image; keeps the dtype."""
-        image = tf.convert_to_tensor(image)
-        input_dtype = image.dtype
-        image = _to_uint8(image)
-        branches = [functools.partial(self._apply_sub_policy, sub_policy, image)
+        _refuse_box_ops([step[0] for sub in self.policies for step in sub], "AutoAugment")
+        return self.distort_with_boxes(image, None)[0]
+
+    def distort_with_boxes(self, image, bboxes):
+        """`distort` of an image with its normalised boxes `[N, 4]`: (image, boxes). The boxes
+        move with the `_BBox` ops; other ops leave them alone."""
+        image, boxes, input_dtype = _policy_inputs(image, bboxes)
+        branches = [functools.partial(self._apply_sub_policy, sub_policy, image, boxes)
                     for sub_policy in self.policies]
         selected = tf.random.uniform([], maxval=len(branches), dtype=tf.int32)
-        image = tf.switch_case(selected, branches)
-        return tf.cast(image, input_dtype)
+        image, boxes = tf.switch_case(selected, branches)
+        return tf.cast(image, input_dtype), boxes
 
 
 class RandomErasing(ImageAugment):
@@ -789,71 +835,3 @@ def color_jitter(image, brightness=0., contrast=0., saturation=0., seed=None):
             factor = tf.random.uniform([], max(0.0, 1.0 - magnitude), 1.0 + magnitude, seed=seed)
             image = adjust(image, factor)
     return image
-
-
-# --------------------------------------------------------------------------------------------
-# Detection: SSD's random crop on an image and its normalised boxes.
-# --------------------------------------------------------------------------------------------
-
-
-def filter_boxes_by_ioa(boxes, crop_box, min_box_overlap):
-    """Normalised boxes [N, 4] with every box whose intersection with `crop_box` [1, 1, 4]
-    covers less than `min_box_overlap` of its own area zeroed (dropped later as empty)."""
-    ioa = box_ops.bbox_intersection_over_area(boxes[None], crop_box)[0]
-    return boxes * tf.cast(ioa >= min_box_overlap, boxes.dtype)
-
-
-def crop_normalized_boxes(boxes, image_size, crop_size, offset):
-    """Normalised boxes [N, 4] of an `image_size` [2] image re-expressed in its crop of
-    `crop_size` [2] at `offset` [2] (pixels), clipped to [0, 1]."""
-    pixels = box_ops.denormalize_boxes(boxes, image_size)
-    pixels -= tf.tile(tf.cast(offset, tf.float32), [2])[None]
-    return tf.clip_by_value(box_ops.normalize_boxes(pixels, crop_size), 0.0, 1.0)
-
-
-class SSDRandomCrop:
-    """SSD's random crop (TFM's augment.SSDRandomCrop): one of `params` (objects with
-    `min_object_covered`, `min_box_overlap`, `prob_to_apply`) drawn per image; with its
-    probability, a crop from `tf.image.sample_distorted_bounding_box` covering at least
-    `min_object_covered` of some box; boxes overlapping the crop by less than
-    `min_box_overlap` of their area become empty, the others follow the crop.
-
-    Args:
-      params: the choices; None: TFM's seven (min_object_covered 0, .1, .3, .5, .7, .9, 1).
-      aspect_ratio_range, area_range: of the crop, relative to the image.
-    """
-
-    def __init__(self, params=None, aspect_ratio_range=(0.5, 2.0), area_range=(0.1, 1.0)):
-        if params is None:
-            params = [dict(min_object_covered=covered, min_box_overlap=0.5, prob_to_apply=0.85)
-                      for covered in (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)]
-
-        def field(name):
-            return tf.constant([p[name] if isinstance(p, dict) else getattr(p, name)
-                                for p in params], tf.float32)
-
-        self._num_cases = len(params)
-        self._min_object_covered = field("min_object_covered")
-        self._min_box_overlap = field("min_box_overlap")
-        self._prob_to_apply = field("prob_to_apply")
-        self._aspect_ratio_range = tuple(aspect_ratio_range)
-        self._area_range = tuple(area_range)
-
-    def distort_with_boxes(self, image, boxes):
-        """(image [h, w, C] cropped or not, normalised boxes [N, 4] following it)."""
-        case = tf.random.uniform([], maxval=self._num_cases, dtype=tf.int32)
-
-        def crop():
-            image_size = tf.shape(image)
-            clipped = tf.clip_by_value(boxes, 0.0, 1.0)
-            offset, size, crop_box = tf.image.sample_distorted_bounding_box(
-                image_size=image_size, bounding_boxes=clipped[None],
-                min_object_covered=self._min_object_covered[case],
-                aspect_ratio_range=self._aspect_ratio_range, area_range=self._area_range,
-                max_attempts=100, use_image_if_no_bounding_boxes=True)
-            kept = filter_boxes_by_ioa(clipped, crop_box, self._min_box_overlap[case])
-            return (tf.slice(image, offset, size),
-                    crop_normalized_boxes(kept, image_size[:2], size[:2], offset[:2]))
-
-        skip = tf.random.uniform([]) > self._prob_to_apply[case]
-        return tf.cond(skip, lambda: (tf.identity(image), tf.identity(boxes)), crop)
