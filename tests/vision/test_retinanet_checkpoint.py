@@ -4,7 +4,9 @@ COCO numbers.
 
 The checkpoints and TFM's outputs on them come from TFM 2.20 itself
 (data/make_tfm_retinanet_checkpoints.py): a ResNet-50 FPN and a MobileNetV2 with separable
-FPN and head, every variable random, saved as TFM's Trainer saves.
+FPN and head, every variable random, saved as TFM's Trainer saves; and
+(data/make_tfm_spinenet_retinanet_checkpoint.py) `retinanet_spinenet_coco` on a narrow
+SpineNet-49, the same way.
 """
 
 import json
@@ -19,28 +21,33 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher import checkpoints
+from lite_launcher.vision.configs import backbones as backbone_configs
+from lite_launcher.vision.modeling.backbones import spinenet
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "tfm_checkpoints", "retinanet")
 with open(os.path.join(DATA, "index.json")) as _f:
     INDEX = json.load(_f)
 MODELS = sorted(INDEX["models"])
+SPINENET_DATA = os.path.join(HERE, "data", "tfm_checkpoints", "retinanet_spinenet")
+with open(os.path.join(SPINENET_DATA, "index.json")) as _f:
+    SPINENET_INDEX = json.load(_f)
 COCO_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "ARmax1", "ARmax10", "ARmax100",
               "ARs", "ARm", "ARl")
 DETECTION_KEYS = ("detection_boxes", "detection_scores", "detection_classes",
                   "num_detections")
 
 
-def params_for(name, **task):
-    entry = INDEX["models"][name]
+def params_for(name, index=INDEX, **task):
+    entry = index["models"][name]
     params = ll.get_exp_config(entry["experiment"])
     params.task.model.override(entry["model"], is_strict=True)
     params.task.override(task, is_strict=True)
     return params
 
 
-def reference(name):
-    return np.load(os.path.join(DATA, name, "reference.npz"))
+def reference(name, data=DATA):
+    return np.load(os.path.join(data, name, "reference.npz"))
 
 
 def relative_error(actual, expected):
@@ -133,6 +140,42 @@ def test_read_weights_maps_the_tfm_model_object():
     prefix, is_tfm = checkpoints.read_weights({"model": model}, os.path.join(DATA, name))
     assert is_tfm and prefix.endswith("ckpt-13")
     ref = reference(name)
+    outputs = run(model, ref)
+    assert_raw_outputs_equal(outputs, ref)
+    assert_detections_equal(outputs, ref)
+
+
+def test_spinenet_retinanet_from_a_tfm_checkpoint_backbone_then_all(monkeypatch):
+    """TFM's retinanet_spinenet_coco (identity decoder, swish) on SpineNet-49 at 1/16 width:
+    'backbone' gives TFM's endpoints and leaves the head alone; 'all' then gives TFM's raw
+    outputs and detections. TFM's SpineNet config has no width field: the generator added
+    one narrow model_id to TFM's table (index.json `sizes`), put into lite's here."""
+    name = "retinanet_spinenet49_narrow"
+    entry = SPINENET_INDEX["models"][name]
+    for model_id, sizes in entry["sizes"]["spinenet"].items():
+        monkeypatch.setitem(spinenet.SCALING_MAP, model_id, sizes)
+        monkeypatch.setattr(backbone_configs, "SPINENET_MODEL_IDS",
+                            backbone_configs.SPINENET_MODEL_IDS + (model_id,))
+    ref = reference(name, SPINENET_DATA)
+    checkpoint = os.path.join(SPINENET_DATA, name)
+    task = ll.get_task(params_for(name, SPINENET_INDEX, init_checkpoint=checkpoint,
+                                  init_checkpoint_modules="backbone").task)
+    model = task.build_model()
+    assert model.count_params() == entry["params"]
+    levels = ["3", "4", "5", "6", "7"]
+    assert relative_error(model.backbone(ref["images"], training=False)["3"],
+                          ref["backbone_3"]) > 1e-2
+    head = _values(model.head)
+    task.initialize(model)
+    features = model.backbone(ref["images"], training=False)
+    for level in levels:
+        assert relative_error(features[level], ref[f"backbone_{level}"]) <= 1e-4
+    for before, after in zip(head, _values(model.head)):
+        np.testing.assert_array_equal(before, after)
+
+    # The head still holds lite's initial values (checked above): 'all' must read it.
+    ll.get_task(params_for(name, SPINENET_INDEX, init_checkpoint=checkpoint,
+                           init_checkpoint_modules="all").task).initialize(model)
     outputs = run(model, ref)
     assert_raw_outputs_equal(outputs, ref)
     assert_detections_equal(outputs, ref)

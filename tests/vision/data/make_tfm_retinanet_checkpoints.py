@@ -70,30 +70,35 @@ MODELS = {
 }
 
 
-def calibrate(model, rng):
+def calibrate(model, rng, count=8):
     """BatchNorm moving statistics set to those of a batch of noise images (one training call
     at momentum 0): random weights otherwise leave the towers dead (relu6 / relu at zero) and
-    many anchors with tied scores."""
+    many anchors with tied scores. `count` noise images; a deep narrow network needs more for
+    its coarse levels' statistics to hold on another image."""
     norms = [layer for layer in model._flatten_layers()  # pylint: disable=protected-access
              if isinstance(layer, tf_keras.layers.BatchNormalization)]
     momenta = [layer.momentum for layer in norms]
     for layer in norms:
         layer.momentum = 0.0
-    model(rng.uniform(-2.0, 2.0, (8, SIZE, SIZE, 3)).astype(np.float32), training=True)
+    model(rng.uniform(-2.0, 2.0, (count, SIZE, SIZE, 3)).astype(np.float32), training=True)
     for layer, momentum in zip(norms, momenta):
         layer.momentum = momentum
     return len(norms)
 
 
-def make(name, experiment, overrides, rng):
+def make(name, experiment, overrides, rng, target=TARGET, calibration_images=8):
+    """TFM's model `name` built, randomised and saved with its outputs into target/name;
+    returns its index entry."""
     tf_keras.backend.clear_session()
     params = exp_factory.get_exp_config(experiment)
     params.task.model.override(overrides, is_strict=True)
     model = factory.build_retinanet(
         input_specs=tf_keras.layers.InputSpec(shape=[None, SIZE, SIZE, 3]),
         model_config=params.task.model)
+    # Without a decoder (identity) TFM's factory leaves the head unbuilt until the first call.
+    model(tf.zeros([1, SIZE, SIZE, 3]), training=False)
     randomize(model, rng)
-    assert calibrate(model, rng) > 10
+    assert calibrate(model, rng, calibration_images) > 10
     image = rng.integers(0, 256, (1, SIZE, SIZE, 3)).astype(np.uint8)
     module = detection.DetectionModule(params, batch_size=1, input_image_size=[SIZE, SIZE],
                                        model=model)
@@ -116,7 +121,7 @@ def make(name, experiment, overrides, rng):
     gaps = -np.diff(out["detection_scores"][0][:count])
     assert gaps.min() > 1e-4, gaps
     global_step = tf.Variable(GLOBAL_STEP, dtype=tf.int64, name="global_step")
-    directory = os.path.join(TARGET, name)
+    directory = os.path.join(target, name)
     shutil.rmtree(directory, ignore_errors=True)
     save_trainer_checkpoint(directory, global_step, model, sgd_momentum_optimizer())
     np.savez(os.path.join(directory, "reference.npz"), **out)
