@@ -48,7 +48,8 @@ class _Display:
         return text
 
 
-def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps):
+def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
+    """The notebook's cells; with train=False only those before `run_experiment`."""
     # pylint: disable=invalid-name,unused-variable,import-outside-toplevel,redefined-builtin
     monkeypatch.chdir(tmp_path)
     plt = _Pyplot()
@@ -97,7 +98,9 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps):
     print('Running on CPU is slow, so only train for a few steps.')
     device = 'CPU'
 
-    exp_config.trainer.steps_per_loop = 5 if train_steps % 5 == 0 else train_steps
+    if device == 'CPU':
+        train_steps = train_steps  # the tutorial: 20
+        exp_config.trainer.steps_per_loop = min(5, train_steps)  # the tutorial: 5
 
     exp_config.trainer.summary_interval = 100
     exp_config.trainer.checkpoint_interval = train_steps
@@ -166,6 +169,9 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps):
     for images, labels in task.build_inputs(exp_config.task.validation_data).take(1):
         show_batch(images, labels)
     validation_batch = (images, labels)
+    if not train:
+        return dict(plt=plt, first_train_batch=first_train_batch, label_info=label_info,
+                    exp_config=exp_config)
 
     # --- Train and evaluate ---
     model, eval_logs = tfm.core.train_lib.run_experiment(
@@ -221,20 +227,24 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps):
                 served=(data, predictions), model_fn=model_fn, label_info=label_info)
 
 
-def _check(outcome, batch_size, train_steps):
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
+def _check_inputs(outcome, batch_size, num_shown):
+    """The cells before training: the batches read from TFDS and drawn with their class names."""
     plt = outcome["plt"]
-    # Three batches of 12 shown: training, validation (as loaded), training with predictions,
-    # then 12 test images as TFDS gives them with the served predictions.
-    assert len(plt.shown) == 48 and len(plt.titles) == 48
-    for image in plt.shown[:36]:
+    assert len(plt.shown) == num_shown and len(plt.titles) == num_shown
+    for image in plt.shown[:24]:  # the two batches of the parser's output, rescaled to [0, 1]
         assert image.shape == (32, 32, 3) and image.min() >= 0 and image.max() <= 1
     images, labels = outcome["first_train_batch"]
     assert images.shape == (batch_size, 32, 32, 3) and labels.shape == (batch_size,)
     assert plt.hists[0].size == batch_size * 32 * 32 * 3
-    names = outcome["label_info"].names
-    assert all(title in names for title in plt.titles)
+    assert all(title in CIFAR10_NAMES for title in plt.titles)
+
+
+def _check(outcome, batch_size, train_steps):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    # Two batches of 12 drawn before training; after it, a training batch with predictions,
+    # then 12 test images as TFDS gives them with the served predictions.
+    _check_inputs(outcome, batch_size, 48)
     logs = outcome["eval_logs"]
     for name in ("accuracy", "top_5_accuracy", "validation_loss"):
         assert np.isfinite(float(logs[name])), name
@@ -273,8 +283,38 @@ def _mock_cifar10(tmp_path, num_examples):
                      {"label": CIFAR10_NAMES})
 
 
+def test_image_classification_tutorial_cells_before_training(tmp_path, monkeypatch):
+    # The config cells on TFDS's split metadata, the task, three batches read and drawn.
+    with _mock_cifar10(tmp_path, 24):
+        outcome = _run_tutorial(tmp_path, monkeypatch, batch_size=12, train_steps=2,
+                                train=False)
+    _check_inputs(outcome, 12, 24)
+    trainer = outcome["exp_config"].trainer
+    assert trainer.validation_steps == 2 and trainer.steps_per_loop == 2  # 24 // 12
+    data = outcome["exp_config"].task.validation_data
+    assert (data.tfds_name, data.tfds_split, data.input_path) == ("cifar10", "test", "")
+
+
+# The whole notebook: ResNet-18 training, two evaluations, Keras predict, the export and the
+# SavedModel's load take ~60 s of CPU (~2 min on the loaded 2-core machine), too long for the
+# suite. The suite runs the cells before training here; the same training, TFDS input and
+# export paths are in tests/test_tfds_input.py and tests/test_export.py.
+_SIBLING = ("tests/vision/test_tutorial_image_classification.py::"
+            "test_image_classification_tutorial_cells_before_training")
+
+
+@pytest.mark.release(sibling=_SIBLING)
 def test_image_classification_tutorial_small(tmp_path, monkeypatch):
     # 24 examples a split: two batches of 12 (show_batch draws 12).
     with _mock_cifar10(tmp_path, 24):
         outcome = _run_tutorial(tmp_path, monkeypatch, batch_size=12, train_steps=2)
         _check(outcome, 12, 2)
+
+
+@pytest.mark.release(sibling=_SIBLING)
+def test_image_classification_tutorial_at_its_sizes(tmp_path, monkeypatch):
+    # The tutorial's batch of 128 and its CPU branch's 20 steps (steps_per_loop 5); 256
+    # examples a split: validation_steps = 256 // 128 = 2.
+    with _mock_cifar10(tmp_path, 256):
+        outcome = _run_tutorial(tmp_path, monkeypatch, batch_size=128, train_steps=20)
+        _check(outcome, 128, 20)
