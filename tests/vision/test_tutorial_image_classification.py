@@ -2,11 +2,15 @@
 fine-tune a ResNet-18 `resnet_imagenet` on TFDS cifar10, train and evaluate with
 `run_experiment`, export with `export_inference_graph`, load the SavedModel and predict) run on
 lite: its code cells in order, with only the imports changed as docs/porting_from_tfm.md says,
-on TFDS's own mock cifar10 (`tfds.testing.mock_data`, no network). matplotlib / IPython (not
-lite's) are stubs recording what would be shown. Changed beyond the imports: the batch size
-and step counts (the CPU branch's 20 steps at the tutorial's batch 128 in the release test;
-12 images and 2 steps in the suite's), the device branches reduced to the CPU one this machine
-takes, `model_dir` a pytest directory and `./export/` under it.
+on cifar10 served by `tfds.testing.mock_data` (tests/vision/tfds_mock.py: random 32x32 images
+with CIFAR-10's class names and split metadata; no network). matplotlib / IPython (not lite's)
+are stubs recording what would be shown. Changed beyond the imports: the batch size and step
+counts (12 images and 2 steps in the small versions; the tutorial's batch of 128 and its CPU
+branch's 20 steps at its sizes), the device branches reduced to the CPU one this machine takes,
+`model_dir` under the test's directory (the working directory, so `./export/` is there too).
+
+The suite runs the cells before training (config on TFDS's metadata, task, TFDS batches read and
+drawn); the whole notebook is in the release set.
 """
 
 import os
@@ -168,7 +172,6 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
     plt.figure(figsize=(10, 10))
     for images, labels in task.build_inputs(exp_config.task.validation_data).take(1):
         show_batch(images, labels)
-    validation_batch = (images, labels)
     if not train:
         return dict(plt=plt, first_train_batch=first_train_batch, label_info=label_info,
                     exp_config=exp_config)
@@ -223,7 +226,7 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
             plt.suptitle('The model was only trained for a few steps, it is not expected to do '
                          'better than random.')
     return dict(plt=plt, eval_logs=eval_logs, model=model, model_dir=model_dir,
-                first_train_batch=first_train_batch, validation_batch=validation_batch,
+                first_train_batch=first_train_batch,
                 served=(data, predictions), model_fn=model_fn, label_info=label_info)
 
 
@@ -284,7 +287,7 @@ def _mock_cifar10(tmp_path, num_examples):
 
 
 def test_image_classification_tutorial_cells_before_training(tmp_path, monkeypatch):
-    # The config cells on TFDS's split metadata, the task, three batches read and drawn.
+    # The config cells on TFDS's split metadata, the task, three batches read, two drawn.
     with _mock_cifar10(tmp_path, 24):
         outcome = _run_tutorial(tmp_path, monkeypatch, batch_size=12, train_steps=2,
                                 train=False)
