@@ -24,40 +24,16 @@ tfds = pytest.importorskip(
     "not installed: the tutorial reads cifar10 through TFDS")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from notebook_stubs import Display, Pyplot  # noqa: E402
 from tfds_mock import mock_tfds  # noqa: E402
-
-
-class _Pyplot:
-    """matplotlib.pyplot as the tutorial calls it: records the images and titles it is shown."""
-
-    def __init__(self):
-        self.shown, self.titles, self.hists = [], [], []
-
-    def imshow(self, image):
-        self.shown.append(np.array(image))
-
-    def title(self, text, **kwargs):
-        self.titles.append(text)
-
-    def hist(self, values):
-        self.hists.append(np.asarray(values))
-
-    def __getattr__(self, name):  # figure, subplot, axis, suptitle
-        return lambda *args, **kwargs: None
-
-
-class _Display:
-    @staticmethod
-    def Javascript(text):  # pylint: disable=invalid-name
-        return text
 
 
 def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
     """The notebook's cells; with train=False only those before `run_experiment`."""
     # pylint: disable=invalid-name,unused-variable,import-outside-toplevel,redefined-builtin
     monkeypatch.chdir(tmp_path)
-    plt = _Pyplot()
-    display = _Display()
+    plt = Pyplot()
+    display = Display()
 
     # --- Import TensorFlow, TensorFlow Datasets (matplotlib / IPython: the stubs above) ---
     import pprint

@@ -32,31 +32,10 @@ pytest.importorskip("PIL", reason="keras.utils.array_to_img, which the tutorial 
                     "needs Pillow")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from notebook_stubs import Display, Pyplot  # noqa: E402
 from tfds_mock import mock_tfds  # noqa: E402
 
 TRAIN_SPLIT, VAL_SPLIT, TEST_SPLIT = 'train+test[:50%]', 'test[50%:80%]', 'test[80%:100%]'
-
-
-class _Pyplot:
-    """matplotlib.pyplot as the tutorial calls it: records the images and titles it shows."""
-
-    def __init__(self):
-        self.shown, self.titles = [], []
-
-    def imshow(self, image):
-        self.shown.append(np.array(image))
-
-    def title(self, text, **kwargs):
-        self.titles.append(text)
-
-    def __getattr__(self, name):  # figure, subplot, axis, show
-        return lambda *args, **kwargs: None
-
-
-class _Display:
-    @staticmethod
-    def Javascript(text):  # pylint: disable=invalid-name
-        return text
 
 
 def _pet(rng, size_range):
@@ -88,8 +67,8 @@ def _run_tutorial(tmp_path, monkeypatch, WIDTH, HEIGHT, BATCH_SIZE, train_steps,
     """The notebook's cells; with train=False only those before `run_experiment`."""
     # pylint: disable=invalid-name,unused-variable,import-outside-toplevel,expression-not-assigned
     monkeypatch.chdir(tmp_path)
-    plt = _Pyplot()
-    display = _Display()
+    plt = Pyplot()
+    display = Display()
 
     # --- Import required libraries (matplotlib / IPython: the stubs above) ---
     import os
