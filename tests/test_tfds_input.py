@@ -4,10 +4,9 @@ data (`tfds.testing.mock_data`, no network): the reader's elements, `tfds_as_sup
 images in TFRecords, and the one-line refusals (the extra missing, an unknown name, a task
 without a TFDS decoder).
 
-tensorflow-datasets is the optional extra `lite_launcher[tfds]`, not in `[test]`: it adds ~65 MB
-of wheels to CI's install (pyarrow 55 MB, tensorflow-datasets 5 MB, array_record 4 MB; ~220 MB
-installed) and ~13 s of tests to the suite, which is over its time budget. The tests that read
-TFDS skip without it (7 skips on CI, each saying so); the missing-extra test runs everywhere."""
+tensorflow-datasets is in `[test]` (and is the optional extra `lite_launcher[tfds]` for users):
+these tests run on CI. An install without it skips the tests that read TFDS, each saying so;
+the missing-extra test runs everywhere."""
 
 import logging as std_logging
 import sys
@@ -26,10 +25,8 @@ try:
 except ImportError:
     tfds = None
 
-needs_tfds = pytest.mark.skipif(tfds is None, reason="tensorflow-datasets (the optional "
-                                "extra lite_launcher[tfds], not in [test]: ~65 MB of wheels, "
-                                "pyarrow 55 MB of them) is not installed; pip install -e "
-                                "'.[test,tfds]' runs these tests")
+needs_tfds = pytest.mark.skipif(tfds is None, reason="tensorflow-datasets is not installed (it is "
+                                "in [test]: pip install -e '.[test]' runs these tests)")
 NUM_EXAMPLES = 5
 
 
