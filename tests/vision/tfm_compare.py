@@ -1,10 +1,13 @@
 """Compares a config's `as_dict()` with TFM's (the JSON a `make_tfm_*.py` generator wrote);
 loads a generator module so a test rebuilds its NumPy inputs."""
 
+import contextlib
 import importlib.util
 import json
 import math
 import os
+
+import keras
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
@@ -67,3 +70,21 @@ def shapes(tree):
     if isinstance(tree, dict):
         return {str(k): shapes(v) for k, v in tree.items()}
     return [None if d is None else int(d) for d in tree.shape]
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Models built inside get variables with shapes but no values: a count of weights or
+    L2 terms needs only shapes, and skipping the initialisers builds a big model several
+    times faster. Keras's list of the uninitialised variables is dropped on the way out."""
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        keras.backend.clear_session()
+
+
+def regularised_weights(model):
+    """How many weights carry an L2 regulariser: `len(model.losses)` without computing them
+    (test_vision_zoo_models pins the two equal on initialised models)."""
+    return sum(1 for w in model.weights if getattr(w, "regularizer", None) is not None)
