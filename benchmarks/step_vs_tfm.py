@@ -225,7 +225,7 @@ def main(argv=None):
         return 0
     if args.child:
         if args.models[0] in detection_rows.MODELS:
-            input_glob = detection_rows.write_synthetic_tfrecords(args.data_dir)
+            input_glob = detection_rows.input_glob_for(args.models[0], args.data_dir)
         else:
             input_glob = vision_rows.write_synthetic_tfrecords(args.data_dir)
         measure.emit(measure_in_process(args.models[0], args.dtypes[0], input_glob,
