@@ -48,6 +48,9 @@ def test_one_process_per_model_and_dtype_with_the_run_options():
     for flag, value in (("--models", "resnet50"), ("--dtypes", "bfloat16"), ("--rounds", "6"),
                         ("--steps", "3"), ("--eval_steps", "0"), ("--data_dir", "/d")):
         assert flags[flags.index(flag) + 1] == value
+    assert "--profile" not in flags
+    args.profile = True  # the op-time look goes to the child
+    assert step_vs_tfm.child_command("tpy", "resnet50", "float32", args)[-1] == "--profile"
 
 
 def test_ratios_are_taken_within_each_round():
