@@ -97,7 +97,7 @@ def workload_name(model):
 
 def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, profile=False):
     """Both trainers in this process; train (and eval) calls alternating. One record; with
-    `profile`, each side's op time of one more train call (`op_ms_per_step`)."""
+    `profile`, each side's op time of one more call of each kind (`op_ms_per_step`)."""
     import keras
     import tensorflow as tf
     import tf_keras
@@ -127,14 +127,16 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, prof
                            "tfm": vision_rows._versions("tfm")}}
     record.update(vision_rows.compute_state(False, dtype))
     if profile:
-        record["op_ms_per_step"] = {side: profile_train_call(calls[side]["train"], steps, side)
+        units = {"train": steps, "eval": eval_steps}
+        record["op_ms_per_step"] = {side: {kind: profile_call(call, units[kind], side)
+                                           for kind, call in calls[side].items()}
                                     for side in SIDES}
     return record
 
 
-def profile_train_call(call, steps, side):
-    """{op type: ms per step} of one more train call under tf.profiler (host ops summed over
-    threads, largest first): where a side's step spends its time."""
+def profile_call(call, steps, side):
+    """{op type: ms per step} of one more call (train or eval) under tf.profiler (host ops
+    summed over threads, largest first): where a side's step spends its time."""
     import tensorflow as tf
     import vision_profile  # pylint: disable=import-outside-toplevel
 
@@ -231,8 +233,8 @@ def main(argv=None):
     parser.add_argument("--report", default=None, metavar="FILE",
                         help="print the tables of a results file and exit")
     parser.add_argument("--profile", action="store_true",
-                        help="after the rounds, one train call per side under tf.profiler: "
-                        "op time by type (op_ms_per_step in the record)")
+                        help="after the rounds, one more call per side and kind under "
+                        "tf.profiler: op time by type (op_ms_per_step in the record)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps < 1 or args.eval_steps < 0:
