@@ -12,7 +12,8 @@ op-time profiles (`vision_profile.py` files: the per-op tables, 300 / 375 ms, 23
 oneDNN primitive counts of the bf16 probe, the start-up profile and the outer-loop A/B
 (45 / 76 µs; no results file), d190cc5's per-process steps/s and loop-time ranges, the earlier
 runs 4ea454c / c711b1e / 513f9aa / 1ded3d0 / 0361e2f, the loop-graph node counts, the
-XLA-on-CPU 0.17x, and the 32-round step_vs_tfm sums over three runs.
+XLA-on-CPU 0.17x, the 32-round step_vs_tfm sums over three runs, and the Mask R-CNN op
+profile (`2026-12-03-56c1cdd-step-vs-tfm-maskrcnn-profile.json`).
 
 Standard library only, like report.py.
 """
