@@ -1,8 +1,9 @@
-"""The RetinaNet rows of `step_vs_tfm.py` (issue 41 "Speed"): ResNet-50 FPN
+"""The detection rows of `step_vs_tfm.py`: RetinaNet (issue 41 "Speed") ResNet-50 FPN
 (`retinanet_resnetfpn_coco`) and MobileNetV2 FPN (`retinanet_mobile_coco` with TFM's
-`coco_mobilenetv2_tpu.yaml` model) at 256x256, built by lite_launcher and by TFM from the same
-experiment and overrides (TFM's field names), on synthetic detection TFRecords in TFM's
-TF Example format.
+`coco_mobilenetv2_tpu.yaml` model), and Mask R-CNN ResNet-50 FPN (issue 43,
+`maskrcnn_resnetfpn_coco`, masks included) at 256x256, built by lite_launcher and by TFM from
+the same experiment and overrides (TFM's field names), on synthetic detection TFRecords in
+TFM's TF Example format (with one PNG mask per object for Mask R-CNN).
 
 Eval steps run the model with its post-processing (box decoding + NMS) and the losses; the
 COCO evaluator is off on both sides (`use_coco_metrics: false`): pycocotools runs on the host
@@ -29,16 +30,39 @@ MODELS = {
         "min_level": 3, "max_level": 7,
         "norm_activation": dict(_NORM, activation="relu6", norm_epsilon=0.001,
                                 norm_momentum=0.99)}),
+    # TFM's experiment as it is (levels 2-6, include_mask, 112x112 mask targets).
+    "maskrcnn_resnet50_fpn": ("maskrcnn_resnetfpn_coco", {"norm_activation": _NORM}),
 }
+# The rows whose records carry `image/object/mask`.
+WITH_MASKS = ("maskrcnn_resnet50_fpn",)
 
 
-def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES):
-    """Noise JPEGs with one to three random boxes each (labels 1..90), in TFM's detection
-    TF Example format; written once per data_dir (seeded). Returns the file glob."""
+def input_glob_for(model, data_dir):
+    """The records `model`'s row reads (written if missing): with masks or without."""
+    return write_synthetic_tfrecords(data_dir, masks=model in WITH_MASKS)
+
+
+def _ellipse_mask_png(box, size):
+    """PNG bytes of a 0/1 mask [size, size]: the ellipse inscribed in `box` (normalised
+    ymin, xmin, ymax, xmax), as `create_coco_tf_record --include_masks` writes masks."""
     import numpy as np
     import tensorflow as tf
 
-    pattern = os.path.join(data_dir, "detection-*.tfrecord")
+    ymin, xmin, ymax, xmax = (v * size for v in box)
+    rows, cols = np.mgrid[:size, :size] + 0.5
+    inside = (((rows - (ymin + ymax) / 2) / max((ymax - ymin) / 2, 0.5)) ** 2
+              + ((cols - (xmin + xmax) / 2) / max((xmax - xmin) / 2, 0.5)) ** 2) <= 1.0
+    return tf.io.encode_png(inside.astype(np.uint8)[..., None]).numpy()
+
+
+def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES, masks=False):
+    """Noise JPEGs with one to three random boxes each (labels 1..90), in TFM's detection
+    TF Example format (with `masks`, `image/object/mask`: one PNG per object, the ellipse in
+    its box); written once per data_dir and kind (seeded). Returns the file glob."""
+    import numpy as np
+    import tensorflow as tf
+
+    pattern = os.path.join(data_dir, ("instance" if masks else "detection") + "-*.tfrecord")
     if tf.io.gfile.glob(pattern):
         return pattern
     os.makedirs(data_dir, exist_ok=True)
@@ -53,7 +77,7 @@ def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES):
     def strings(values):
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
 
-    with tf.io.TFRecordWriter(os.path.join(data_dir, "detection-0.tfrecord")) as writer:
+    with tf.io.TFRecordWriter(pattern.replace("*", "0")) as writer:
         for i in range(num_images):
             pixels = rng.integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
             count = int(rng.integers(1, 4))
@@ -72,6 +96,9 @@ def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES):
                 "image/object/is_crowd": ints([0] * count),
                 "image/object/area": floats(size[:, 0] * size[:, 1] * IMAGE_SIZE ** 2),
             }
+            if masks:
+                feature["image/object/mask"] = strings(
+                    [_ellipse_mask_png(box, IMAGE_SIZE) for box in zip(ymin, xmin, ymax, xmax)])
             writer.write(tf.train.Example(
                 features=tf.train.Features(feature=feature)).SerializeToString())
     return pattern
@@ -80,7 +107,9 @@ def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES):
 def overrides(model, input_glob, steps, dtype=None, eval_steps=0):
     """The experiment's overrides for `model` (TFM's field names: the same dict for both)."""
     _, model_overrides = MODELS[model]
-    runtime = {"distribution_strategy": "off"}
+    # XLA off on both, stated: Mask R-CNN's experiment turns it on, and TFM compiles only on
+    # GPUs where lite's rule is its own (trainer.xla_train_step).
+    runtime = {"distribution_strategy": "off", "enable_xla": False}
     if dtype is not None:
         runtime["mixed_precision_dtype"] = dtype
     task = {"model": dict(model_overrides, num_classes=NUM_CLASSES,

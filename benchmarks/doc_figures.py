@@ -14,7 +14,8 @@ docs/benchmarks.md), the summary-write A/B (45 / 76 µs) and the in-process loop
 the first-step bullets' op / conversion / import counts, `import tensorflow, keras` 4.15–4.65 s
 and the 437-variable cProfile, the ViT projection A/B (1.16×) and the op-histogram counts of
 the Adam powers and MobileNetV3 activations. The soaks' own prose about how they ran, machine
-descriptions, loads, and the commands' duration estimates are not figures of a result.
+descriptions, loads, and the commands' duration estimates are not figures of a result. The Mask R-CNN op
+profile (`2026-12-03-56c1cdd-step-vs-tfm-maskrcnn-profile.json`) is not checked yet.
 
 Standard library only, like report.py.
 """
@@ -283,6 +284,53 @@ def step_vs_tfm_row(name, model, dtype, kind="train") -> dict:
     return step_vs_tfm.summarize(record, kind)
 
 
+MASKRCNN_STEP_VS_TFM = "2026-12-03-5595f55-step-vs-tfm-maskrcnn.json"
+DETECTION_BATCH = 2  # detection_rows.BATCH: images per step of the detection rows
+
+
+def detection_row(name, model, kind) -> Tuple[str, ...]:
+    """A detection row's figures as docs/benchmarks.md tabulates them: lite and TFM ms per
+    step (medians), lite/TFM median [min–max], rounds lite won, images/s of each median."""
+    s = step_vs_tfm_row(name, model, "float32", kind)
+    return (f"{s['lite_ms']:,.0f}", f"{s['tfm_ms']:,.0f}", spread(s),
+            f"{s['lite_wins']}/{s['rounds']}",
+            *(f"{1000.0 * DETECTION_BATCH / s[f'{side}_ms']:.2f}" for side in ("lite", "tfm")))
+
+
+def first_calls(name, model) -> Tuple[str, ...]:
+    """First train and eval call (trace + run) of lite and TFM, seconds: lite train, TFM
+    train, lite eval, TFM eval."""
+    record = next(r for r in load(name)["records"] if r["model"] == model)
+    return tuple(f"{record['first_call_s'][side][kind]:.0f}"
+                 for kind in ("train", "eval") for side in ("lite", "tfm"))
+
+
+def load_range(name, model) -> Tuple[str, str]:
+    """The 1-minute load average over a record's rounds, (lowest, highest)."""
+    record = next(r for r in load(name)["records"] if r["model"] == model)
+    loads = [r["loadavg"][0] for r in record["rounds"]]
+    return f"{min(loads):.1f}", f"{max(loads):.1f}"
+
+
+def step_ranges(name, model) -> Tuple[str, ...]:
+    """(eval lowest, eval highest, train lowest, train highest) seconds a step, over both
+    sides and every round of a step_vs_tfm.py record."""
+    record = next(r for r in load(name)["records"] if r["model"] == model)
+    out = []
+    for kind, digits in (("eval", 2), ("train", 0)):
+        values = [r["ms_per_step"][side][kind] / 1000.0 for r in record["rounds"]
+                  for side in ("lite", "tfm")]
+        out += [f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"]
+    return tuple(out)
+
+
+def train_over_eval(name, model) -> float:
+    """Median training step over median eval step, both sides' medians averaged."""
+    rows = [step_vs_tfm_row(name, model, "float32", kind) for kind in ("train", "eval")]
+    return statistics.mean(rows[0][f"{side}_ms"] / rows[1][f"{side}_ms"]
+                           for side in ("lite", "tfm"))
+
+
 def shipped(name, variant) -> dict:
     data = load(name)
     variants = sorted({r["variant"] for r in data["records"] if "variant" in r})
@@ -519,6 +567,21 @@ CLAIMS: List[Claim] = [
           lambda: tuple(x for f in ("2026-12-02-ebf42a0-step-vs-tfm.json", FINAL_STEP_VS_TFM)
                         for s in [step_vs_tfm_row(f, "mobilenetv3large", "float32")]
                         for x in (f"{s['median']:.3f}", str(s["lite_wins"])))),
+    # Mask R-CNN, both trainers in one process (step_vs_tfm.py, issue 43).
+    Claim(DB, "| Mask R-CNN ResNet-50 FPN | train | {} | {} | {} | {} | {} / {} |",
+          lambda: detection_row(MASKRCNN_STEP_VS_TFM, "maskrcnn_resnet50_fpn", "train")),
+    Claim(DB, "| Mask R-CNN ResNet-50 FPN | eval (with NMS and masks) | {} | {} | {} | {} | "
+          "{} / {} |",
+          lambda: detection_row(MASKRCNN_STEP_VS_TFM, "maskrcnn_resnet50_fpn", "eval")),
+    Claim(DB, "1-minute load average {}–{} over the rounds",
+          lambda: load_range(MASKRCNN_STEP_VS_TFM, "maskrcnn_resnet50_fpn")),
+    Claim(DB, "an eval step is {}–{} s against a training step of {}–{} s on this loaded "
+          "machine", lambda: step_ranges(MASKRCNN_STEP_VS_TFM, "maskrcnn_resnet50_fpn")),
+    Claim(DB, "A training step costs ~{}× an eval step on both sides",
+          lambda: (f"{round(train_over_eval(MASKRCNN_STEP_VS_TFM, 'maskrcnn_resnet50_fpn'), -1):.0f}",)),
+    Claim(DB, "first train call (trace + run) {} s in lite against {} s in TFM, first eval "
+          "call {} s against {} s",
+          lambda: first_calls(MASKRCNN_STEP_VS_TFM, "maskrcnn_resnet50_fpn")),
     # Time to first step (first_step.py).
     Claim(DB, "lite/TFM first step {} (ResNet-50) and {} (ViT-Ti), process CPU {} / {}.",
           lambda: (spread(first_ratio(C45, "resnet50")), spread(first_ratio(C45, "vit_ti16")),

@@ -60,7 +60,8 @@ def plan(models, dtypes):
 def child_command(python, model, dtype, args):
     return [python, os.path.abspath(__file__), "--child", "--models", model, "--dtypes", dtype,
             "--rounds", str(args.rounds), "--steps", str(args.steps),
-            "--eval_steps", str(args.eval_steps), "--data_dir", args.data_dir]
+            "--eval_steps", str(args.eval_steps), "--data_dir", args.data_dir] + (
+                ["--profile"] if getattr(args, "profile", False) else [])
 
 
 # ------------------------------------------------------------------ child (TFM's venv)
@@ -94,8 +95,9 @@ def workload_name(model):
     return vision_rows.workload_name(model)
 
 
-def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps):
-    """Both trainers in this process; train (and eval) calls alternating. One record."""
+def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, profile=False):
+    """Both trainers in this process; train (and eval) calls alternating. One record; with
+    `profile`, each side's op time of one more call of each kind (`op_ms_per_step`)."""
     import keras
     import tensorflow as tf
     import tf_keras
@@ -124,7 +126,28 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps):
               "versions": {"lite": vision_rows._versions("lite"),
                            "tfm": vision_rows._versions("tfm")}}
     record.update(vision_rows.compute_state(False, dtype))
+    if profile:
+        units = {"train": steps, "eval": eval_steps}
+        record["op_ms_per_step"] = {side: {kind: profile_call(call, units[kind], side)
+                                           for kind, call in calls[side].items()}
+                                    for side in SIDES}
     return record
+
+
+def profile_call(call, steps, side):
+    """{op type: ms per step} of one more call (train or eval) under tf.profiler (host ops
+    summed over threads, largest first): where a side's step spends its time."""
+    import tensorflow as tf
+    import vision_profile  # pylint: disable=import-outside-toplevel
+
+    logdir = tempfile.mkdtemp(prefix=f"{side}_step_vs_tfm_trace_")
+    tf.profiler.experimental.start(logdir)
+    try:
+        rounds_lib.timed(call)
+    finally:
+        tf.profiler.experimental.stop()
+    totals, _ = vision_profile.xspace_ops(logdir)
+    return {op: round(us / 1000.0 / steps, 3) for op, us in totals.most_common()}
 
 
 # ------------------------------------------------------------------ report
@@ -209,6 +232,9 @@ def main(argv=None):
     parser.add_argument("--list", action="store_true", help="print the processes and exit")
     parser.add_argument("--report", default=None, metavar="FILE",
                         help="print the tables of a results file and exit")
+    parser.add_argument("--profile", action="store_true",
+                        help="after the rounds, one more call per side and kind under "
+                        "tf.profiler: op time by type (op_ms_per_step in the record)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps < 1 or args.eval_steps < 0:
@@ -225,11 +251,12 @@ def main(argv=None):
         return 0
     if args.child:
         if args.models[0] in detection_rows.MODELS:
-            input_glob = detection_rows.write_synthetic_tfrecords(args.data_dir)
+            input_glob = detection_rows.input_glob_for(args.models[0], args.data_dir)
         else:
             input_glob = vision_rows.write_synthetic_tfrecords(args.data_dir)
         measure.emit(measure_in_process(args.models[0], args.dtypes[0], input_glob,
-                                        args.rounds, args.steps, args.eval_steps))
+                                        args.rounds, args.steps, args.eval_steps,
+                                        args.profile))
         return 0
     if not os.path.exists(args.tfm_python):
         parser.error(f"--tfm_python {args.tfm_python} does not exist: run "

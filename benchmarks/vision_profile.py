@@ -37,7 +37,7 @@ import measure  # noqa: E402
 import vision_rows  # noqa: E402
 
 
-def _xspace_ops(logdir):
+def xspace_ops(logdir):
     """{op type: total µs} and {op type: count} from the host plane of the trace in logdir."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -128,7 +128,7 @@ def profile_loop(side, model, input_glob, steps_per_loop, loops, xla, dtype=None
     _run_side(side, model, input_glob, steps_per_loop, window, xla, dtype)
     steps = steps_per_loop * loops  # loops warmup+1 .. warmup+loops
     wall_ms = 1000.0 * (window.end - window.start)
-    totals, counts = _xspace_ops(logdir)
+    totals, counts = xspace_ops(logdir)
     per_step = {k: round(v / 1000.0 / steps, 3) for k, v in totals.most_common()}
     return {"side": side, "workload": vision_rows.workload_name(model), "row": "profile",
             "steps": steps, "wall_ms_per_step": wall_ms / steps,

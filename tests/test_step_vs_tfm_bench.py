@@ -48,6 +48,9 @@ def test_one_process_per_model_and_dtype_with_the_run_options():
     for flag, value in (("--models", "resnet50"), ("--dtypes", "bfloat16"), ("--rounds", "6"),
                         ("--steps", "3"), ("--eval_steps", "0"), ("--data_dir", "/d")):
         assert flags[flags.index(flag) + 1] == value
+    assert "--profile" not in flags
+    args.profile = True  # the op-time look goes to the child
+    assert step_vs_tfm.child_command("tpy", "resnet50", "float32", args)[-1] == "--profile"
 
 
 def test_ratios_are_taken_within_each_round():
@@ -179,3 +182,41 @@ def test_retinanet_rows_build_lites_configs_from_tfms_yaml_and_field_names():
                         if isinstance(value, dict):
                             got[sub] = {k: v for k, v in got[sub].items() if k in value}
                 assert got == expected, key
+
+
+def test_maskrcnn_row_runs_tfms_experiment_on_records_whose_masks_lites_decoder_reads(tmp_path):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    import detection_rows  # pylint: disable=import-outside-toplevel
+    import lite_launcher as ll  # pylint: disable=import-outside-toplevel
+    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+    from lite_launcher.vision.dataloaders import tf_example_decoder  # pylint: disable=C0415
+
+    model = "maskrcnn_resnet50_fpn"
+    assert model in step_vs_tfm.MODELS and model in detection_rows.WITH_MASKS
+    assert step_vs_tfm.workload_name(model) == "maskrcnn_resnetfpn_coco_maskrcnn_resnet50_fpn"
+    train_utils.load_builtin_registrations("maskrcnn_resnetfpn_coco")
+    params = ll.get_exp_config("maskrcnn_resnetfpn_coco")
+    params.override(detection_rows.overrides(model, "/d/*.tfrecord", 2, "float32", 2))
+    params.validate()
+    # TFM's experiment turns XLA on (and bf16); the row states float32 without XLA on both.
+    assert (params.runtime.enable_xla, params.runtime.mixed_precision_dtype) == (
+        False, "float32")
+    assert params.task.model.include_mask and params.task.model.input_size == [256, 256, 3]
+    # With masks, the records sit beside the box-only ones, under their own glob.
+    glob = detection_rows.write_synthetic_tfrecords(str(tmp_path), num_images=2, masks=True)
+    assert glob != detection_rows.input_glob_for("retinanet_resnet50_fpn", str(tmp_path))
+    assert detection_rows.input_glob_for(model, str(tmp_path)) == glob
+    decoder = tf_example_decoder.TfExampleDecoder(include_mask=True)  # checks count and size
+    for serialized in tf.data.TFRecordDataset(tf.io.gfile.glob(glob)):
+        decoded = decoder.decode(serialized)
+        masks, boxes = decoded["groundtruth_instance_masks"].numpy(), decoded[
+            "groundtruth_boxes"].numpy()
+        assert masks.shape == (len(boxes), 256, 256) and set(np.unique(masks)) == {0.0, 1.0}
+        for mask, (ymin, xmin, ymax, xmax) in zip(masks, boxes * 256):
+            rows, cols = np.nonzero(mask)
+            # The ellipse inscribed in its box: inside it, touching its middle.
+            assert ymin - 1 <= rows.min() and rows.max() <= ymax + 1
+            assert xmin - 1 <= cols.min() and cols.max() <= xmax + 1
+            assert mask[int((ymin + ymax) / 2), int((xmin + xmax) / 2)] == 1.0

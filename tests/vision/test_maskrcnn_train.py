@@ -15,7 +15,7 @@ import tensorflow as tf
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from cli import run_lite_train  # noqa: E402
+from cli import run_lite_train, run_lite_train_in_process  # noqa: E402
 from detection_images import detection_tfrecords, write_override  # noqa: E402
 from test_modes import read_scalars  # noqa: E402
 
@@ -185,3 +185,60 @@ def test_maskrcnn_learns_the_drawn_shapes_and_their_masks(tmp_path, monkeypatch)
     assert validation["AP50"][0] < 0.05 and validation["mask_AP50"][0] < 0.05
     assert validation["AP50"][LEARNING_STEPS] >= 0.5, validation["AP50"]
     assert validation["mask_AP50"][LEARNING_STEPS] >= 0.4, validation["mask_AP50"]
+
+
+# ----- records without masks: the Faster R-CNN path of the Mask R-CNN task --------------------
+
+@pytest.fixture(scope="module")
+def box_data(tmp_path_factory):
+    """Drawn shapes converted without --include_masks: boxes only, no image/object/mask."""
+    return detection_tfrecords(str(tmp_path_factory.mktemp("boxes")), train_count=4,
+                               eval_count=4, size=SIZE)
+
+
+def _box_only_override(box_data, root, **changes):
+    # One train step, one eval step, one level (3; the mask test keeps 3-4): the shortest run
+    # that trains and evaluates.
+    return write_override(OVERRIDE, box_data, root, **{
+        "task.model.min_level": 3, "task.model.max_level": 3, "trainer.train_steps": 1,
+        "trainer.steps_per_loop": 1, "trainer.summary_interval": 1,
+        "trainer.checkpoint_interval": 1, "trainer.validation_interval": 1, **changes})
+
+
+def test_include_mask_false_trains_and_evaluates_boxes_on_records_without_masks(
+        box_data, tmp_path):
+    override = _box_only_override(box_data, str(tmp_path), **{"task.model.include_mask": False})
+    model_dir = tmp_path / "model"
+    run = run_lite_train_in_process("--experiment", EXPERIMENT, "--mode", "train_and_eval",
+                                    "--model_dir", model_dir, "--params_override", override)
+    assert run.returncode == 0, run.stderr
+    train = read_scalars(str(model_dir / "train"))
+    for name in LOSS_NAMES[:5]:
+        assert np.isfinite(train[name][1]) and train[name][1] > 0, name
+    # TFM's task without masks: the mask loss is the constant 0, still logged.
+    assert train["mask_loss"][1] == 0.0
+    assert train["model_loss"][1] == pytest.approx(
+        sum(train[name][1] for name in LOSS_NAMES[1:5]), rel=1e-5)
+    validation = read_scalars(str(model_dir / "validation"))
+    for name in COCO_NAMES:
+        assert 0.0 <= validation[name][1] <= 1.0 or validation[name][1] == -1.0, name
+    assert validation["APl"][1] == -1.0  # no drawn shape is large: a real COCO summary
+    assert not any(name.startswith("mask_") for name in validation)
+
+
+def test_include_mask_true_on_records_without_masks_is_refused_in_one_line(box_data, tmp_path):
+    """TFM fails deep in its parser (`indices[0] = 0 is not in [0, 0)` training, `box_index
+    has incompatible shape` evaluating); lite names the field and both ways out, before
+    tracing anything (the decoder's own check, per record, is test_detection_data's)."""
+    override = _box_only_override(box_data, str(tmp_path))
+    model_dir = tmp_path / "model"
+    run = run_lite_train_in_process("--experiment", EXPERIMENT, "--mode", "train",
+                                    "--model_dir", model_dir, "--params_override", override)
+    assert run.returncode == 2
+    line = run.stderr.strip()
+    assert "\n" not in line, line
+    first_file = box_data["train"].replace("*", "00000")
+    assert line.startswith("lite-train: error: task.model.include_mask is true but the first "
+                           f"record of {first_file} has boxes and no image/object/mask"), line
+    assert "--include_masks" in line and "task.model.include_mask: false" in line, line
+    assert tf.train.latest_checkpoint(str(model_dir)) is None

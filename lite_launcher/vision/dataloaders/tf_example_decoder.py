@@ -126,7 +126,8 @@ class TfExampleDecoder:
                     tf.equal(tf.shape(masks)[0], num_boxes),
                     [BAD_RECORD_MARKER, "record", source_id, "has", num_boxes, "boxes but",
                      tf.shape(masks)[0], "masks in image/object/mask: give every object "
-                     "its mask."]),
+                     "its mask (create_coco_tf_record --include_masks), or train boxes only "
+                     "(task.model.include_mask: false)."]),
                 tf.debugging.Assert(
                     tf.reduce_all(tf.equal(tf.shape(masks, out_type=tf.int64)[1:],
                                            tf.stack([height, width]))),

@@ -30,6 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from lite_launcher import checkpoints
+from lite_launcher.errors import ConfigError
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import _split_inputs
@@ -44,6 +45,21 @@ LOSS_NAMES = ("total_loss", "rpn_score_loss", "rpn_box_loss", "frcnn_cls_loss",
               "frcnn_box_loss", "mask_loss", "model_loss")
 # The model's inference outputs the COCO evaluator reads, when the model returns them.
 _PREDICTION_KEYS = retinanet.DETECTION_KEYS + ("detection_outer_boxes", "detection_masks")
+
+
+def refuse_records_without_masks(path: str) -> None:
+    """`ConfigError` (one line) when the first record of TFRecord file `path` has boxes but no
+    `image/object/mask`: records converted without masks, refused before anything is traced
+    (TFM fails inside its parser). The decoder still checks every record's mask count."""
+    for serialized in tf.data.TFRecordDataset(path).take(1):
+        feature = tf.train.Example.FromString(serialized.numpy()).features.feature
+        has_boxes = ("image/object/bbox/ymin" in feature
+                     and len(feature["image/object/bbox/ymin"].float_list.value) > 0)
+        if has_boxes and "image/object/mask" not in feature:
+            raise ConfigError(
+                f"task.model.include_mask is true but the first record of {path} has boxes "
+                f"and no image/object/mask: write the masks (create_coco_tf_record "
+                f"--include_masks) or train boxes only (task.model.include_mask: false).")
 
 
 @register_task_cls(maskrcnn_configs.MaskRCNNTask)
@@ -97,6 +113,8 @@ class MaskRCNNTask(retinanet.RetinaNetTask):
         reader = InputReader(params, dataset_fn=pick_dataset_fn(params.file_type),
                              decoder_fn=decoder.decode,
                              parser_fn=parser.parse_fn(params.is_training))
+        if model.include_mask and params.file_type == "tfrecord" and reader.files:
+            refuse_records_without_masks(reader.files[0])
         return reader.read(input_context)
 
     # ----- loss and metrics ------------------------------------------------------------
