@@ -28,7 +28,16 @@ def test_the_reference_covers_every_family():
     assert families == {"resnet", "dilated_resnet", "mobilenet", "vit"}
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+_LAYOUT = "tests/vision/test_vision_layout.py::test_weights_and_checkpoint_keys_are_unchanged"
+# `release` (seconds each to build): MobileNetV2's inverted bottlenecks are also in V3-Small's
+# (with SE), V4-ConvSmall's UIBs in V4-HybridMedium's (with attention), which the suite checks.
+_RELEASE_LAYOUTS = {"mobilenet_v2": "mobilenet_v3_small",
+                    "mobilenet_v4_conv_small": "mobilenet_v4_hybrid_medium_x0.5"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.release(sibling=f"{_LAYOUT}[{_RELEASE_LAYOUTS[name]}]"))
+    if name in _RELEASE_LAYOUTS else name for name in sorted(MODELS)])
 def test_weights_and_checkpoint_keys_are_unchanged(name, tmp_path):
     got = layout(build(name), str(tmp_path))
     keras.backend.clear_session()
@@ -68,7 +77,11 @@ def test_layer_scales_saved_by_either_family_load_in_their_layout():
         np.testing.assert_array_equal(np.asarray(y), np.full((2, 3, 4), 0.5, "float32"))
 
 
-@pytest.mark.parametrize("name", ["dilated_resnet50", "mobilenet_v4_hybrid_medium_x0.5"])
+@pytest.mark.parametrize("name", [
+    "dilated_resnet50",
+    pytest.param("mobilenet_v4_hybrid_medium_x0.5", marks=pytest.mark.release(  # ~15 s
+        sibling="tests/vision/test_vision_layout.py::"
+                "test_keras_file_round_trip_of_the_families_not_saved_elsewhere[dilated_resnet50]"))])
 def test_keras_file_round_trip_of_the_families_not_saved_elsewhere(name, tmp_path):
     # ResNet(-RS) and ViT models round-trip in test_vision_zoo_models / test_vit.
     model = build(name)
