@@ -96,6 +96,9 @@ def test_experiments_are_built_in_names():
     ({"model": {"mask_head": {"upsample_factor": 0}}}, "upsample_factor"),
     ({"train_data": {"parser": {"pad": False}}}, r"task.train_data.parser.pad is false"),
     ({"train_data": {"parser": {"rpn_match_threshold": 0.2}}}, "rpn_unmatched_threshold"),
+    ({"train_data": {"parser": {"aug_type": {"type": "autoaug", "autoaug": {
+        "augmentation_name": "detection_v0"}}}}},
+     r"task.train_data.parser.aug_type.autoaug.augmentation_name 'detection_v0' moves boxes"),
     ({"losses": {"class_weights": [1.0, 2.0]}}, "class_weights has 2 values"),
     ({"losses": {"frcnn_class_loss_top_k_percent": 0.0}}, "frcnn_class_loss_top_k_percent"),
     ({"allowed_mask_class_ids": [0, 5]}, r"allowed_mask_class_ids \[0\]"),

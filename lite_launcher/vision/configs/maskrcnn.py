@@ -94,6 +94,14 @@ class DataConfig(retinanet.DataConfig):
         if parser.mask_crop_size < 1:
             raise ConfigError(f"{path}.parser.mask_crop_size ({parser.mask_crop_size}) must be "
                               f">= 1.")
+        aug = parser.aug_type
+        if (aug is not None and aug.type == "autoaug"
+                and aug.autoaug.augmentation_name == "detection_v0"):
+            # Mask R-CNN's parser augments the image alone (as TFM's, which fails later on it):
+            # a box-moving policy would leave the boxes and masks behind.
+            raise ConfigError(f"{path}.parser.aug_type.autoaug.augmentation_name "
+                              f"'detection_v0' moves boxes, which Mask R-CNN's parser does not "
+                              f"carry through augmentation; use an image policy (e.g. 'v0').")
 
 
 @dataclasses.dataclass
