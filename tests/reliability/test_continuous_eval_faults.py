@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from reliability_utils import run_lite_train, train_mock
+from cli import run_lite_train_in_process
+from reliability_utils import ERROR_PREFIX, train_mock
 
 pytestmark = pytest.mark.slow
 
@@ -25,14 +26,14 @@ def test_pruned_and_broken_checkpoints_are_told_apart_and_the_wait_ends_at_the_l
     data = os.path.join(model_dir, "ckpt-30.data-00000-of-00001")
     os.truncate(data, os.path.getsize(data) // 2)  # ckpt-30: broken.
 
-    completed = run_lite_train([
+    completed = run_lite_train_in_process(
         "--experiment=mock", "--mode=continuous_eval", f"--model_dir={model_dir}",
         "--continuous_eval_max_wait_s=3",
         "--params_override=trainer.train_steps=100,trainer.validation_steps=2,"
-        "trainer.continuous_eval_timeout=1,trainer.continuous_eval_all_checkpoints=true"])
-    log = completed.stderr
-    assert completed.returncode == 0, log[-3000:]
-    assert "Traceback" not in log
+        "trainer.continuous_eval_timeout=1,trainer.continuous_eval_all_checkpoints=true")
+    log = completed.logged
+    assert completed.returncode == 0, (completed.stderr + log)[-3000:]
+    assert ERROR_PREFIX not in completed.stderr and "Traceback" not in completed.stderr + log
 
     # Every intact checkpoint is evaluated, also the ones right after the bad ones.
     assert [int(s) for s in _EVAL_STEP.findall(log)] == [10, 40, 50]

@@ -2,15 +2,19 @@
 
 digits_mlp with `runtime.deterministic_ops` (deterministic TF ops, fixed seeds) and a shuffled,
 repeated training set (1,500 examples, batch 64: an epoch is 23 steps, so N = 30 stops mid-way
-through the second epoch). Only with `trainer.checkpoint_train_iterator` does the resumed run
-see the same batches; without it the resumed run starts the input pipeline over and ends with
-other weights, which shows the test can tell the difference.
+through the second epoch). One process trains 2N steps straight, saving the iterator; its
+checkpoint of step N, copied into fresh model_dirs, is what two new processes resume from (three
+processes in all). Only with `trainer.checkpoint_train_iterator` does the resumed run see the
+same batches; without it the resumed run starts the input pipeline over (the iterator state in
+the checkpoint is not read) and ends with other weights, which shows the test can tell the
+difference.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -29,7 +33,8 @@ _NOT_STATE = ("save_counter/.ATTRIBUTES/VARIABLE_VALUE", "_CHECKPOINTABLE_OBJECT
 
 def _train(model_dir, steps, checkpoint_iterator):
     flat = {**FAST_DIGITS, "trainer.train_steps": steps, "runtime.deterministic_ops": True,
-            "trainer.checkpoint_train_iterator": checkpoint_iterator}
+            "trainer.checkpoint_train_iterator": checkpoint_iterator,
+            "trainer.max_to_keep": 10}  # the straight run's ckpt-N stays to be resumed from
     completed = run_lite_train(["--experiment", "digits_mlp", "--mode", "train",
                                 "--model_dir", model_dir,
                                 "--params_override", override_json(flat)])
@@ -43,18 +48,25 @@ def _state(model_dir, step):
     return {k: v for k, v in read_checkpoint(prefix).items() if k not in _NOT_STATE}
 
 
+def _resume_from(source, model_dir, step):
+    """A fresh model_dir holding only `source`'s checkpoint of `step`, listed as the latest."""
+    os.makedirs(model_dir)
+    for suffix in (".index", ".data-00000-of-00001"):
+        shutil.copy(os.path.join(source, f"ckpt-{step}{suffix}"), model_dir)
+    tf.compat.v1.train.update_checkpoint_state(model_dir, os.path.join(model_dir, f"ckpt-{step}"))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Three model dirs: 2N straight, N + N with the iterator saved, N + N without."""
+    """Three model dirs: 2N straight; its ckpt-N resumed to 2N with the iterator restored, and
+    without it."""
     root = tmp_path_factory.mktemp("exact_resume")
     straight, resumed, restarted = (str(root / name) for name in
                                     ("straight", "resumed", "restarted_input"))
-    logs = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-        first = [pool.submit(_train, straight, 2 * N, True),
-                 pool.submit(_train, resumed, N, True),
-                 pool.submit(_train, restarted, N, False)]
-        [f.result() for f in first]
+    _train(straight, 2 * N, True)
+    for model_dir in (resumed, restarted):
+        _resume_from(straight, model_dir, N)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         second = {"resumed": pool.submit(_train, resumed, 2 * N, True),
                   "restarted": pool.submit(_train, restarted, 2 * N, False)}
         logs = {name: f.result() for name, f in second.items()}

@@ -37,6 +37,8 @@ def test_a_second_trainer_is_refused_evaluators_are_not_and_kill_9_leaves_no_sta
         wait_for(lambda: first.poll() is not None or checkpoint_numbers(model_dir),
                  timeout=240, what="the first trainer's first checkpoint")
         assert first.poll() is None, read_text(log_path)[-3000:]
+        # Stopped, it still holds the lock (and its pid) but leaves the CPU to the rest.
+        first.send_signal(signal.SIGSTOP)
         params_before = snapshot(os.path.join(model_dir, "params.yaml"))
 
         second = run_lite_train(_train(model_dir, 10 ** 9))

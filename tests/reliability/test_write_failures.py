@@ -2,13 +2,14 @@
 write that fails is one line, exit 1, the newest complete checkpoint intact, and no temporary
 file (`checkpoint.tmp<hex>`, `ckpt-N_temp/`) left behind.
 
-Two ways to fail, each one `lite-train` process of the mock experiment:
+Two ways to fail, each one `lite-train` run of the mock experiment:
 - a file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored: "File too large", no root needed) of 3400
-  bytes (above params.yaml's ~3.1 KB, written first): the event file reaches it first, then the checkpoint state file, which grows by one
-  line per kept checkpoint;
+  bytes (above params.yaml's ~3.1 KB, written first), in a process of its own (the limit is the
+  process's): the event file reaches it first, then the checkpoint state file, which grows by
+  one line per kept checkpoint;
 - a full disk: a 40 KiB tmpfs ("No space left on device"), mounted only where this process may
-  mount (root in a container that allows it; skipped elsewhere): the event file fills it, then
-  a later checkpoint (every 150 steps) cannot be written.
+  mount (root in a container that allows it; skipped elsewhere), the driver run in this
+  process: the event file fills it, then a later checkpoint (every 150 steps) cannot be written.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from lite_launcher import checkpoints
 import tensorflow as tf
 
+from cli import run_lite_train_in_process
 from reliability_utils import (ERROR_PREFIX, REPO_ROOT, checkpoint_global_step,
                                lite_train_command, logged_train_steps, read_checkpoint,
                                subprocess_env)
@@ -74,12 +76,12 @@ def _debris(model_dir):
     return found
 
 
-def _check_failed_checkpoint_write(completed, model_dir, cause):
-    """One error line, last, naming model_dir and `cause`; returns the checkpoint it names as
-    the latest, after checking that it reads and that a restart would resume from it."""
-    stderr = completed.stderr
+def _check_failed_checkpoint_write(returncode, stderr, model_dir, cause):
+    """Exit code 1 and one error line on `stderr`, last, naming model_dir and `cause`; returns
+    the step of the checkpoint it names as the latest, after checking that it reads and that a
+    restart would resume from it."""
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert completed.returncode == 1, stderr[-3000:]
+    assert returncode == 1, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert [line for line in lines if line.startswith(ERROR_PREFIX)] == [lines[-1]]
     assert lines[-1].startswith(f"{ERROR_PREFIX}Could not write the checkpoint of step "), lines[-1]
@@ -93,12 +95,12 @@ def _check_failed_checkpoint_write(completed, model_dir, cause):
     return step
 
 
-def _check_summaries_stopped_once(completed, summary_dir, cause):
+def _check_summaries_stopped_once(log, summary_dir, cause):
     warnings = re.findall(rf"Could not write summaries to {re.escape(summary_dir)} \(\w+Error: "
                           rf"[^)]*{cause}\); no more summaries are written there, and the run "
-                          r"goes on", completed.stderr)
-    assert len(warnings) == 1, completed.stderr[-3000:]
-    assert completed.stderr.count("Could not write summaries") == 1
+                          r"goes on", log)
+    assert len(warnings) == 1, log[-3000:]
+    assert log.count("Could not write summaries") == 1
 
 
 def test_a_file_size_limit_stops_the_summaries_and_then_a_failed_state_write_leaves_no_debris(
@@ -106,8 +108,10 @@ def test_a_file_size_limit_stops_the_summaries_and_then_a_failed_state_write_lea
     model_dir = str(tmp_path / "model")
     completed = _run(_train(model_dir, train_steps=1000, steps_per_loop=5, summary_interval=5,
                             checkpoint_interval=5, max_to_keep=300), file_size_limit=3400)
-    _check_summaries_stopped_once(completed, os.path.join(model_dir, "train"), "File too large")
-    latest_step = _check_failed_checkpoint_write(completed, model_dir, "File too large")
+    _check_summaries_stopped_once(completed.stderr, os.path.join(model_dir, "train"),
+                                  "File too large")
+    latest_step = _check_failed_checkpoint_write(completed.returncode, completed.stderr,
+                                                 model_dir, "File too large")
     # Training went on for many checkpoints after the summaries stopped.
     last_summary = max(_summary_steps(os.path.join(model_dir, "train"), _TRAIN_TAG))
     assert latest_step >= last_summary + 50, (last_summary, latest_step)
@@ -136,12 +140,17 @@ def test_a_full_disk_stops_the_summaries_and_then_a_failed_checkpoint_leaves_no_
     model_dir = os.path.join(tiny_tmpfs, "model")
     # Checkpoints every 150 steps keep taking space after the summaries stopped, so one of them
     # meets the full disk whatever the event file's last buffered write left free.
-    completed = _run(_train(model_dir, train_steps=600, steps_per_loop=1, summary_interval=1,
-                            checkpoint_interval=150, max_to_keep=100))
-    _check_summaries_stopped_once(completed, os.path.join(model_dir, "train"),
+    completed = run_lite_train_in_process(*_train(
+        model_dir, train_steps=600, steps_per_loop=1, summary_interval=1,
+        checkpoint_interval=150, max_to_keep=100))
+    _check_summaries_stopped_once(completed.logged, os.path.join(model_dir, "train"),
                                   "No space left on device")
-    latest = _check_failed_checkpoint_write(completed, model_dir, "No space left on device")
+    # In this process the driver's stderr holds its own lines only: the error line alone.
+    assert len(completed.stderr.splitlines()) == 1, completed.stderr
+    latest = _check_failed_checkpoint_write(completed.returncode, completed.stderr, model_dir,
+                                            "No space left on device")
     failed = int(re.search(r"Could not write the checkpoint of step (\d+)",
                            completed.stderr).group(1))
     assert latest < failed <= 600, (latest, failed)
-    assert max(logged_train_steps(completed.stderr)) == failed  # trained on until that save
+    assert max(logged_train_steps(completed.logged)) == failed  # trained on until that save
+    assert "Traceback" not in completed.logged
