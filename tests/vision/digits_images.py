@@ -27,13 +27,14 @@ def write_digit_folders(root: str, split: str, limit: int = None) -> int:
     return len(labels)
 
 
-def digits_tfrecords(tmp_dir: str, num_shards: int = 2):
-    """Writes train / validation folders and shards with the CLI; returns the two globs."""
+def digits_tfrecords(tmp_dir: str, num_shards: int = 2, limits=(None, None)):
+    """Writes train / validation folders and shards with the CLI; returns the two globs.
+    `limits`: the first N digits of (train, validation) only (None: all of the split)."""
     from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
     globs = []
-    for split in ("train", "validation"):
+    for split, limit in zip(("train", "validation"), limits):
         folder = os.path.join(tmp_dir, f"{split}_images")
-        write_digit_folders(folder, split)
+        write_digit_folders(folder, split, limit=limit)
         prefix = os.path.join(tmp_dir, split)
         assert make_tfrecords.main(["--image_dir", folder, "--output_prefix", prefix,
                                     "--num_shards", str(num_shards)]) == 0

@@ -27,7 +27,7 @@ def _config(input_path, **train_data):
             "shuffle_buffer_size": 8}
     config.override({"task": {
         "model": {"num_classes": 2, "input_size": [16, 16, 3],
-                  "backbone": {"type": "resnet", "resnet": {"model_id": 18}}},
+                  "backbone": {"type": "resnet", "resnet": {"model_id": 10}}},
         "train_data": dict(data, **train_data),
         "validation_data": dict(data, is_training=False)},
         "trainer": {"optimizer_config": {"optimizer": {"type": "sgd"},
@@ -45,7 +45,9 @@ def test_every_augmentation_runs_in_the_input_pipeline_and_trains(tmp_path):
     """RandAugment, colour jitter, random erasing and MixUp/CutMix from augment.py, then a step."""
     path = _tfrecords(tmp_path)
     plain = _config(path)
-    augmented = _config(path, aug_type={"type": "randaug", "randaug": {"magnitude": 9}},
+    # One RandAugment layer: each layer traces every op (test_augment runs the default two).
+    augmented = _config(path, aug_type={"type": "randaug",
+                                        "randaug": {"magnitude": 9, "num_layers": 1}},
                         color_jitter=0.4, random_erasing={"probability": 1.0},
                         mixup_and_cutmix={"mixup_alpha": 0.8, "cutmix_alpha": 1.0})
     task, (images, labels) = _one_batch(augmented, augmented.task.train_data)

@@ -1,8 +1,7 @@
-"""End to end through `lite-train`: a DeiT YAML pretrains a tiny ViT at 32x32, a fine-tuning
-YAML restores its backbone at 48x48 (position embeddings interpolated)."""
+"""End to end through `lite-train` (in this process): a DeiT YAML pretrains a tiny ViT at
+32x32, a fine-tuning YAML restores its backbone at 48x48 (position embeddings interpolated)."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -14,43 +13,29 @@ import lite_launcher as ll
 from lite_launcher.vision import modeling
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from digits_images import write_digit_folders  # noqa: E402
-from test_modes import read_scalars, subprocess_env  # noqa: E402
-from cli import lite_train_command
+from digits_images import digits_tfrecords  # noqa: E402
+from test_modes import read_scalars  # noqa: E402
+from cli import run_lite_train_in_process  # noqa: E402
 
 DEIT_YAML = os.path.join(HERE, "data", "imagenet_vitti16_i224_deit_gpu.yaml")
 FINETUNE_YAML = os.path.join(HERE, "data", "imagenet_vitti16_i384_finetune_gpu.yaml")
-TIMEOUT = 600
 # A 1-block, 16-wide ViT with 8x8 patches (model_name null keeps these sizes).
 TINY_VIT = {"model_name": None, "hidden_size": 16, "patch_size": 8,
             "transformer": {"mlp_dim": 32, "num_heads": 2, "num_layers": 1}}
 
 
 def lite_train(*args):
-    result = subprocess.run(lite_train_command(*args),
-                            cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
-                            timeout=TIMEOUT)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
+    run = run_lite_train_in_process(*args)
+    assert run.returncode == 0, run.stderr[-4000:]
 
 
 @pytest.fixture(scope="module")
 def small_records(tmp_path_factory):
     """(train glob, validation glob): 60 and 40 digits (every class) as 32x32 JPEG TFRecords."""
-    from lite_launcher.vision import make_tfrecords  # pylint: disable=import-outside-toplevel
-    root = tmp_path_factory.mktemp("vit_digits")
-    globs = []
-    for split, limit in (("train", 60), ("validation", 40)):
-        folder = str(root / f"{split}_images")
-        write_digit_folders(folder, split, limit=limit)
-        prefix = str(root / split)
-        assert make_tfrecords.main(["--image_dir", folder, "--output_prefix", prefix,
-                                    "--num_shards", "1"]) == 0
-        globs.append(prefix + "-*-of-*")
-    return globs
+    return digits_tfrecords(str(tmp_path_factory.mktemp("vit_digits")), num_shards=1,
+                            limits=(60, 40))
 
 
 def cpu_overrides(train, validation, size, vit, **task):
