@@ -172,9 +172,13 @@ def test_collective_implementation_choice():
 # ----------------------------------------------------------------------------- subprocesses
 
 
-def test_mirrored_over_two_logical_cpus():
-    result = run_in_subprocess("""
-        import json
+@pytest.fixture(scope="module")
+def local_strategies_in_a_fresh_process():
+    """What a fresh process reports for a MirroredStrategy over 2 logical CPUs, then for
+    runtime.tpu='local' without a TPU (last: initialize_tpu_system clears TensorFlow's caches
+    even when it fails). One process for both: a TensorFlow start-up is ~6 CPU-seconds."""
+    return run_in_subprocess("""
+        import json, time
         import tensorflow as tf
         from lite_launcher import strategy as st
         from lite_launcher.base_config import ConfigError
@@ -192,12 +196,25 @@ def test_mirrored_over_two_logical_cpus():
             late_error = ""
         except ConfigError as e:
             late_error = str(e)
-        print(json.dumps({
+        mirrored = {
             "type": type(strategy).__name__, "devices": devices,
             "replicas": strategy.num_replicas_in_sync, "total": float(total),
             "same_count_ok": same_count_ok, "late_error": late_error,
-            "chief": st.is_chief(strategy), "write": st.should_write(strategy)}))
+            "chief": st.is_chief(strategy), "write": st.should_write(strategy)}
+        has_tpu = bool(tf.config.list_physical_devices("TPU"))
+        start = time.monotonic()
+        try:
+            st.get_distribution_strategy("tpu", tpu_address="local")
+            error = ""
+        except ConfigError as e:
+            error = str(e)
+        local_tpu = {"has_tpu": has_tpu, "error": error, "seconds": time.monotonic() - start}
+        print(json.dumps({"mirrored": mirrored, "local_tpu": local_tpu}))
     """)
+
+
+def test_mirrored_over_two_logical_cpus(local_strategies_in_a_fresh_process):
+    result = local_strategies_in_a_fresh_process["mirrored"]
     assert result["type"] == "MirroredStrategy"
     assert result["devices"] == ["/device:CPU:0", "/device:CPU:1"]
     assert result["replicas"] == 2
@@ -324,23 +341,8 @@ def test_remote_tpu_unreachable_fails_fast(monkeypatch, address_kind):
     assert len(str(info.value).splitlines()) == 1
 
 
-def test_local_tpu_missing_fails_fast():
-    # In a subprocess: initialize_tpu_system clears TensorFlow's caches even when it fails.
-    result = run_in_subprocess("""
-        import json, time
-        import tensorflow as tf
-        from lite_launcher import strategy as st
-        from lite_launcher.base_config import ConfigError
-        has_tpu = bool(tf.config.list_physical_devices("TPU"))
-        start = time.monotonic()
-        try:
-            st.get_distribution_strategy("tpu", tpu_address="local")
-            error = ""
-        except ConfigError as e:
-            error = str(e)
-        print(json.dumps({"has_tpu": has_tpu, "error": error,
-                          "seconds": time.monotonic() - start}))
-    """)
+def test_local_tpu_missing_fails_fast(local_strategies_in_a_fresh_process):
+    result = local_strategies_in_a_fresh_process["local_tpu"]
     if result["has_tpu"]:
         pytest.skip("this machine has a TPU")
     assert result["error"].startswith("No TPU reachable for runtime.tpu='local'")

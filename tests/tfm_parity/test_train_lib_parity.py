@@ -102,8 +102,19 @@ def test_end_to_end(tmp_path, parsed_flags, mode, run_post_eval):
     run_end_to_end(tmp_path, mode, run_post_eval, use_runner_class=False)
 
 
-@MODES
-@POST_EVAL
+def _release_beside_the_function_runs():
+    """(mode, run_post_eval) cases of the class test, each `release` naming the same case of
+    test_end_to_end: run_experiment is ExperimentRunner(...).run(), the same code path."""
+    cases = []
+    for run_post_eval, post_id in ((True, "post_eval"), (False, "no_post")):
+        for mode in ("train", "eval", "train_and_eval"):
+            case_id = f"{post_id}-{mode}"
+            cases.append(pytest.param(mode, run_post_eval, id=case_id, marks=pytest.mark.release(
+                sibling=f"tests/tfm_parity/test_train_lib_parity.py::test_end_to_end[{case_id}]")))
+    return cases
+
+
+@pytest.mark.parametrize("mode, run_post_eval", _release_beside_the_function_runs())
 def test_end_to_end_class(tmp_path, parsed_flags, mode, run_post_eval):
     """Restates train_lib_test.TrainTest.test_end_to_end_class (default strategy)."""
     run_end_to_end(tmp_path, mode, run_post_eval, use_runner_class=True)

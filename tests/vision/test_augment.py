@@ -447,10 +447,15 @@ def test_auto_augment_named_policies_are_valid_and_run(name):
 
 # ------------------------------------------------------------------------------ graph mode
 
-# Tracing a policy costs seconds on a loaded machine: one graph per augmenter kind.
+# Tracing a policy costs seconds on a loaded machine: one graph per augmenter kind. v0's 25
+# sub-policies take ~14 s: the suite traces AutoAugment's one-policy 'test' in graph mode
+# (every op RandAugment holds, v0's included, is traced by 'randaug').
 @pytest.mark.parametrize("make_augmenter", [
     lambda: augment.RandAugment(magnitude_std=0.5, prob_to_apply=0.7).distort,
-    lambda: augment.AutoAugment("v0").distort,
+    pytest.param(lambda: augment.AutoAugment("v0").distort, id="autoaug",
+                 marks=pytest.mark.release(
+                     sibling="tests/vision/test_augment.py::"
+                             "test_augmenters_accept_unknown_static_shapes")),
     lambda: lambda image: augment.color_jitter(image, 0.4, 0.4, 0.4),
 ], ids=["randaug", "autoaug", "jitter"])
 def test_image_augmenters_run_in_dataset_map_and_keep_shape_and_dtype(make_augmenter):

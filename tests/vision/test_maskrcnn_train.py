@@ -73,9 +73,10 @@ def data(tmp_path_factory):
 def trained(data, tmp_path_factory):
     """lite-train train_and_eval without an annotation file (the task writes one)."""
     root = str(tmp_path_factory.mktemp("maskrcnn"))
-    # Levels 3-4 only: fewer per-level ops to trace (the learning run keeps 2-5).
+    # Levels 3-4 only and a ResNet-10: fewer ops to trace (the learning run keeps 2-5 and 18).
     override = write_override(OVERRIDE, data, root, **{
-        "task.annotation_file": "", "task.model.min_level": 3, "task.model.max_level": 4})
+        "task.annotation_file": "", "task.model.min_level": 3, "task.model.max_level": 4,
+        "task.model.backbone.resnet.model_id": 10})
     model_dir = os.path.join(root, "model")
     monkeypatch = pytest.MonkeyPatch()
     try:

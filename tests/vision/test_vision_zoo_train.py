@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from digits_images import write_digit_folders  # noqa: E402
 from test_modes import read_scalars, subprocess_env  # noqa: E402
 from tfm_yaml import scaled_learning_rate_override  # noqa: E402
-from cli import lite_train_command
+from cli import lite_train_command, run_lite_train_in_process  # noqa: E402
 
 DATA = os.path.join(HERE, "data")
 TIMEOUT = 600
@@ -38,8 +38,10 @@ FAMILIES = [
         "imagenet_mobilenetv4_conv_small_tpu.yaml", "mobilenet_imagenet", "",
         {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetV4ConvSmall"}},
         marks=pytest.mark.release(sibling=ZOO + "[imagenet_mobilenetv1_tpu]")),  # ~18 s
-    ("imagenet_mobilenetv3.5_avgseg_tpu.yaml", "mobilenet_imagenet", "",
-     {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetMultiAVGSeg"}}),
+    pytest.param(
+        "imagenet_mobilenetv3.5_avgseg_tpu.yaml", "mobilenet_imagenet", "",
+        {"type": "mobilenet", "mobilenet": {"model_id": "MobileNetMultiAVGSeg"}},
+        marks=pytest.mark.release(sibling=ZOO + "[imagenet_mobilenetv1_tpu]")),  # ~28 s
     # ResNet-50 in place of the YAML's 101 keeps the CPU test short; every other option of
     # the YAML (output stride, multigrid, stem v1, SE, stochastic depth) is kept.
     pytest.param(
@@ -146,14 +148,17 @@ def test_tfm_zoo_yaml_trains_two_steps_and_evaluates(small_records, tmp_path, ya
 @pytest.mark.parametrize("yaml_name, experiment, extra", [
     ("imagenet_resnet101_deeplab_tpu.yaml", "resnet_imagenet",
      ",task.model.backbone.dilated_resnet.model_id=50"),
+    # ResNet-10 in place of the YAML's 50 (the tracing time is the layer count's); every
+    # ResNet-RS option of the YAML and the experiment's EMA are kept.
     ("imagenet_resnetrs50_i160.yaml", "resnet_rs_imagenet",
-     ",task.model.norm_activation.norm_momentum=0.99"),
+     ",task.model.norm_activation.norm_momentum=0.99,task.model.backbone.resnet.model_id=10"),
 ], ids=["dilated_resnet", "resnet_rs"])
 def test_tfm_zoo_yaml_trains_one_step_in_process(small_records, tmp_path, yaml_name, experiment,
                                                  extra):
     """The release YAML runs' config and `run_experiment`, in this process and for one step:
-    the YAML's backbone (dilated ResNet-50 at output stride 16; ResNet-RS-50 with its EMA)
-    trains: nearly every weight changes, all stay finite, the checkpoint is written."""
+    the YAML's backbone (dilated ResNet-50 at output stride 16; ResNet-RS options on a
+    ResNet-10, with the experiment's EMA) trains: nearly every weight changes, all stay
+    finite, the checkpoint is written."""
     import lite_launcher as ll
     import tensorflow as tf
     from lite_launcher import train_lib
@@ -172,12 +177,13 @@ def test_tfm_zoo_yaml_trains_one_step_in_process(small_records, tmp_path, yaml_n
     assert all(np.isfinite(w.numpy()).all() for w in model.trainable_weights)
     assert tf.train.latest_checkpoint(str(tmp_path / "model")).endswith("ckpt-1")
     changed = [np.abs(a - b.numpy()).max() > 0 for a, b in zip(before, model.trainable_weights)]
-    assert len(changed) > 100 and np.mean(changed) > 0.9, np.mean(changed)
+    assert len(changed) > 50 and np.mean(changed) > 0.9, (len(changed), np.mean(changed))
 
 
 def test_tfm_yaml_with_norm_activation_under_losses_is_refused_with_one_line(tmp_path):
-    # TFM's imagenet_mobilenetv3.5_avg_tpu.yaml: TFM 2.20 refuses it too (no such key).
-    result = lite_train("--experiment", "mobilenet_imagenet", "--config_file",
+    # TFM's imagenet_mobilenetv3.5_avg_tpu.yaml: TFM 2.20 refuses it too (no such key). The
+    # driver in this process: the exit code and its stderr are the process's.
+    result = run_lite_train_in_process("--experiment", "mobilenet_imagenet", "--config_file",
                         os.path.join(DATA, "imagenet_mobilenetv3.5_avg_tpu.yaml"),
                         "--mode", "train", "--model_dir", tmp_path / "model")
     assert result.returncode == 2
