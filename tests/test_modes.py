@@ -59,13 +59,6 @@ def subprocess_env(extra_pythonpath=None):
     return env
 
 
-def start_lite_train(*args, extra_pythonpath=None):
-    """Starts `lite-train args...`; stdout and stderr are captured as text."""
-    return subprocess.Popen(lite_train_command() + [str(a) for a in args], cwd=ROOT,
-                            env=subprocess_env(extra_pythonpath), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
 def lite_train(*args, expect_rc=0, extra_pythonpath=None):
     """Runs `lite-train args...` to completion; asserts the exit code; returns the result."""
     result = subprocess.run(lite_train_command() + [str(a) for a in args], cwd=ROOT,
