@@ -4,10 +4,10 @@ TensorFlow alone.
 digits_mlp and a ResNet-10 `resnet_imagenet` (32x32, 5 classes) are trained a few steps
 in-process, exported by lite-export's flags-to-export code in this process (digits: its one
 input type; ResNet: every TFM input type, one signature each, through `--function_keys`), and
-loaded in a fresh Python that never imports lite_launcher. Each signature's outputs are compared with the Keras model's on
-the same inputs: JPEGs and tf.Examples against the evaluation pipeline's images (served =
-evaluated), decoded images and a PNG against a centre crop + resize + normalisation written
-here in numpy.
+loaded in a fresh Python that never imports lite_launcher. Each signature's outputs are
+compared with the Keras model's on the same inputs: JPEGs and tf.Examples against the
+evaluation pipeline's images (served = evaluated), decoded images and a PNG against a centre
+crop + resize + normalisation written here in numpy.
 """
 
 import gc
