@@ -35,10 +35,12 @@ def reset_driver_flags() -> None:
 
 class InProcessRun(NamedTuple):
     """What an in-process `lite-train` left: its exit code, what it wrote to stderr itself
-    (the one error line), and the messages it logged, one a line."""
+    (the one error line), the messages it logged, one a line, and what it printed to stdout
+    (`--dry_run`'s config, `--help`)."""
     returncode: int
     stderr: str
     logged: str
+    stdout: str = ""
 
 
 class _Messages(logging.Handler):
@@ -70,7 +72,7 @@ def run_lite_train_in_process(*args) -> InProcessRun:
 
     saved_argv, sigterm = sys.argv, signal.getsignal(signal.SIGTERM)
     saved_environment = {name: os.environ.get(name) for name in _DRIVER_ENVIRONMENT}
-    messages, stderr = _Messages(), io.StringIO()
+    messages, stderr, stdout = _Messages(), io.StringIO(), io.StringIO()
     # The driver logs through absl's logger, at INFO whatever an earlier test left its
     # verbosity at (the record reaches this handler even where it does not propagate).
     absl_logger, verbosity = absl_logging.get_absl_logger(), absl_logging.get_verbosity()
@@ -79,7 +81,7 @@ def run_lite_train_in_process(*args) -> InProcessRun:
     sys.argv = ["lite-train"] + [str(a) for a in args]
     tf.config.experimental.enable_op_determinism = record_determinism
     try:
-        with contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(stdout):
             main_lib.run()
         code = 0
     except SystemExit as exit_request:
@@ -107,7 +109,7 @@ def run_lite_train_in_process(*args) -> InProcessRun:
     assert not determinism_calls, (
         "runtime.deterministic_ops changed this process for every later test: run it with "
         "lite_train_command in a subprocess")
-    return InProcessRun(code, stderr.getvalue(), "\n".join(messages.lines))
+    return InProcessRun(code, stderr.getvalue(), "\n".join(messages.lines), stdout.getvalue())
 
 
 def run_lite_train(monkeypatch, *args) -> int:

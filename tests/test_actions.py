@@ -240,13 +240,47 @@ def test_ema_weights_are_swapped_back_when_saving_fails(tmp_path):
 # Preemption.
 # ---------------------------------------------------------------------------
 
+# One child process for both preemption scenarios below (each costs a TensorFlow start-up).
+# First a second SIGTERM that arrives while the action's handler is still running (Python runs
+# the nested handler at the next bytecode boundary of the first): a trace function sends it at
+# every line the first handler runs, down into what it calls; the child must go on at once.
+# Then a training loop that the parent stops with a SIGTERM from outside.
 _PREEMPTED_CHILD = textwrap.dedent("""
-    import sys, time
+    import os, signal, sys, time
     sys.path.insert(0, {repo!r})
     sys.path.insert(0, {tests!r})
     import tensorflow as tf
     from test_actions import TinyTrainer
     from lite_launcher import actions
+
+    step = tf.Variable(0, dtype=tf.int64)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(step=step), {nested_dir!r}, 1)
+    action = actions.PreemptionCheckpointAction(manager, step)
+    handler = signal.getsignal(signal.SIGTERM)
+    sent = []
+
+    def depth(frame):
+        count = 0
+        while frame is not None:
+            count += frame.f_code is handler.__func__.__code__
+            frame = frame.f_back
+        return count
+
+    def tracer(frame, event, arg):
+        if event == "line" and depth(frame) == 1:
+            sent.append(frame.f_code.co_name)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return tracer
+
+    sys.settrace(tracer)
+    os.kill(os.getpid(), signal.SIGTERM)
+    sys.settrace(None)
+    assert action.preempted and sent, sent
+    try:
+        action()
+    except SystemExit as exit_info:
+        print("nested", exit_info.code, manager.latest_checkpoint, flush=True)
+    action.close()
 
     trainer = TinyTrainer()
     manager = tf.train.CheckpointManager(trainer.checkpoint, {model_dir!r}, max_to_keep=3)
@@ -259,26 +293,43 @@ _PREEMPTED_CHILD = textwrap.dedent("""
 """)
 
 
-def test_sigterm_saves_a_checkpoint_at_the_step_reached_and_exits(tmp_path):
-    model_dir = str(tmp_path / "model")
+@pytest.fixture(scope="module")
+def preempted_child(tmp_path_factory):
+    """The child above, sent a SIGTERM after its third training loop: its exit code, stderr,
+    the nested scenario's line, the steps it printed, and its two checkpoint directories."""
+    root = tmp_path_factory.mktemp("preempted")
+    nested_dir, model_dir = str(root / "nested"), str(root / "model")
     script = _PREEMPTED_CHILD.format(repo=REPO_ROOT, tests=os.path.join(REPO_ROOT, "tests"),
-                                     model_dir=model_dir)
+                                     nested_dir=nested_dir, model_dir=model_dir)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+                             stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT)
+    lines = []
+    watchdog = threading.Timer(120, child.kill)  # a hang fails the tests, not the suite
+    watchdog.start()
     try:
-        steps = []
         for line in child.stdout:
-            steps.append(int(line.split()[1]))
-            if len(steps) == 3:
+            lines.append(line)
+            if sum(line.startswith("step ") for line in lines) == 3:
                 child.send_signal(signal.SIGTERM)
                 break
-        rest, stderr = child.communicate(timeout=60)
+        rest, stderr = child.communicate(timeout=90)
     finally:
+        watchdog.cancel()
         if child.poll() is None:
             child.kill()
-    steps += [int(line.split()[1]) for line in rest.splitlines()]
-    assert child.returncode == actions.PREEMPTION_EXIT_CODE == 143, stderr[-2000:]
+            child.wait()
+    lines += rest.splitlines()
+    return types.SimpleNamespace(
+        returncode=child.returncode, stderr=stderr, nested_dir=nested_dir, model_dir=model_dir,
+        nested=[line.split() for line in lines if line.startswith("nested ")],
+        steps=[int(line.split()[1]) for line in lines if line.startswith("step ")])
+
+
+def test_sigterm_saves_a_checkpoint_at_the_step_reached_and_exits(preempted_child):
+    model_dir, steps = preempted_child.model_dir, preempted_child.steps
+    assert preempted_child.returncode == actions.PREEMPTION_EXIT_CODE == 143, (
+        preempted_child.stderr[-2000:])
     assert len(steps) >= 3
     last_step = steps[-1]
     assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, f"ckpt-{last_step}")
@@ -316,52 +367,14 @@ def test_preemption_action_saves_only_after_sigterm_and_close_restores_handler(t
         signal.signal(signal.SIGTERM, previous)
 
 
-# A second SIGTERM that arrives while the action's handler is still running (Python runs the
-# nested handler at the next bytecode boundary of the first). A trace function sends it at
-# every line the first handler runs, down into what it calls; the child must finish at once.
-_NESTED_SIGTERM_CHILD = textwrap.dedent("""
-    import os, signal, sys
-    import tensorflow as tf
-    from lite_launcher import actions
-
-    step = tf.Variable(0, dtype=tf.int64)
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(step=step), sys.argv[1], 1)
-    action = actions.PreemptionCheckpointAction(manager, step)
-    handler = signal.getsignal(signal.SIGTERM)
-    sent = []
-
-    def depth(frame):
-        count = 0
-        while frame is not None:
-            count += frame.f_code is handler.__func__.__code__
-            frame = frame.f_back
-        return count
-
-    def tracer(frame, event, arg):
-        if event == "line" and depth(frame) == 1:
-            sent.append(frame.f_code.co_name)
-            os.kill(os.getpid(), signal.SIGTERM)
-        return tracer
-
-    sys.settrace(tracer)
-    os.kill(os.getpid(), signal.SIGTERM)
-    sys.settrace(None)
-    assert action.preempted and sent, sent
-    try:
-        action()
-    except SystemExit as exit_info:
-        print("exit", exit_info.code, manager.latest_checkpoint)
-""")
-
-
-def test_a_sigterm_inside_the_preemption_handler_neither_hangs_nor_loses_the_save(tmp_path):
+def test_a_sigterm_inside_the_preemption_handler_neither_hangs_nor_loses_the_save(
+        preempted_child):
     # The handler once set a threading.Event: a SIGTERM inside Event.set() ran a nested
     # handler that waited for the Event's lock, held by the frame beneath it, forever (and,
     # with SIGTERMs every 2 ms, recursed to a RecursionError that lost the preemption save).
-    child = subprocess.run([sys.executable, "-c", _NESTED_SIGTERM_CHILD, str(tmp_path)],
-                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=90)
-    assert child.returncode == 0, child.stderr[-3000:]
-    assert child.stdout.split() == ["exit", "143", os.path.join(str(tmp_path), "ckpt-0")]
+    assert preempted_child.nested == [
+        ["nested", "143", os.path.join(preempted_child.nested_dir, "ckpt-0")]], (
+        preempted_child.stderr[-3000:])
 
 
 def test_preemption_action_off_the_main_thread_does_nothing(tmp_path):

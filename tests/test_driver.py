@@ -1,7 +1,8 @@
 """Tests of the `lite-train` driver (lite_launcher/main.py): --dry_run, gin, preemption retry.
 
-`--dry_run` and the gin flags are the CLI's behaviour, so they run `lite-train` in a subprocess;
-the retry after a preemption-style error runs in-process through
+`--dry_run` and the gin flags are the CLI's behaviour: they run the driver from its flags in
+this process (`cli.run_lite_train_in_process`; `--help`, whose exit code is the point, in a
+subprocess); the retry after a preemption-style error runs in-process through
 `main.run_with_preemption_recovery`, with a train action that raises the error.
 
 The `mock` experiment trains in closed form: its bias after `s` steps is `b0 - 0.01 s`
@@ -21,7 +22,8 @@ from lite_launcher import actions as actions_lib
 from lite_launcher import main as main_lib
 from lite_launcher import model_dir_lock
 
-from test_modes import checkpoint_files, lite_train, mock_bias, overrides
+from cli import run_lite_train_in_process
+from test_modes import checkpoint_files, lite_train, lite_train_here, mock_bias, overrides
 
 MOCK = dict(steps_per_loop=5, checkpoint_interval=5, max_to_keep=10, summary_interval=5)
 
@@ -33,9 +35,9 @@ def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path):
     model_dir = tmp_path / "model"
     config_file = tmp_path / "extra.yaml"
     config_file.write_text("trainer:\n  train_steps: 55\n  steps_per_loop: 5\n")
-    result = lite_train("--experiment=mock", "--dry_run", f"--model_dir={model_dir}",
-                        f"--config_file={config_file}",
-                        "--params_override=" + overrides(train_steps=77, max_to_keep=3))
+    result = lite_train_here("--experiment=mock", "--dry_run", f"--model_dir={model_dir}",
+                             f"--config_file={config_file}",
+                             "--params_override=" + overrides(train_steps=77, max_to_keep=3))
     printed = yaml.safe_load(result.stdout)
     # Default -> config file -> params_override, in TFM's order.
     assert printed["trainer"]["train_steps"] == 77
@@ -49,10 +51,11 @@ def test_dry_run_prints_the_resolved_config_and_writes_nothing(tmp_path):
 
 
 def test_dry_run_needs_no_mode_or_model_dir_and_still_rejects_a_bad_override(tmp_path):
-    result = lite_train("--experiment=mock", "--dry_run")
+    result = lite_train_here("--experiment=mock", "--dry_run")
     assert yaml.safe_load(result.stdout)["task"]["workload"] == "mock"
-    bad = lite_train("--experiment=mock", "--dry_run",
-                     "--params_override=trainer.train_stepz=5", expect_rc=2)
+    bad = run_lite_train_in_process("--experiment=mock", "--dry_run",
+                                    "--params_override=trainer.train_stepz=5")
+    assert bad.returncode == 2
     assert "train_stepz" in bad.stderr and bad.stdout == ""
 
 
@@ -84,8 +87,10 @@ def test_driver_applies_the_runtime_thread_settings(tmp_path):
     # A bad gpu_thread_mode is refused by strategy.apply_performance_settings, which the
     # driver calls before building the strategy: one line, exit 2, model_dir untouched.
     model_dir = tmp_path / "model"
-    result = lite_train("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
-                        "--params_override=runtime.gpu_thread_mode=gpu_privat", expect_rc=2)
+    result = run_lite_train_in_process("--experiment=mock", "--mode=train",
+                                       f"--model_dir={model_dir}",
+                                       "--params_override=runtime.gpu_thread_mode=gpu_privat")
+    assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         "lite-train: error: runtime.gpu_thread_mode 'gpu_privat' is not one of global, "
         "gpu_private, gpu_shared.")
@@ -139,15 +144,16 @@ def gin_mock():
 '''
 
 
-def test_gin_file_and_gin_params_configure_the_run_and_are_saved(tmp_path):
+def test_gin_file_and_gin_params_configure_the_run_and_are_saved(tmp_path, monkeypatch):
     (tmp_path / "gin_mock_registry.py").write_text(textwrap.dedent(GIN_REGISTRY))
+    monkeypatch.syspath_prepend(str(tmp_path))  # --registry_imports finds it
     gin_file = tmp_path / "run.gin"
     gin_file.write_text("initial_bias.value = 2.0\nlabel_smoothing_note.text = 'from file'\n")
     model_dir = tmp_path / "model"
     common = ["--experiment=gin_mock", "--registry_imports=gin_mock_registry", "--mode=train",
               f"--model_dir={model_dir}",
               "--params_override=" + overrides(train_steps=10, **MOCK)]
-    lite_train(*common, f"--gin_file={gin_file}", extra_pythonpath=str(tmp_path))
+    lite_train_here(*common, f"--gin_file={gin_file}")
     # The bias started at the gin file's 2.0 and took 10 steps of 0.01.
     assert abs(mock_bias(str(model_dir / "ckpt-10")) - (2.0 - 0.1)) < 1e-6
     with open(model_dir / "operative_config.train.gin") as f:
@@ -158,9 +164,8 @@ def test_gin_file_and_gin_params_configure_the_run_and_are_saved(tmp_path):
     # --gin_params after --gin_file: its binding wins. A resumed run keeps the restored bias,
     # so this one starts in a new model_dir.
     other_dir = tmp_path / "model2"
-    lite_train(*[a.replace(str(model_dir), str(other_dir)) for a in common],
-               f"--gin_file={gin_file}", "--gin_params=initial_bias.value = -0.5",
-               extra_pythonpath=str(tmp_path))
+    lite_train_here(*[a.replace(str(model_dir), str(other_dir)) for a in common],
+                    f"--gin_file={gin_file}", "--gin_params=initial_bias.value = -0.5")
     assert abs(mock_bias(str(other_dir / "ckpt-10")) - (-0.5 - 0.1)) < 1e-6
     with open(other_dir / "operative_config.train.gin") as f:
         assert "initial_bias.value = -0.5" in f.read()

@@ -235,6 +235,31 @@ def _ranking_straight_run(model_dir):
     return global_step
 
 
+def test_ranking_example_driver_logs_one_learning_rate_per_optimizer(tmp_path):
+    """The ranking driver end to end in one process (the release test below kills and resumes
+    it beside an evaluator): both inner optimizers trained 20 steps, TFM's summary names."""
+    model_dir = tmp_path / "model"
+    result = subprocess.run(_ranking_command("--mode=train_and_eval", f"--model_dir={model_dir}"),
+                            cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    values = checkpoint_values(str(model_dir / "ckpt-20"))
+    for i in (0, 1):
+        assert values[f"optimizer/inner_optimizer_{i}/_iterations/.ATTRIBUTES/VARIABLE_VALUE"] \
+            == 20
+    train = read_scalars(str(model_dir / "train"))
+    assert train["SGD_0_learning_rate"][20] == pytest.approx(0.3)
+    # The rate of the next step, at Adam's 20 completed iterations: 0.02 * 0.5 ** (20 / 10).
+    assert train["Adam_1_learning_rate"][20] == pytest.approx(0.005)
+    assert "loss" not in train and "learning_rate" not in train
+    validation = read_scalars(str(model_dir / "validation"))
+    assert sorted(validation["auc"]) == [5, 10, 15, 20]
+    assert "loss" not in validation
+    assert os.path.exists(model_dir / "operative_config.train_and_eval.gin")
+
+
+@pytest.mark.release(sibling="tests/test_examples.py::test_ranking_example_driver_logs_one_"
+                             "learning_rate_per_optimizer")
 def test_ranking_example_killed_and_resumed_equals_a_straight_run_with_an_evaluator_beside(
         tmp_path):
     straight_dir = str(tmp_path / "straight")

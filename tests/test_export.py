@@ -2,13 +2,12 @@
 TensorFlow alone.
 
 digits_mlp and a ResNet-10 `resnet_imagenet` (32x32, 5 classes) are trained a few steps
-in-process, exported (digits: its one input type, by lite-export's code in-process; ResNet:
-every TFM input type, one signature each, via the `lite-export` CLI's `--function_keys`), and
-loaded in a fresh Python that
-never imports lite_launcher. Each signature's outputs are compared with the Keras model's on
-the same inputs: JPEGs and tf.Examples against the evaluation pipeline's images (served =
-evaluated), decoded images and a PNG against a centre crop + resize + normalisation written
-here in numpy.
+in-process, exported by lite-export's flags-to-export code in this process (digits: its one
+input type; ResNet: every TFM input type, one signature each, through `--function_keys`), and
+loaded in a fresh Python that never imports lite_launcher. Each signature's outputs are
+compared with the Keras model's on the same inputs: JPEGs and tf.Examples against the
+evaluation pipeline's images (served = evaluated), decoded images and a PNG against a centre
+crop + resize + normalisation written here in numpy.
 """
 
 import gc
@@ -24,6 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+from tensorflow.core.framework import types_pb2
+from tensorflow.core.protobuf import saved_model_pb2
 
 import lite_launcher as ll
 from lite_launcher import export as export_lib
@@ -36,7 +37,6 @@ SIZE = 32
 MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
 STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
 TIMEOUT = 300
-SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
 # What Keras 3's ExportArchive writes for a SavedModel.
 SAVED_MODEL_FILES = ["assets", "fingerprint.pb", "saved_model.pb", "variables"]
 RESNET_SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_image_bytes",
@@ -135,14 +135,16 @@ def trained(tmp_path_factory, records):
     _, digits_model = train(digits_params, root / "digits")
     _, resnet_model = train(resnet_params(records.path), root / "resnet")
 
-    # digits through lite-export's flags-to-export code in this process (its defaults: the
-    # flags' own); the ResNet through the `lite-export` command.
+    # Both through lite-export's flags-to-export code in this process (its defaults: the
+    # flags' own; the `lite-export` process runs in test_cli_bad_input_... and in
+    # tests/vision's exports).
     export_lib._main(_flags(  # pylint: disable=protected-access
         checkpoint_path=str(root / "digits"), export_dir=str(root / "digits_export")))
-    lite_export("--experiment", "resnet_imagenet", "--params_override", RESNET_OVERRIDE,
-                "--checkpoint_path", root / "resnet", "--export_dir", root / "resnet_export",
-                "--input_image_size", f"{SIZE},{SIZE}", "--function_keys",
-                ",".join(f"{k}:{v}" for k, v in RESNET_SIGNATURES.items()))
+    export_lib._main(_flags(  # pylint: disable=protected-access
+        experiment="resnet_imagenet", params_override=RESNET_OVERRIDE,
+        checkpoint_path=str(root / "resnet"), export_dir=str(root / "resnet_export"),
+        input_image_size=f"{SIZE},{SIZE}",
+        function_keys=",".join(f"{k}:{v}" for k, v in RESNET_SIGNATURES.items())))
 
     # The same inputs for the Keras models (here) and the SavedModels (a fresh process).
     digits_inputs = np.random.default_rng(1).uniform(0, 1, (5, 8, 8)).astype(np.float32)
@@ -235,25 +237,33 @@ def test_evaluation_pipeline_preprocesses_as_the_reference(records):
                                                  for i in records.decoded]), atol=1e-4)
 
 
-def test_saved_model_cli_lists_tfm_signature_names(trained):
-    text = subprocess.run(
-        [SAVED_MODEL_CLI, "show", "--all", "--dir",
-         str(trained.root / "resnet_export")],
-        capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout
-    signatures = {block.split("']", 1)[0]: block
-                  for block in text.split("signature_def['")[1:]}
+def _signature_defs(saved_model_dir):
+    """{signature name: SignatureDef} of a SavedModel's serving graph, read from saved_model.pb
+    as `saved_model_cli show --all` reads it."""
+    saved_model = saved_model_pb2.SavedModel()
+    saved_model.ParseFromString((saved_model_dir / "saved_model.pb").read_bytes())
+    (meta_graph,) = [graph for graph in saved_model.meta_graphs
+                     if "serve" in graph.meta_info_def.tags]
+    return dict(meta_graph.signature_def)
+
+
+def _tensor_info(info):
+    """(dtype name, shape) of a TensorInfo, as saved_model_cli prints them (-1: any size)."""
+    return types_pb2.DataType.Name(info.dtype), tuple(d.size for d in info.tensor_shape.dim)
+
+
+def test_saved_model_signatures_have_tfm_names_dtypes_and_shapes(trained):
+    signatures = _signature_defs(trained.root / "resnet_export")
     assert set(RESNET_SIGNATURES.values()) <= set(signatures)
     image_tensor = signatures["serving_default"]
-    assert "inputs['inputs'] tensor_info:\n        dtype: DT_UINT8\n        shape: (-1, -1, -1, 3)" \
-        in image_tensor
-    for name in ("logits", "probs"):
-        assert (f"outputs['{name}'] tensor_info:\n        dtype: DT_FLOAT\n"
-                f"        shape: (-1, {NUM_CLASSES})") in image_tensor
+    assert {name: _tensor_info(info) for name, info in image_tensor.inputs.items()} == {
+        "inputs": ("DT_UINT8", (-1, -1, -1, 3))}
+    assert {name: _tensor_info(info) for name, info in image_tensor.outputs.items()} == {
+        name: ("DT_FLOAT", (-1, NUM_CLASSES)) for name in ("logits", "probs")}
     for name in ("serving_image_bytes", "serving_tf_example", "serving_serve_examples"):
-        assert "inputs['inputs'] tensor_info:\n        dtype: DT_STRING\n        shape: (-1)" \
-            in signatures[name]
-    assert (f"inputs['inputs'] tensor_info:\n        dtype: DT_FLOAT\n"
-            f"        shape: (-1, {SIZE}, {SIZE}, 3)") in signatures["serving_tflite"]
+        assert _tensor_info(signatures[name].inputs["inputs"]) == ("DT_STRING", (-1,)), name
+    assert _tensor_info(signatures["serving_tflite"].inputs["inputs"]) == (
+        "DT_FLOAT", (-1, SIZE, SIZE, 3))
 
 
 def test_export_dir_has_tfm_layout(trained):

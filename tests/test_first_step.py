@@ -17,46 +17,58 @@ import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_MODULES_AFTER_RUN = """
+# Runs lite-train once per argv (sys.argv[1], JSON) in one fresh interpreter and prints, after
+# each run, its exit code and the lite_launcher modules loaded by then.
+_MODULES_AFTER_RUNS = """
 import json, sys
 from lite_launcher import main
-sys.argv = ["lite-train"] + sys.argv[1:]
-try:
-    main.run()
-except SystemExit as exit:
-    code = exit.code
-print("MODULES " + json.dumps({"code": code, "modules": sorted(
-    m for m in sys.modules if m.startswith("lite_launcher"))}))
+for args in json.loads(sys.argv[1]):
+    sys.argv = ["lite-train"] + args
+    try:
+        main.run()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code
+    print("MODULES " + json.dumps({"code": code, "modules": sorted(
+        m for m in sys.modules if m.startswith("lite_launcher"))}), flush=True)
 """
 
 
-def _modules_after(args, tmp_path):
+@pytest.fixture(scope="module")
+def modules_after(tmp_path_factory):
+    """The modules a digits_mlp training run loaded, then those loaded once a resnet_imagenet
+    --dry_run ran after it (one TensorFlow start-up for both), and the run's model_dir."""
+    root = tmp_path_factory.mktemp("first_step")
+    model_dir = root / "m"
+    runs = [["--experiment", "digits_mlp", "--mode", "train", "--model_dir", str(model_dir),
+             "--params_override", "trainer.train_steps=2,trainer.steps_per_loop=1,"
+             "trainer.checkpoint_interval=2,trainer.summary_interval=2"],
+            ["--experiment", "resnet_imagenet", "--mode", "train",
+             "--model_dir", str(root / "dry"), "--dry_run"]]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", _MODULES_AFTER_RUN, *args], env=env,
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("MODULES ")]
-    assert lines, out.stderr[-2000:]
-    return json.loads(lines[-1][len("MODULES "):])
+    out = subprocess.run([sys.executable, "-c", _MODULES_AFTER_RUNS, json.dumps(runs)], env=env,
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    reports = [json.loads(l[len("MODULES "):]) for l in out.stdout.splitlines()
+               if l.startswith("MODULES ")]
+    assert len(reports) == 2, out.stderr[-2000:]
+    return dict(zip(("digits_train", "resnet_dry_run"), reports), model_dir=model_dir)
 
 
-def test_a_training_run_imports_only_its_own_experiment_family(tmp_path):
+def test_a_training_run_imports_only_its_own_experiment_family(modules_after):
     """`lite-train --mode train` of digits_mlp trains without importing any vision module
     (segmentation, classification, serving) or the SavedModel export."""
-    result = _modules_after(
-        ["--experiment", "digits_mlp", "--mode", "train", "--model_dir", str(tmp_path / "m"),
-         "--params_override", "trainer.train_steps=2,trainer.steps_per_loop=1,"
-         "trainer.checkpoint_interval=2,trainer.summary_interval=2"], tmp_path)
+    result = modules_after["digits_train"]
     assert result["code"] in (0, None)
-    assert (tmp_path / "m" / "checkpoint").exists()  # it did train
+    assert (modules_after["model_dir"] / "checkpoint").exists()  # it did train
     assert "lite_launcher.trainer" in result["modules"]
     unwanted = [m for m in result["modules"]
                 if m.startswith("lite_launcher.vision") or m == "lite_launcher.export"]
     assert unwanted == []
 
 
-def test_a_classification_experiment_does_not_load_segmentation(tmp_path):
-    result = _modules_after(["--experiment", "resnet_imagenet", "--mode", "train",
-                             "--model_dir", str(tmp_path / "m"), "--dry_run"], tmp_path)
+def test_a_classification_experiment_does_not_load_segmentation(modules_after):
+    # Everything loaded in that process by then: the digits run before it loaded no vision.
+    result = modules_after["resnet_dry_run"]
     assert result["code"] in (0, None)
     assert "lite_launcher.vision.tasks.image_classification" in result["modules"]
     assert [m for m in result["modules"] if "segmentation" in m] == []

@@ -1,8 +1,12 @@
-"""End-to-end tests of the five modes: `lite-train` in subprocesses and `run_experiment` in-process.
+"""End-to-end tests of the five modes: `lite-train` in this process and in subprocesses, and
+`run_experiment` in-process.
 
-Each `lite-train` process costs a few seconds of TensorFlow start-up, so the subprocess runs are
-module-scoped fixtures shared by several tests, chained on the same model_dir where a later mode
-naturally follows an earlier one (train -> resume, train_and_eval -> eval on a copy).
+The driver runs in this process (`cli.run_lite_train_in_process`: `main.run()` from flag
+parsing to exit, without the ~6 CPU-seconds of a TensorFlow start-up); the runs are
+module-scoped fixtures shared by several tests, chained on the same model_dir where a later
+mode naturally follows an earlier one (train -> resume, train_and_eval -> eval on a copy). What
+only processes show runs in subprocesses: a trainer and a continuous evaluator side by side
+(the sibling of tests/reliability's sidecar evaluator), and the exit code of a refused command.
 
 The `mock` experiment (TFM's MockTask) has closed-form training: one fixed batch `x`, loss =
 mean(Dense(1)(x)), SGD lr 0.01. After `s` steps the bias is `1 - 0.01 s` and the loss on that
@@ -72,6 +76,16 @@ def lite_train(*args, expect_rc=0, extra_pythonpath=None):
             f"lite-train {' '.join(map(str, args))} exited {result.returncode}:\n"
             f"{result.stderr[-4000:]}")
     return result
+
+
+def lite_train_here(*args):
+    """`lite-train args...` in this process (`cli.run_lite_train_in_process`); asserts exit
+    code 0; returns the run (its log lines in `.logged`)."""
+    run = run_lite_train_in_process(*args)
+    assert run.returncode == 0, (
+        f"lite-train {' '.join(map(str, args))} exited {run.returncode}:\n"
+        f"{(run.stderr + run.logged)[-4000:]}")
+    return run
 
 
 def overrides(**trainer):
@@ -182,14 +196,14 @@ def mock_runs(tmp_path_factory):
     """
     base = tmp_path_factory.mktemp("mock_train")
     model_dir = str(base / "model")
-    first = lite_train("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
-                       "--params_override=" + overrides(train_steps=20, **MOCK))
+    first = lite_train_here("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
+                            "--params_override=" + overrides(train_steps=20, **MOCK))
     snapshot = str(base / "after_20")
     shutil.copytree(model_dir, snapshot)
-    second = lite_train("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
-                        "--params_override=" + overrides(train_steps=40, **MOCK))
-    return dict(first_dir=snapshot, first_log=first.stderr, dir=model_dir,
-                second_log=second.stderr)
+    second = lite_train_here("--experiment=mock", "--mode=train", f"--model_dir={model_dir}",
+                             "--params_override=" + overrides(train_steps=40, **MOCK))
+    return dict(first_dir=snapshot, first_log=first.logged, dir=model_dir,
+                second_log=second.logged)
 
 
 def test_train_checkpoints_at_interval_and_prunes_to_max_to_keep(mock_runs):
@@ -267,10 +281,10 @@ def test_resumed_weights_equal_a_straight_run(mock_runs, tmp_path):
 @pytest.fixture(scope="module")
 def mock_train_and_eval(tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("mock_tae") / "model")
-    result = lite_train("--experiment=mock", "--mode=train_and_eval", f"--model_dir={model_dir}",
-                        "--params_override=" + overrides(
-                            train_steps=20, validation_summary_subdir="my_eval", **MOCK))
-    return model_dir, result.stderr
+    result = lite_train_here("--experiment=mock", "--mode=train_and_eval",
+                             f"--model_dir={model_dir}", "--params_override=" + overrides(
+                                 train_steps=20, validation_summary_subdir="my_eval", **MOCK))
+    return model_dir, result.logged
 
 
 def test_train_and_eval_evaluates_at_each_interval(mock_train_and_eval):
@@ -294,10 +308,10 @@ def test_train_and_eval_evaluates_at_each_interval(mock_train_and_eval):
 @pytest.fixture(scope="module")
 def mock_train_and_post_eval(tmp_path_factory):
     model_dir = str(tmp_path_factory.mktemp("mock_tpe") / "model")
-    result = lite_train("--experiment=mock", "--mode=train_and_post_eval",
-                        f"--model_dir={model_dir}",
-                        "--params_override=" + overrides(train_steps=10, **MOCK))
-    return model_dir, result.stderr
+    result = lite_train_here("--experiment=mock", "--mode=train_and_post_eval",
+                             f"--model_dir={model_dir}",
+                             "--params_override=" + overrides(train_steps=10, **MOCK))
+    return model_dir, result.logged
 
 
 def test_train_and_post_eval_evaluates_once_at_the_end(mock_train_and_post_eval):
@@ -315,10 +329,10 @@ def test_train_and_post_eval_evaluates_once_at_the_end(mock_train_and_post_eval)
 def test_eval_evaluates_the_latest_checkpoint_and_writes_no_config(mock_runs, tmp_path):
     model_dir = copy_checkpoints(mock_runs["dir"], str(tmp_path / "model"))
     before = sorted(os.listdir(model_dir))
-    result = lite_train("--experiment=mock", "--mode=eval", f"--model_dir={model_dir}",
-                        "--params_override=" + overrides(train_steps=40, **MOCK))
-    assert re.search(r"Restored checkpoint \S*ckpt-40 \(global step 40\)", result.stderr)
-    assert saved_steps(result.stderr) == []
+    result = lite_train_here("--experiment=mock", "--mode=eval", f"--model_dir={model_dir}",
+                             "--params_override=" + overrides(train_steps=40, **MOCK))
+    assert re.search(r"Restored checkpoint \S*ckpt-40 \(global step 40\)", result.logged)
+    assert saved_steps(result.logged) == []
     # Pure evaluation: no params.yaml, no gin config, no new checkpoint, no training summaries.
     assert sorted(os.listdir(model_dir)) == sorted(before + ["validation"])
     scalars = read_scalars(os.path.join(model_dir, "validation"))
@@ -450,7 +464,7 @@ def test_continuous_eval_beside_a_trainer(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# digits_mlp: train_and_eval -> eval and continuous_eval on copies -> train -> train_and_post_eval.
+# digits_mlp: train_and_eval -> eval and continuous_eval on a copy -> train -> train_and_post_eval.
 
 DIGITS = dict(steps_per_loop=10, summary_interval=10, checkpoint_interval=20, max_to_keep=2,
               validation_interval=20)
@@ -464,31 +478,24 @@ def digits_args(mode, model_dir, train_steps):
 
 @pytest.fixture(scope="module")
 def digits_runs(tmp_path_factory):
+    """digits_mlp through the driver in this process: train_and_eval to 40; eval and
+    continuous_eval on a copy of its checkpoints; then train to 60 and train_and_post_eval to
+    80 on the same model_dir."""
     base = tmp_path_factory.mktemp("digits")
     model_dir = str(base / "model")
     runs = {"dir": model_dir}
-    runs["train_and_eval"] = lite_train(*digits_args("train_and_eval", model_dir, 40)).stderr
+    runs["train_and_eval"] = lite_train_here(*digits_args("train_and_eval", model_dir, 40)).logged
     runs["after_tae"] = str(base / "after_tae")
     shutil.copytree(model_dir, runs["after_tae"])
     runs["eval_dir"] = copy_checkpoints(model_dir, str(base / "eval_only"))
-    # Two evaluation-only processes on one directory, side by side (and in half the time).
+    # Two evaluation-only runs on one directory, one after the other.
+    runs["eval"] = lite_train_here(*digits_args("eval", runs["eval_dir"], 40)).logged
     start = time.monotonic()
-    evaluators = {mode: start_lite_train(*digits_args(mode, runs["eval_dir"], 40))
-                  for mode in ("eval", "continuous_eval")}
-    for mode, process in evaluators.items():
-        try:
-            _, runs[mode] = process.communicate(timeout=SUBPROCESS_TIMEOUT)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-        assert process.returncode == 0, runs[mode][-4000:]
+    runs["continuous_eval"] = lite_train_here(
+        *digits_args("continuous_eval", runs["eval_dir"], 40)).logged
     runs["continuous_eval_seconds"] = time.monotonic() - start
-    # The resumes through the driver in this process (mock_runs resumes across processes).
     for mode, steps in (("train", 60), ("train_and_post_eval", 80)):
-        resumed = run_lite_train_in_process(*digits_args(mode, model_dir, steps))
-        assert resumed.returncode == 0, (resumed.stderr + resumed.logged)[-4000:]
-        runs[mode] = resumed.logged
+        runs[mode] = lite_train_here(*digits_args(mode, model_dir, steps)).logged
     return runs
 
 
@@ -517,7 +524,7 @@ def test_digits_eval_and_continuous_eval_on_checkpoints_only(digits_runs):
         ["checkpoint", "ckpt-30.data-00000-of-00001", "ckpt-30.index",
          "ckpt-40.data-00000-of-00001", "ckpt-40.index", "validation"])
     files = read_event_files(os.path.join(eval_dir, "validation"))
-    assert len(files) == 2  # one per process: eval and continuous_eval
+    assert len(files) == 2  # one per run: eval and continuous_eval
     trained = read_scalars(os.path.join(digits_runs["after_tae"], "validation"))
     for _, events in files:
         values = {tag: value for step, tag, value in events if step == 40}

@@ -60,10 +60,13 @@ def test_leaves_it_alone_once_tensorflow_is_loaded_or_off_x86(monkeypatch):
 
 
 # Records TF_ENABLE_ONEDNN_OPTS as it is when `tensorflow` is first imported (TensorFlow reads
-# it then), runs the driver, and prints that value and TensorFlow's resulting oneDNN state.
-_DRIVER_THEN_STATE = """
+# it then), runs the driver, and prints that value and TensorFlow's resulting oneDNN state;
+# then, in the same process (one TensorFlow start-up), trains digits_cnn for argv[1] steps in
+# model_dir argv[2] (tests/onednn_losses.py) and prints its losses.
+_DRIVER_THEN_LOSSES = """
 import json, os, sys
 
+steps, model_dir = int(sys.argv[1]), sys.argv[2]
 seen = []
 
 
@@ -84,26 +87,38 @@ except SystemExit:
 from tensorflow.python.util import _pywrap_util_port
 print("STATE", json.dumps({"seen_by_tensorflow": seen,
                            "onednn": bool(_pywrap_util_port.IsMklEnabled())}))
+sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+import onednn_losses
+onednn_losses.run(steps, model_dir)
 """
 
-
-def _driver_state(onednn_value):
-    out = subprocess.run([sys.executable, "-c", _DRIVER_THEN_STATE], env=_env(onednn_value),
-                         capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = [l for l in out.stdout.splitlines() if l.startswith("STATE ")]
-    assert len(lines) == 1, out.stdout[-500:]
-    return json.loads(lines[0][len("STATE "):])
+_X86 = onednn.platform.machine().lower() in onednn._X86
 
 
-@pytest.mark.skipif(onednn.platform.machine().lower() not in onednn._X86,
-                    reason="oneDNN's default is only chosen on x86")
-def test_lite_train_turns_onednn_on_before_tensorflow_loads_unless_the_user_chose():
+@pytest.fixture(scope="module")
+def driver_runs(tmp_path_factory):
+    """{TF_ENABLE_ONEDNN_OPTS as the user set it: (the driver's state, 5 steps' losses)} for
+    the user's unset (on x86 the driver sets "1"; elsewhere the test sets it) and "0"."""
+    root = tmp_path_factory.mktemp("onednn")
+    runs = {}
+    for name, value in (("unset", None if _X86 else "1"), ("0", "0")):
+        out = subprocess.run([sys.executable, "-c", _DRIVER_THEN_LOSSES, "5", str(root / name)],
+                             env=_env(value), capture_output=True, text=True, timeout=600,
+                             cwd=REPO)
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines = out.stdout.splitlines()
+        (state,) = [json.loads(l[len("STATE "):]) for l in lines if l.startswith("STATE ")]
+        runs[name] = state, json.loads(lines[-1])
+    return runs
+
+
+@pytest.mark.skipif(not _X86, reason="oneDNN's default is only chosen on x86")
+def test_lite_train_turns_onednn_on_before_tensorflow_loads_unless_the_user_chose(driver_runs):
     # TensorFlow turns oneDNN on by itself on CPUs with AVX-512 VNNI/BF16 or AMX, so its final
     # state alone cannot show the driver's choice: what TensorFlow saw when it loaded does.
-    assert _driver_state(None)["seen_by_tensorflow"] == ["1"]
+    assert driver_runs["unset"][0]["seen_by_tensorflow"] == ["1"]
     # A user's explicit off is kept, and TensorFlow honours it on every x86 CPU.
-    assert _driver_state("0") == {"seen_by_tensorflow": ["0"], "onednn": False}
+    assert driver_runs["0"][0] == {"seen_by_tensorflow": ["0"], "onednn": False}
 
 
 def _losses(onednn_value, tmp_path, name, steps=50):
@@ -114,9 +129,10 @@ def _losses(onednn_value, tmp_path, name, steps=50):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_five_steps_of_digits_cnn_with_and_without_onednn_agree(tmp_path):
-    """The release loss-curve test's two processes (oneDNN on, off) for 5 steps."""
-    on, off = _losses("1", tmp_path, "on", steps=5), _losses("0", tmp_path, "off", steps=5)
+def test_five_steps_of_digits_cnn_with_and_without_onednn_agree(driver_runs):
+    """The release loss-curve test's two processes (oneDNN on, off) for 5 steps, after the
+    driver's choice."""
+    on, off = driver_runs["unset"][1], driver_runs["0"][1]
     assert on["onednn"] and not off["onednn"]
     assert len(on["losses"]) == len(off["losses"]) == 5
     np.testing.assert_allclose(on["losses"], off["losses"], rtol=LOSS_RTOL)

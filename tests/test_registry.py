@@ -13,7 +13,7 @@ import pytest
 import lite_launcher as ll
 from lite_launcher import registry
 from lite_launcher.registry import RegistryError
-from cli import lite_train_command
+from cli import lite_train_command, run_lite_train_in_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -318,28 +318,30 @@ class GinTestTrainer(ll.Trainer):
 '''
 
 
-def _train_with_gin(tmp_path, *gin_flags):
+def _train_with_gin(tmp_path, monkeypatch, *gin_flags):
+    """`lite-train` (in this process) of digits_mlp for 4 steps, with the module of
+    `GinTestTrainer` as a --registry_imports and the gin flags given."""
     (tmp_path / "regtest_gin_trainer.py").write_text(_GIN_TRAINER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
     model_dir = tmp_path / "model"
-    result = subprocess.run(
-        _lite_train() + ["--experiment=digits_mlp", "--mode=train", f"--model_dir={model_dir}",
-                         "--registry_imports=regtest_gin_trainer", *gin_flags,
-                         "--params_override=trainer.train_steps=4,trainer.steps_per_loop=2,"
-                         "trainer.summary_interval=2,runtime.distribution_strategy=off"],
-        env=_env(str(tmp_path)), cwd=str(tmp_path), capture_output=True, text=True,
-        timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_lite_train_in_process(
+        "--experiment=digits_mlp", "--mode=train", f"--model_dir={model_dir}",
+        "--registry_imports=regtest_gin_trainer", *gin_flags,
+        "--params_override=trainer.train_steps=4,trainer.steps_per_loop=2,"
+        "trainer.summary_interval=2,runtime.distribution_strategy=off")
+    assert result.returncode == 0, (result.stderr + result.logged)[-3000:]
     return model_dir
 
 
-def test_lite_train_gin_file_swaps_the_trainer_class_and_sets_its_arguments(tmp_path):
+def test_lite_train_gin_file_swaps_the_trainer_class_and_sets_its_arguments(tmp_path,
+                                                                           monkeypatch):
     record_dir = tmp_path / "record"
     record_dir.mkdir()
     gin_file = tmp_path / "trainer.gin"
     gin_file.write_text(f"create_trainer.trainer_cls = @GinTestTrainer\n"
                         f"GinTestTrainer.note = 'from the gin file'\n"
                         f"GinTestTrainer.record_dir = '{record_dir}'\n")
-    model_dir = _train_with_gin(tmp_path, f"--gin_file={gin_file}")
+    model_dir = _train_with_gin(tmp_path, monkeypatch, f"--gin_file={gin_file}")
     record = json.loads((record_dir / "trainer.json").read_text())
     assert record == {"class": "GinTestTrainer", "note": "from the gin file",
                       "steps_per_loop": 2}
@@ -348,14 +350,14 @@ def test_lite_train_gin_file_swaps_the_trainer_class_and_sets_its_arguments(tmp_
     assert "create_trainer.trainer_cls = @GinTestTrainer" in operative
 
 
-def test_lite_train_gin_params_set_an_argument_of_the_base_trainer(tmp_path):
+def test_lite_train_gin_params_set_an_argument_of_the_base_trainer(tmp_path, monkeypatch):
     record_dir = tmp_path / "record"
     record_dir.mkdir()
     # TFM's Trainer is gin-configurable: its bindings reach a subclass's super().__init__.
     # A binding of an argument the caller passes explicitly is ignored (gin's rule), so bind
     # one that create_trainer leaves at its default.
     model_dir = _train_with_gin(
-        tmp_path, "--gin_params=create_trainer.trainer_cls = @GinTestTrainer",
+        tmp_path, monkeypatch, "--gin_params=create_trainer.trainer_cls = @GinTestTrainer",
         f"--gin_params=GinTestTrainer.record_dir = '{record_dir}'",
         "--gin_params=Trainer.checkpoint_exporter = None",
         "--gin_params=get_train_actions.checkpoint_manager = None",

@@ -1,6 +1,10 @@
 """The driver's own failures: bad gin and config files (exit 2, one line and nothing else),
 an evaluation on a read-only model_dir (exit 2), params.yaml that cannot be written (exit 1,
-no temporary file left)."""
+no temporary file left).
+
+The bad files are refused before TensorFlow loads, so their `lite-train` processes are cheap;
+the full disk needs a process (its file size limit); the read-only model_dir is refused by the
+driver in this process (`cli.run_lite_train_in_process`)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import sys
 
 import pytest
 
+from cli import run_lite_train_in_process
 from reliability_utils import (ERROR_PREFIX, REPO_ROOT, lite_train_command, run_lite_train,
                                subprocess_env, train_mock)
 
@@ -66,15 +71,16 @@ def results(tmp_path_factory):
             _train(root / "m2", f"--config_file={latin1}")),
         "missing_gin_file": lambda: run_lite_train(
             _train(root / "m3", f"--gin_file={root / 'nowhere.gin'}")),
-        "eval_on_a_read_only_model_dir": lambda: run_lite_train(
-            ["--experiment=mock", "--mode=eval", f"--model_dir={trained}"]),
         "params_yaml_unwritable": lambda: _run_with_file_size_limit(
             _train(root / "m5", "--params_override=trainer.train_steps=10"), 1000),
     }
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
             futures = {name: pool.submit(job) for name, job in jobs.items()}
-            outcome = {name: future.result() for name, future in futures.items()}
+            # Meanwhile, in this thread (the driver's signal handlers need the main thread).
+            outcome = {"eval_on_a_read_only_model_dir": run_lite_train_in_process(
+                "--experiment=mock", "--mode=eval", f"--model_dir={trained}")}
+            outcome.update({name: future.result() for name, future in futures.items()})
     finally:
         _make_writable(trained)
     return root, trained, outcome
@@ -99,11 +105,12 @@ def test_a_bad_gin_or_config_file_is_one_line_naming_it_and_nothing_else(results
 
 def test_eval_on_a_read_only_model_dir_is_one_line_exit_2(results):
     _, trained, outcome = results
-    completed = outcome["eval_on_a_read_only_model_dir"]
-    assert completed.returncode == 2, completed.stderr[-3000:]
-    assert "Traceback" not in completed.stderr
-    assert "Final experiment parameters" not in completed.stderr  # checked before printing
-    last = completed.stderr.strip().splitlines()[-1]
+    refused = outcome["eval_on_a_read_only_model_dir"]
+    assert refused.returncode == 2, (refused.stderr + refused.logged)[-3000:]
+    assert "Traceback" not in refused.stderr
+    # Checked before the config is printed.
+    assert "Final experiment parameters" not in refused.stderr + refused.logged
+    last = refused.stderr.strip().splitlines()[-1]
     assert last == (f"{ERROR_PREFIX}--mode eval writes its summaries to "
                     f"{os.path.join(trained, 'validation')}, which cannot be written (no write "
                     f"permission on {trained}); make it writable, or set "
