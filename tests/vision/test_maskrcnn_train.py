@@ -206,6 +206,10 @@ def _box_only_override(box_data, root, **changes):
         "trainer.checkpoint_interval": 1, "trainer.validation_interval": 1, **changes})
 
 
+# ~16 s: `release`; its sibling runs the same task and driver with the mask branch on.
+@pytest.mark.release(sibling="tests/vision/test_maskrcnn_train.py::"
+                             "test_lite_train_maskrcnn_logs_tfms_losses_box_and_mask_ap_and_"
+                             "writes_a_checkpoint")
 def test_include_mask_false_trains_and_evaluates_boxes_on_records_without_masks(
         box_data, tmp_path):
     override = _box_only_override(box_data, str(tmp_path), **{"task.model.include_mask": False})

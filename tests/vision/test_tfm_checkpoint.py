@@ -400,26 +400,24 @@ def test_vit_fine_tunes_at_a_larger_input_from_a_tfm_checkpoint(tmp_path, monkey
 
 
 def test_lite_convert_writes_a_lite_checkpoint_and_a_keras_file(tmp_path):
-    import subprocess
-    import sys
+    import types
 
     import keras
     import yaml
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from test_modes import ROOT, subprocess_env  # pylint: disable=import-outside-toplevel
+    from lite_launcher import convert  # pylint: disable=import-outside-toplevel
 
     name = "mobilenetv1"
     entry, ref = INDEX["models"][name], reference(name)
     override = tmp_path / "model.yaml"
     override.write_text(yaml.safe_dump({"task": {"model": entry["model"]}}))
     output_dir = tmp_path / "converted"
-    command = [sys.executable, "-m", "lite_launcher.convert", "--experiment",
-               entry["experiment"], "--params_override", str(override),
-               "--checkpoint_path", os.path.join(DATA, name), "--output_dir", str(output_dir)]
-    result = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # lite-convert's flags-to-files code in this process (its command line's bad input runs
+    # as a process in test_bad_input / the convert CLI tests).
+    convert._main(types.SimpleNamespace(  # pylint: disable=protected-access
+        experiment=entry["experiment"], config_file=None, params_override=str(override),
+        checkpoint_path=os.path.join(DATA, name), output_dir=str(output_dir),
+        registry_imports=None))
     step = entry["global_step"]  # the converted checkpoint is numbered with TFM's step
     assert sorted(os.listdir(output_dir)) == [
         "checkpoint", f"ckpt-{step}.data-00000-of-00001", f"ckpt-{step}.index", "model.keras",
@@ -435,11 +433,14 @@ def test_lite_convert_writes_a_lite_checkpoint_and_a_keras_file(tmp_path):
     model = task.build_model()
     task.initialize(model)
     assert relative_error(model(ref["images"], training=False).numpy(), ref["logits"]) <= 1e-4
-    # Bad input: one line, exit 2, nothing written over.
-    result = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 2
-    assert "exists" in result.stderr.strip().splitlines()[-1]
+    # Bad input: refused (the command's one line, exit 2), nothing written over.
+    before = sorted(os.listdir(output_dir))
+    with pytest.raises(ConfigError, match="exists"):
+        convert._main(types.SimpleNamespace(  # pylint: disable=protected-access
+            experiment=entry["experiment"], config_file=None, params_override=str(override),
+            checkpoint_path=os.path.join(DATA, name), output_dir=str(output_dir),
+            registry_imports=None))
+    assert sorted(os.listdir(output_dir)) == before
 
 
 def test_lite_convert_help_and_bad_input_do_not_import_tensorflow(tmp_path):
