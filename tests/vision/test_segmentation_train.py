@@ -85,9 +85,21 @@ MNV2_OVERRIDE = {
 
 @pytest.fixture(scope="module")
 def mnv2_run(shapes, tmp_path_factory):
+    return _train_mnv2_deeplabv3_pascal(shapes, tmp_path_factory, MNV2_OVERRIDE)
+
+
+@pytest.fixture(scope="module")
+def mobilenet_v2_run(shapes, tmp_path_factory):
+    """The experiment's own MobileNetV2 backbone (0.35 wide), for the release export test."""
+    override = json.loads(json.dumps(MNV2_OVERRIDE))
+    override["task"]["model"]["backbone"] = {"mobilenet": {"filter_size_scale": 0.35}}
+    return _train_mnv2_deeplabv3_pascal(shapes, tmp_path_factory, override)
+
+
+def _train_mnv2_deeplabv3_pascal(shapes, tmp_path_factory, base_override):
     train, validation = shapes
     root = tmp_path_factory.mktemp("mnv2")
-    override = json.loads(json.dumps(MNV2_OVERRIDE))
+    override = json.loads(json.dumps(base_override))
     override["task"]["train_data"]["input_path"] = train
     override["task"]["validation_data"]["input_path"] = validation
     override_file = root / "override.yaml"
@@ -198,8 +210,9 @@ SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_image_b
 
 @pytest.mark.release(sibling="tests/vision/test_segmentation_train.py::"
                              "test_in_process_export_of_a_2_class_deeplab_serves_predicted_mask_in_a_fresh_process")
-def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mnv2_run, shapes):
-    root, model_dir, override_file = mnv2_run
+def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mobilenet_v2_run,
+                                                                         shapes):
+    root, model_dir, override_file = mobilenet_v2_run
     run_cli("lite_launcher.export", "--experiment", "mnv2_deeplabv3_pascal",
             "--params_override", override_file, "--checkpoint_path", model_dir,
             "--export_dir", root / "export", "--input_image_size", f"{SIZE},{SIZE}",
