@@ -264,6 +264,7 @@ def _main():
     # Everything up to load_registrations is TensorFlow-free: bad input is refused at once.
     _check_flags()
     train_utils.check_input_files(FLAGS)
+    _unlock_gin()
     train_utils.load_user_registrations(FLAGS.registry_imports)
     if FLAGS.list_experiments:
         print("\n".join(train_utils.known_experiments()))
@@ -306,12 +307,19 @@ def _main():
                                  continuous_eval_max_wait_s=FLAGS.continuous_eval_max_wait_s)
 
 
-def _parse_gin():
+def _unlock_gin():
+    """Starts gin afresh when an earlier run in this process (a notebook, a sweep, a forked
+    driver) parsed gin files and so locked its config: a `--registry_imports` module may
+    register configurables, which gin refuses once locked."""
     import gin
 
     if gin.config_is_locked():
-        # An earlier run() in this process (a notebook, a sweep) configured gin: start afresh.
         gin.clear_config()
+
+
+def _parse_gin():
+    import gin
+
     try:
         gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_params)
     except SyntaxError as error:
