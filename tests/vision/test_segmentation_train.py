@@ -85,21 +85,9 @@ MNV2_OVERRIDE = {
 
 @pytest.fixture(scope="module")
 def mnv2_run(shapes, tmp_path_factory):
-    return _train_mnv2_deeplabv3_pascal(shapes, tmp_path_factory, MNV2_OVERRIDE)
-
-
-@pytest.fixture(scope="module")
-def mobilenet_v2_run(shapes, tmp_path_factory):
-    """The experiment's own MobileNetV2 backbone (0.35 wide), for the release export test."""
-    override = json.loads(json.dumps(MNV2_OVERRIDE))
-    override["task"]["model"]["backbone"] = {"mobilenet": {"filter_size_scale": 0.35}}
-    return _train_mnv2_deeplabv3_pascal(shapes, tmp_path_factory, override)
-
-
-def _train_mnv2_deeplabv3_pascal(shapes, tmp_path_factory, base_override):
     train, validation = shapes
     root = tmp_path_factory.mktemp("mnv2")
-    override = json.loads(json.dumps(base_override))
+    override = json.loads(json.dumps(MNV2_OVERRIDE))
     override["task"]["train_data"]["input_path"] = train
     override["task"]["validation_data"]["input_path"] = validation
     override_file = root / "override.yaml"
@@ -208,11 +196,45 @@ SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_image_b
               "tf_example": "serving_tf_example", "tflite": "serving_tflite"}
 
 
+def serving_inputs(images, file_glob):
+    """{signature: the same images as it takes}: the pipeline's `images` (tflite) and, for
+    the other signatures, the records of `file_glob` they came from, in the batch's order.
+
+    The evaluation pipeline interleaves the shards, so image k of a batch is not the k-th
+    record of the sorted shards (image 1 is the second shard's first record): each image is
+    matched to its record by pixels, standardised per channel (the pipeline's normalisation
+    drops out)."""
+    def standardised(pixels):
+        pixels = np.asarray(pixels, np.float64)
+        return (pixels - pixels.mean((0, 1))) / pixels.std((0, 1))
+
+    every = [r.numpy() for r in tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(file_glob)))]
+    every_png = [tf.train.Example.FromString(r).features.feature["image/encoded"].bytes_list
+                 .value[0] for r in every]
+    every_pixels = np.stack([standardised(tf.io.decode_png(e)) for e in every_png])
+    chosen = []
+    for image in images.numpy():
+        distances = np.abs(every_pixels - standardised(image)).max(axis=(1, 2, 3))
+        assert distances.min() < 1e-3, distances.min()  # the pipeline's image is a record's
+        chosen.append(int(distances.argmin()))
+    encoded = [every_png[i] for i in chosen]
+    return {"serving_default": np.stack([tf.io.decode_png(e).numpy() for e in encoded]),
+            "serving_image_bytes": np.array(encoded, dtype=object),
+            "serving_tf_example": np.array([every[i] for i in chosen], dtype=object),
+            "serving_tflite": images.numpy()}
+
+
+def assert_logits_differ_between_images(logits, atol):
+    """Every image's logits differ from the first image's by more than 10 * `atol`: serving
+    one image in another's place fails a comparison at `atol`."""
+    spread = [np.abs(logits[k] - logits[0]).max() for k in range(1, len(logits))]
+    assert min(spread) > 10 * atol, spread
+
+
 @pytest.mark.release(sibling="tests/vision/test_segmentation_train.py::"
                              "test_in_process_export_of_a_2_class_deeplab_serves_predicted_mask_in_a_fresh_process")
-def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mobilenet_v2_run,
-                                                                         shapes):
-    root, model_dir, override_file = mobilenet_v2_run
+def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mnv2_run, shapes):
+    root, model_dir, override_file = mnv2_run
     run_cli("lite_launcher.export", "--experiment", "mnv2_deeplabv3_pascal",
             "--params_override", override_file, "--checkpoint_path", model_dir,
             "--export_dir", root / "export", "--input_image_size", f"{SIZE},{SIZE}",
@@ -227,15 +249,11 @@ def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mobilen
         tf.train.latest_checkpoint(str(model_dir))).expect_partial()
     images, _ = next(iter(task.build_inputs(config.task.validation_data)))
     expected = tf.image.resize(model(images, training=False)["logits"], [SIZE, SIZE]).numpy()
-    records = [r.numpy() for r in tf.data.TFRecordDataset(
-        sorted(tf.io.gfile.glob(shapes[1]))).take(len(images))]
-    encoded = [tf.train.Example.FromString(r).features.feature["image/encoded"].bytes_list
-               .value[0] for r in records]
-    decoded = np.stack([tf.io.decode_png(e).numpy() for e in encoded])
-    inputs = {"serving_default": decoded,
-              "serving_image_bytes": np.array(encoded, dtype=object),
-              "serving_tf_example": np.array(records, dtype=object),
-              "serving_tflite": images.numpy()}
+    # Each image's logits are its own (4 steps: 0.02-0.07 apart), so an image served in
+    # another's place fails. A 0.35 MobileNetV2 after 4 steps could not tell: its logits are
+    # the same for every image to 5e-10 (the features fade to ~1e-9 by level 4).
+    assert_logits_differ_between_images(expected, atol=1e-4)
+    inputs = serving_inputs(images, shapes[1])
     np.savez(root / "inputs.npz", **inputs)
     script = root / "serve.py"
     script.write_text(FRESH_SERVER)
@@ -256,18 +274,25 @@ def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mobilen
                 np.testing.assert_array_equal(info[:, 0], [[SIZE, SIZE]] * len(images))
 
 
+# The pipeline's first three images: the second comes from the second shard.
+SERVED_BATCH = 3
+
+
 def test_in_process_export_of_a_2_class_deeplab_serves_predicted_mask_in_a_fresh_process(
         shapes, tmp_path):
     """The release export test's code path on an untrained 2-class DeepLab (the smallest one):
     `export_saved_model` in-process, then TensorFlow alone in a fresh process serves `logits`
-    equal to the Keras model's and `predicted_mask`, their argmax, through every signature."""
+    equal to the Keras model's and `predicted_mask`, their argmax, through every signature,
+    for each image of a batch of three (the pipeline's first three: one from the second
+    shard, which the sorted shards read in order would have paired with the wrong record)."""
     from lite_launcher import export as export_lib
 
     config = tiny_config(shapes, backbone=SMALLEST_BACKBONE)
     config.task.model.num_classes = 2
     task = ll.get_task(config.task)
     model = task.build_model()
-    images = task.build_inputs(config.task.validation_data).take(1).get_single_element()[0][:1]
+    images = task.build_inputs(config.task.validation_data).take(1).get_single_element()[0][
+        :SERVED_BATCH]
     # Untrained, one class can win every pixel (seen on a clean clone): the final bias is
     # shifted so that the class-1 margin's median pixel ties, and both classes occur.
     [final_bias] = [w for w in model.weights
@@ -277,16 +302,7 @@ def test_in_process_export_of_a_2_class_deeplab_serves_predicted_mask_in_a_fresh
     checkpoint = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
     export_lib.export_saved_model(config, checkpoint, str(tmp_path / "export"),
                                   export_checkpoint_subdir="", function_keys=SIGNATURES)
-    # One image: the first record of the first shard is the pipeline's first image.
-    records = [r.numpy() for r in tf.data.TFRecordDataset(
-        sorted(tf.io.gfile.glob(shapes[1]))).take(1)]
-    encoded = [tf.train.Example.FromString(r).features.feature["image/encoded"].bytes_list
-               .value[0] for r in records]
-    decoded = np.stack([tf.io.decode_png(e).numpy() for e in encoded])
-    inputs = {"serving_default": decoded,
-              "serving_image_bytes": np.array(encoded, dtype=object),
-              "serving_tf_example": np.array(records, dtype=object),
-              "serving_tflite": images.numpy()}
+    inputs = serving_inputs(images, shapes[1])
     np.savez(tmp_path / "inputs.npz", **inputs)
     (tmp_path / "serve.py").write_text(FRESH_SERVER)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -299,12 +315,13 @@ def test_in_process_export_of_a_2_class_deeplab_serves_predicted_mask_in_a_fresh
     # model on them is the reference for every signature.
     expected = tf.image.resize(model(images, training=False)["logits"], [SIZE, SIZE]).numpy()
     scale = np.abs(expected).max()
+    assert_logits_differ_between_images(expected, atol=1e-3 * scale)
     margin = np.abs(expected[..., 1] - expected[..., 0])
     with np.load(tmp_path / "outputs.npz") as served:
         for signature in inputs:
             logits = served[signature + "__logits"]
-            assert logits.shape == (1, SIZE, SIZE, 2), signature
-            # Untrained, the logits are small (~1e-6): the tolerances are relative to them.
+            assert logits.shape == (SERVED_BATCH, SIZE, SIZE, 2), signature
+            # Untrained, the logits are small (~0.01): the tolerances are relative to them.
             np.testing.assert_allclose(logits, expected, atol=1e-3 * scale, err_msg=signature)
             mask = served[signature + "__predicted_mask"]
             np.testing.assert_array_equal(mask, np.argmax(logits, axis=-1), err_msg=signature)
