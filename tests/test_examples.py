@@ -48,6 +48,8 @@ def custom_trainer_run(tmp_path_factory):
     return model_dir, result.stdout
 
 
+@pytest.mark.release(sibling="tests/test_examples.py::"
+                             "test_custom_trainer_xla_branch_matches_plain_step_under_mirrored")
 def test_custom_trainer_example_trains_and_exports_its_best(custom_trainer_run):
     model_dir, stdout = custom_trainer_run
     match = re.search(r"final accuracy ([\d.]+); best exported at steps \[([\d, ]+)\]; "
@@ -79,6 +81,8 @@ def test_custom_trainer_example_trains_and_exports_its_best(custom_trainer_run):
                                                     abs=1e-7)
 
 
+@pytest.mark.release(sibling="tests/test_examples.py::"
+                             "test_custom_trainer_xla_branch_matches_plain_step_under_mirrored")
 def test_custom_trainer_example_logs_extra_values(custom_trainer_run):
     model_dir, _ = custom_trainer_run
     train = read_scalars(os.path.join(model_dir, "train"))
@@ -147,6 +151,7 @@ def test_forked_driver_bad_mode_is_one_line_exit_2(tmp_path):
 
 
 def test_custom_trainer_xla_branch_matches_plain_step_under_mirrored(tmp_path):
+    # The release tests' example script, its trainer run in this process on a smaller case.
     # In-process with the suite's 2 logical CPUs: the XLA branch must work under
     # MirroredStrategy (update outside the compiled function) and give the plain step's weights;
     # the passthrough count must add up the replicas' labels.
@@ -168,15 +173,22 @@ def test_custom_trainer_xla_branch_matches_plain_step_under_mirrored(tmp_path):
             task = ll.get_task(params.task)
         trainer = custom_trainer.build_custom_trainer(params, task, strategy, "train_and_eval",
                                                       best_dir=os.path.join(model_dir, "best"))
+        train_logs = []
         ll.run_experiment(distribution_strategy=strategy, task=task, mode="train_and_eval",
                           params=params, model_dir=model_dir, trainer=trainer,
-                          save_summary=False)
+                          save_summary=False, train_actions=[train_logs.append])
         compiled = getattr(trainer._forward_backward_fn, "_jit_compile", None)
         assert bool(compiled) == enable_xla
         assert int(trainer.global_step.numpy()) == 20
         assert int(trainer.last_eval_logs["eval_examples"]) == 297
         assert trainer.exported_steps == [20]
         results[enable_xla] = [v.numpy() for v in trainer.model.trainable_variables]
+        # The example's extra logs (its train_loop_end): the step and the weights' global norm
+        # after each loop, the last one of the final weights.
+        assert [int(logs["global_step"]) for logs in train_logs] == [10, 20]
+        final_norm = np.sqrt(sum(np.sum(np.square(v.astype(np.float64)))
+                                 for v in results[enable_xla]))
+        np.testing.assert_allclose(float(train_logs[-1]["weights_l2"]), final_norm, rtol=1e-5)
     for plain, xla in zip(results[False], results[True]):
         np.testing.assert_allclose(xla, plain, rtol=1e-4, atol=1e-6)
 

@@ -6,7 +6,7 @@ parsing to exit, without the ~6 CPU-seconds of a TensorFlow start-up); the runs 
 module-scoped fixtures shared by several tests, chained on the same model_dir where a later
 mode naturally follows an earlier one (train -> resume, train_and_eval -> eval on a copy). What
 only processes show runs in subprocesses: a trainer and a continuous evaluator side by side
-(the sibling of tests/reliability's sidecar evaluator), and the exit code of a refused command.
+(`release`), and the exit code of a refused command.
 
 The `mock` experiment (TFM's MockTask) has closed-form training: one fixed batch `x`, loss =
 mean(Dense(1)(x)), SGD lr 0.01. After `s` steps the bias is `1 - 0.01 s` and the loss on that
@@ -416,7 +416,11 @@ def slow_mock():
 
 
 @pytest.mark.slow
+@pytest.mark.release(sibling="tests/test_soak_harness.py::"
+                             "test_tiny_soak_run_samples_both_processes_and_writes_the_results_file")
 def test_continuous_eval_beside_a_trainer(tmp_path):
+    """A `continuous_eval` process beside a `train` process on one model_dir (the soak
+    harness's tiny run in the suite starts the same pair, evaluating to the last step)."""
     (tmp_path / "slow_mock_registry.py").write_text(textwrap.dedent(SLOW_MOCK_REGISTRY))
     model_dir = str(tmp_path / "model")
     eval_dir = os.path.join(model_dir, "validation")

@@ -3,16 +3,15 @@
 digits_mlp with `runtime.deterministic_ops` (deterministic TF ops, fixed seeds) and a shuffled,
 repeated training set (1,500 examples, batch 64: an epoch is 23 steps, so N = 30 stops mid-way
 through the second epoch). One process trains 2N steps straight, saving the iterator; its
-checkpoint of step N, copied into fresh model_dirs, is what two new processes resume from (three
-processes in all). Only with `trainer.checkpoint_train_iterator` does the resumed run see the
-same batches; without it the resumed run starts the input pipeline over (the iterator state in
-the checkpoint is not read) and ends with other weights, which shows the test can tell the
-difference.
+checkpoint of step N, copied into a fresh model_dir, is what a new process resumes from. Only
+with `trainer.checkpoint_train_iterator` does the resumed run see the same batches; without it
+(a third process: the `release` control) the resumed run starts the input pipeline over (the
+iterator state in the checkpoint is not read) and ends with other weights, which shows the
+test can tell the difference.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import shutil
 
@@ -57,20 +56,25 @@ def _resume_from(source, model_dir, step):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Three model dirs: 2N straight; its ckpt-N resumed to 2N with the iterator restored, and
-    without it."""
-    root = tmp_path_factory.mktemp("exact_resume")
-    straight, resumed, restarted = (str(root / name) for name in
-                                    ("straight", "resumed", "restarted_input"))
-    _train(straight, 2 * N, True)
-    for model_dir in (resumed, restarted):
-        _resume_from(straight, model_dir, N)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        second = {"resumed": pool.submit(_train, resumed, 2 * N, True),
-                  "restarted": pool.submit(_train, restarted, 2 * N, False)}
-        logs = {name: f.result() for name, f in second.items()}
-    return dict(straight=straight, resumed=resumed, restarted=restarted, logs=logs)
+def straight(tmp_path_factory):
+    """The model dir of 2N steps straight, its ckpt-N kept to be resumed from."""
+    model_dir = str(tmp_path_factory.mktemp("exact_resume") / "straight")
+    _train(model_dir, 2 * N, True)
+    return model_dir
+
+
+def _resumed_run(straight, model_dir, checkpoint_iterator):
+    """straight's ckpt-N resumed to 2N in a new process; returns (model_dir, its log)."""
+    _resume_from(straight, model_dir, N)
+    return model_dir, _train(model_dir, 2 * N, checkpoint_iterator)
+
+
+@pytest.fixture(scope="module")
+def runs(straight):
+    """straight's ckpt-N resumed to 2N with the iterator restored."""
+    resumed, log = _resumed_run(straight, os.path.join(os.path.dirname(straight), "resumed"),
+                                True)
+    return dict(straight=straight, resumed=resumed, logs={"resumed": log})
 
 
 @pytest.mark.slow
@@ -98,14 +102,18 @@ def test_resumed_run_equals_straight_run_bit_for_bit(runs):
 
 
 @pytest.mark.slow
-def test_without_the_iterator_in_the_checkpoint_the_input_restarts_and_weights_differ(runs):
-    straight = _state(runs["straight"], 2 * N)
-    restarted = _state(runs["restarted"], 2 * N)
-    assert restored_checkpoints(runs["logs"]["restarted"]) == [
-        (os.path.join(runs["restarted"], f"ckpt-{N}"), N)]
+@pytest.mark.release(sibling="tests/reliability/test_exact_resume.py::"
+                             "test_resumed_run_equals_straight_run_bit_for_bit")
+def test_without_the_iterator_in_the_checkpoint_the_input_restarts_and_weights_differ(
+        straight, tmp_path):
+    """The control of the bit-for-bit test: the same resume, the iterator not restored."""
+    restarted_dir, log = _resumed_run(straight, str(tmp_path / "restarted_input"), False)
+    restarted = _state(restarted_dir, 2 * N)
+    expected = _state(straight, 2 * N)
+    assert restored_checkpoints(log) == [(os.path.join(restarted_dir, f"ckpt-{N}"), N)]
     assert int(restarted["global_step/.ATTRIBUTES/VARIABLE_VALUE"]) == 2 * N
-    weights = [n for n in straight if n.startswith("optimizer/_trainable_variables/")]
-    assert any(not np.array_equal(straight[n], restarted[n]) for n in weights)
+    weights = [n for n in expected if n.startswith("optimizer/_trainable_variables/")]
+    assert any(not np.array_equal(expected[n], restarted[n]) for n in weights)
 
 
 def test_iterator_checkpoint_under_a_distribution_strategy_is_a_clear_config_error():

@@ -43,7 +43,7 @@ from reliability_utils import (ERROR_PREFIX, REPO_ROOT, checkpoint_global_step,
                                read_checkpoint, read_text,
                                restored_checkpoints, stop_if_running, subprocess_env, wait_for)
 from test_distribution import free_ports
-from cli import lite_train_command
+from cli import lite_train_command, run_lite_train_in_process
 
 PREEMPTION_EXIT_CODE = 143
 WAIT_S = 180  # bound on every wait for a cluster of two processes on a loaded machine
@@ -161,9 +161,9 @@ def checkpoint_weights(prefix):
     return names, [values[k] for k in names]
 
 
-@pytest.mark.slow
-def test_sigterm_to_one_worker_saves_every_worker_at_one_step_and_resume_matches(tmp_path):
-    model_dir = tmp_path / "model"
+def preempt_worker_1_after_the_first_checkpoint(tmp_path, model_dir):
+    """SIGTERMs worker 1 of a running 2-worker cluster once; asserts every worker saved at one
+    step agreed through the cluster and exited 143; returns (that step, its checkpoint)."""
     # The notice reaches one worker only.
     codes, logs = fault_after_first_checkpoint(
         tmp_path, "preempted", cluster_flags(model_dir, 10 ** 7),
@@ -178,6 +178,26 @@ def test_sigterm_to_one_worker_saves_every_worker_at_one_step_and_resume_matches
     assert latest == str(model_dir / f"ckpt-{step}")
     assert checkpoint_global_step(latest) == step
     assert step > max(saved_steps(logs[0])[:-1] or [0])  # newer than every periodic save
+    return step, latest
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_worker_saves_every_worker_at_one_step(tmp_path):
+    """The release SIGTERM test without its restart: two real processes, worker 1 alone told
+    to stop after the chief's first checkpoint; both save at the same step and exit 143."""
+    model_dir = tmp_path / "model"
+    step, latest = preempt_worker_1_after_the_first_checkpoint(tmp_path, model_dir)
+    assert checkpoint_numbers(str(model_dir))[-1] == step  # nothing written after it
+    names, _ = checkpoint_weights(latest)
+    assert len(names) == 4  # the whole model: both Dense layers' kernels and biases
+
+
+@pytest.mark.slow
+@pytest.mark.release(sibling="tests/reliability/test_multi_worker_faults.py::"
+                             "test_sigterm_to_one_worker_saves_every_worker_at_one_step")
+def test_sigterm_to_one_worker_saves_every_worker_at_one_step_and_resume_matches(tmp_path):
+    model_dir = tmp_path / "model"
+    step, latest = preempt_worker_1_after_the_first_checkpoint(tmp_path, model_dir)
     preempted_names, preempted = checkpoint_weights(latest)
 
     # A restart of both resumes at that step and trains 20 more.
@@ -288,25 +308,22 @@ def test_hung_worker_stops_the_survivor_with_one_line_after_the_failure_timeout(
     read_checkpoint(latest)
 
 
-def test_worker_whose_peer_never_starts_stops_with_one_line(tmp_path):
+def test_worker_whose_peer_never_starts_stops_with_one_line(tmp_path, monkeypatch):
+    """In this process (the wait is lite's own, before TensorFlow's server starts: nothing of
+    the cluster is set up in the process when it gives up)."""
     own, absent = free_ports(2)  # nothing will listen on `absent`
-    hosts = [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"worker": [f"127.0.0.1:{own}", f"127.0.0.1:{absent}"]},
+        "task": {"type": "worker", "index": 0}}))
     model_dir = tmp_path / "model"
-    log = str(tmp_path / "alone.log")
-    # Nothing will ever listen on `absent`: a short timeout is as sure as a long one (the wait
-    # is lite's own, before TensorFlow's server starts).
+    # Nothing will ever listen on `absent`: a short timeout is as sure as a long one.
     timeout_s = 2
-    process = start_worker(hosts, 0, cluster_flags(
-        model_dir, 100, **{"runtime.cluster_failure_timeout_s": timeout_s}), log,
-        tmp_path / "tmp0")
-    try:
-        code = process.wait(timeout=WAIT_S)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"no exit within {WAIT_S} s:\n{read_text(log)[-3000:]}") from None
-    finally:
-        stop_if_running(process)
-    assert code == 1, read_text(log)[-3000:]
-    assert last_line(log) == (
+    # Deterministic ops off: they would stay on in this process for every later test.
+    run = run_lite_train_in_process(*cluster_flags(
+        model_dir, 100, **{"runtime.cluster_failure_timeout_s": timeout_s,
+                           "runtime.deterministic_ops": False}))
+    assert run.returncode == 1, run.stderr[-3000:] + run.logged[-3000:]
+    assert run.stderr.strip().splitlines()[-1] == (
         f"{ERROR_PREFIX}Cluster task worker 1 at 127.0.0.1:{absent} did not start within "
         f"runtime.cluster_failure_timeout_s={timeout_s} s (nothing accepts connections "
         f"there): check its address in TF_CONFIG and that it runs.")
@@ -410,7 +427,8 @@ def start_evaluator(hosts, model_dir, train_steps, log_path, scratch):
 
 
 @pytest.mark.slow
-@pytest.mark.release(sibling="tests/test_modes.py::test_continuous_eval_beside_a_trainer")
+@pytest.mark.release(sibling="tests/reliability/test_side_by_side_eval.py::test_evaluate_all_"
+                             "checkpoints_in_order_and_a_restarted_evaluator_skips_evaluated_ones")
 def test_sidecar_evaluator_evaluates_every_chief_checkpoint_once_across_its_restart(tmp_path):
     model_dir = tmp_path / "model"
     hosts = [f"127.0.0.1:{port}" for port in free_ports(3)]

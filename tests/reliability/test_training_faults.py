@@ -21,8 +21,8 @@ import lite_launcher as ll
 from lite_launcher import registry
 from reliability_utils import (ERROR_PREFIX, FAST_DIGITS, REPO_ROOT, checkpoint_numbers,
                                lite_train_command, nested, override_json, poison_params,
-                               read_checkpoint, run_lite_train, run_poison_task, snapshot,
-                               subprocess_env)
+                               read_checkpoint, run_poison_task, snapshot, subprocess_env)
+from cli import run_lite_train_in_process
 
 
 def _weights(prefix):
@@ -138,12 +138,13 @@ def test_a_full_disk_is_a_clear_error_naming_the_path_and_the_last_checkpoint_su
 @pytest.mark.slow
 def test_divergence_through_lite_train_is_one_line_exit_1(tmp_path):
     # mock's loss starts near 1: a bound of -1 makes the first loop a divergence, and with
-    # recovery_max_trials 0 the run stops at once.
-    result = run_lite_train([
+    # recovery_max_trials 0 the run stops at once. The driver's whole path in this process
+    # (`main.run()` from flag parsing to the exit code): no TensorFlow start-up.
+    result = run_lite_train_in_process(
         "--experiment=mock", "--mode=train", f"--model_dir={tmp_path / 'm'}",
         "--params_override=trainer.loss_upper_bound=-1.0,trainer.recovery_max_trials=0,"
-        "trainer.train_steps=10,trainer.steps_per_loop=5,trainer.summary_interval=5"])
-    assert result.returncode == 1, result.stderr[-2000:]
+        "trainer.train_steps=10,trainer.steps_per_loop=5,trainer.summary_interval=5")
+    assert result.returncode == 1, (result.stderr + result.logged)[-2000:]
     assert "Traceback" not in result.stderr
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("lite-train: error: Training diverged")
