@@ -86,14 +86,15 @@ def small_records(tmp_path_factory):
     return globs
 
 
-def cpu_override(yaml_path, records, steps):
+def cpu_override(yaml_path, records, steps, deterministic_ops=True):
     """The YAML unchanged; then what a CPU run needs: no TPU / bfloat16, a small input and
-    batch with the learning rate scaled to it, seeded and deterministic ops (the same run each
-    time), `steps` training steps, then 1 evaluation step."""
+    batch with the learning rate scaled to it, deterministic ops (the same run each time)
+    unless told otherwise, `steps` training steps, then 1 evaluation step."""
     train, validation = records
     return (
         "runtime.distribution_strategy=off,runtime.mixed_precision_dtype=float32,"
-        "runtime.enable_xla=false,runtime.deterministic_ops=true,task.train_data.dtype=float32,"
+        f"runtime.enable_xla=false,runtime.deterministic_ops={str(deterministic_ops).lower()},"
+        "task.train_data.dtype=float32,"
         "task.validation_data.dtype=float32,task.model.input_size=[32,32,3],"
         f"task.train_data.input_path='{train}',task.validation_data.input_path='{validation}',"
         f"task.train_data.global_batch_size={BATCH},"
@@ -124,8 +125,7 @@ def test_tfm_zoo_yaml_trains_two_steps_and_evaluates(small_records, tmp_path, ya
     result = run_lite_train_in_process(
         "--experiment", experiment, "--config_file", yaml_path,
         "--mode", "train_and_eval", "--model_dir", model_dir, "--params_override",
-        cpu_override(yaml_path, small_records, steps=2) + extra
-        + ",runtime.deterministic_ops=false")
+        cpu_override(yaml_path, small_records, steps=2, deterministic_ops=False) + extra)
     assert result.returncode == 0, (result.stderr[-2000:], result.logged[-2000:])
     with open(model_dir / "params.yaml") as f:
         params = yaml.safe_load(f)
