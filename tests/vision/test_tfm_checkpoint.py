@@ -123,6 +123,11 @@ def test_mis_shaped_variable_names_both_shapes():
     assert "logits/kernel (64, 7)" in message
 
 
+# `release`: its export of the TFM checkpoint is the moving-averages test's, which also checks
+# the SavedModel serves the Keras model of the export's checkpoint (the weights themselves
+# read for serving from a TFM checkpoint: test_lite_export_reads_a_tfm_segmentation_checkpoint).
+@pytest.mark.release(sibling="tests/vision/test_tfm_checkpoint.py::"
+                             "test_tfm_moving_averages_export_and_resume")
 def test_export_from_a_tfm_checkpoint_matches_the_keras_model(tmp_path):
     name = "resnet18_v1"  # the fewest layers: an export traces every one of them
     params = params_for(name, init_checkpoint=os.path.join(DATA, name))
@@ -511,21 +516,28 @@ def test_lite_convert_refuses_a_lite_checkpoint(tmp_path):
 
 def test_tfm_moving_averages_export_and_resume(tmp_path, caplog):
     """resnet18_v1 was trained under TFM's ExponentialMovingAverage: lite-export with
-    optimizer_config.ema serves its averages (TFM's averaged logits), init_checkpoint reads the
-    weights themselves, and a resume with EMA continues TFM's averages."""
+    optimizer_config.ema serves its averages (TFM's averaged logits; the SavedModel serves the
+    Keras model of the export's checkpoint), and a resume with EMA continues TFM's
+    averages."""
     name = "resnet18_v1"
-    entry, ref = INDEX["models"][name], reference(name)
+    ref = reference(name)
     assert relative_error(ref["average_logits"], ref["logits"]) > 1e-2
     ema = {"ema": {"average_decay": 0.5, "dynamic_decay": False}}
     params = params_for(name)
     params.trainer.optimizer_config.override(ema, is_strict=True)
     saved = ll.export_saved_model(params, os.path.join(DATA, name), str(tmp_path / "export"))
-    served = ll.get_task(params.task).build_model()
+    task = ll.get_task(params.task)
+    served = task.build_model()
     tf.train.Checkpoint(model=served).read(
         tf.train.latest_checkpoint(str(tmp_path / "export" / "checkpoint"))).expect_partial()
-    assert os.path.isdir(saved)
     assert relative_error(served(ref["images"], training=False).numpy(),
                           ref["average_logits"]) <= 1e-4
+    images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3)).astype(np.uint8)
+    expected = task.build_serving_fn(served, "image_tensor")[0](tf.constant(images))
+    by_saved_model = tf.saved_model.load(saved).signatures["serving_default"](
+        inputs=tf.constant(images))
+    np.testing.assert_allclose(by_saved_model["logits"].numpy(), expected["logits"].numpy(),
+                               rtol=1e-5, atol=1e-5)
     # A resume with EMA: the averages are TFM's 'average' slots.
     model_dir = str(tmp_path / "model")
     shutil.copytree(os.path.join(DATA, name), model_dir)

@@ -89,10 +89,10 @@ def test_head_options_and_l2_weight_decay():
     np.testing.assert_allclose(float(tf.add_n(model.losses)), expected, rtol=1e-5)
 
 
+# At scale 1.0 TFM's figures for these three (2,257,984, 4,226,432 and 1,529,968) are the
+# backbone counts test_vision_zoo_models pins for TFM's MobileNet V2 / V3 YAMLs.
 @pytest.mark.parametrize("model_id, scale, expected", [
-    ("MobileNetV2", 1.0, 2_257_984), ("MobileNetV2", 0.75, 1_382_064),
-    ("MobileNetV3Large", 1.0, 4_226_432), ("MobileNetV3Large", 0.75, 2_731_616),
-    ("MobileNetV3Small", 1.0, 1_529_968)])
+    ("MobileNetV2", 0.75, 1_382_064), ("MobileNetV3Large", 0.75, 2_731_616)])
 def test_mobilenet_backbone_parameter_counts_equal_tfms(model_id, scale, expected):
     # TFM's own figures (official/vision/modeling/backbones/mobilenet_test.py).
     config = configs.MobileNet(model_id=model_id, filter_size_scale=scale)
