@@ -45,6 +45,9 @@ from detection_images import write_coco  # noqa: E402
 pytest.importorskip("pycocotools")
 
 BACKBONE_CHECKPOINT = os.path.join(HERE, "data", "tfm_checkpoints", "mobilenetv2", "ckpt-7")
+# The suite's smaller model: a TFM-written ResNet-18 (v1 stem, 1/32 width), fewer layers.
+SMALL_BACKBONE_CHECKPOINT = os.path.join(HERE, "data", "tfm_checkpoints", "resnet18_v1",
+                                         "ckpt-3")
 NUM_CLASSES = 2  # square, disc (the tutorial: 3 LVIS classes)
 
 
@@ -147,6 +150,11 @@ def _run_tutorial(root, size, batch_size, train_steps, small_model=False):
     exp_config.task.model.input_size = IMG_SHAPE
 
     if small_model:  # not the notebook's: the suite's smaller model (see the module docstring)
+        exp_config.task.init_checkpoint = SMALL_BACKBONE_CHECKPOINT
+        exp_config.task.model.backbone.type = "resnet"
+        exp_config.task.model.backbone.resnet.model_id = 18
+        exp_config.task.model.backbone.resnet.depth_multiplier = 0.03125
+        exp_config.task.model.backbone.resnet.stem_type = "v1"
         exp_config.task.model.max_level = 4
         exp_config.task.model.decoder.fpn.num_filters = 16
         exp_config.task.model.rpn_head.num_filters = 16
@@ -285,6 +293,7 @@ def _run_tutorial(root, size, batch_size, train_steps, small_model=False):
         shown.append(("predicted", before, image_np))
         results.append(result)
     return dict(model=model, eval_logs=eval_logs, model_dir=model_dir, export_dir=export_dir,
+                init_checkpoint=exp_config.task.init_checkpoint,
                 first_batch=first_batch, shown=shown, results=results)
 
 
@@ -305,9 +314,13 @@ def _check(outcome, size, batch_size, train_steps):
     model = outcome["model"]
     # The backbone is TFM's checkpoint, frozen: its stem kernel is the checkpoint's.
     assert model.backbone.trainable is False
-    stem = tf.train.load_checkpoint(BACKBONE_CHECKPOINT).get_tensor(
-        "backbone/layer_with_weights-0/_conv0/kernel/.ATTRIBUTES/VARIABLE_VALUE")
-    [kernel] = [w for w in model.backbone.weights if tuple(w.shape) == stem.shape]
+    reader = tf.train.load_checkpoint(outcome["init_checkpoint"])
+    [stem_name] = [name for name in reader.get_variable_to_shape_map()
+                   if name.startswith("backbone/layer_with_weights-0/")
+                   and name.endswith("/kernel/.ATTRIBUTES/VARIABLE_VALUE")]
+    stem = reader.get_tensor(stem_name)
+    kernel = model.backbone.weights[0]
+    assert "kernel" in kernel.path and tuple(kernel.shape) == stem.shape
     np.testing.assert_array_equal(kernel.numpy(), stem)
     for name in ("AP", "AP50", "mask_AP", "mask_AP50"):
         assert 0.0 <= float(outcome["eval_logs"][name]) <= 1.0, name
