@@ -14,11 +14,19 @@ with COCO polygons (tests/vision/detection_images.py), turned into records the w
 tutorial's `_process_example` writes them (`coco_annotations_to_lists(..., include_masks=True)`
 and `tfrecord_lib.convert_to_feature`); the backbone checkpoint is a TFM-written MobileNetV2
 (1/32 width, tests/vision/data/tfm_checkpoints/mobilenetv2) instead of TFM's GCS one, so the
-model is that width. Both variants are `release` (the suite's sibling is the lite-train test
-of test_maskrcnn_train.py, the same train / eval / COCO-with-masks / export path): 64x64, 2
-images a batch, 2 steps (250 s on the loaded 2-core machine, mostly tracing) and the
-tutorial's 256x256, batch 8, 10 steps (755 s). matplotlib is not used: the drawn arrays are
+model is that width. The cells run in the notebook's order from its configuration on (the
+LVIS download and parsing cells are replaced by the records above; the `gsutil cp`,
+`%tensorboard` and pip cells are left out); matplotlib is not used: the drawn arrays are
 checked instead of shown.
+
+The suite runs every cell on a smaller model, set by one extra cell after the model config: a
+TFM-written ResNet-18 (v1 stem, 1/32 width, tests/vision/data/tfm_checkpoints/resnet18_v1)
+as the restored, frozen backbone instead of MobileNetV2 (fewer layers), levels 3-4 instead of
+3-6, FPN and RPN head of 16 filters, a box head without convolutions and 32-wide fully
+connected layer, a mask head of one 16-filter convolution; 64x64, one step of a batch of 2,
+one validation batch. The notebook as written is `release`: 64x64, 2 images a batch, 2 steps
+(250 s on the loaded 2-core machine, mostly tracing) and the tutorial's 256x256, batch 8,
+10 steps (755 s).
 """
 
 import json
