@@ -9,8 +9,12 @@ counts (12 images and 2 steps in the small versions; the tutorial's batch of 128
 branch's 20 steps at its sizes), the device branches reduced to the CPU one this machine takes,
 `model_dir` under the test's directory (the working directory, so `./export/` is there too).
 
-The suite runs the cells before training (config on TFDS's metadata, task, TFDS batches read and
-drawn); the whole notebook is in the release set.
+The suite runs every cell on a smaller model, set by one extra cell after the "Configure model"
+cell: ResNet-10 at depth_multiplier 0.25 instead of ResNet-18, and `runtime.enable_xla = False`
+(resnet_imagenet sets it, as TFM's; under the tutorial's OneDeviceStrategy lite then compiles
+the forward and backward pass with XLA:CPU, ~10 s of CPU for this one step); 12 examples a
+split, one batch of 12, one step. The notebook as written (ResNet-18, XLA) is in the release
+set at the small size and at the tutorial's.
 """
 
 import os
@@ -28,8 +32,8 @@ from notebook_stubs import Display, Pyplot  # noqa: E402
 from tfds_mock import mock_tfds  # noqa: E402
 
 
-def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
-    """The notebook's cells; with train=False only those before `run_experiment`."""
+def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, small_model=False):
+    """The notebook's cells; with small_model, one extra cell after the model's config."""
     # pylint: disable=invalid-name,unused-variable,import-outside-toplevel,redefined-builtin
     monkeypatch.chdir(tmp_path)
     plt = Pyplot()
@@ -59,6 +63,11 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
     exp_config.task.model.num_classes = 10
     exp_config.task.model.input_size = list(ds_info.features["image"].shape)
     exp_config.task.model.backbone.resnet.model_id = 18
+
+    if small_model:  # not the notebook's: the suite's smaller model (see the module docstring)
+        exp_config.task.model.backbone.resnet.model_id = 10
+        exp_config.task.model.backbone.resnet.depth_multiplier = 0.25
+        exp_config.runtime.enable_xla = False
 
     # Configure training and testing data
     exp_config.task.train_data.input_path = ''
@@ -148,9 +157,6 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
     plt.figure(figsize=(10, 10))
     for images, labels in task.build_inputs(exp_config.task.validation_data).take(1):
         show_batch(images, labels)
-    if not train:
-        return dict(plt=plt, first_train_batch=first_train_batch, label_info=label_info,
-                    exp_config=exp_config)
 
     # --- Train and evaluate ---
     model, eval_logs = tfm.core.train_lib.run_experiment(
@@ -203,7 +209,8 @@ def _run_tutorial(tmp_path, monkeypatch, batch_size, train_steps, train=True):
                          'better than random.')
     return dict(plt=plt, eval_logs=eval_logs, model=model, model_dir=model_dir,
                 first_train_batch=first_train_batch,
-                served=(data, predictions), model_fn=model_fn, label_info=label_info)
+                served=(data, predictions), model_fn=model_fn, label_info=label_info,
+                exp_config=exp_config)
 
 
 def _check_inputs(outcome, batch_size, num_shown):
@@ -262,24 +269,29 @@ def _mock_cifar10(tmp_path, num_examples):
                      {"label": CIFAR10_NAMES})
 
 
-def test_image_classification_tutorial_cells_before_training(tmp_path, monkeypatch):
-    # The config cells on TFDS's split metadata, the task, three batches read, two drawn.
-    with _mock_cifar10(tmp_path, 24):
-        outcome = _run_tutorial(tmp_path, monkeypatch, batch_size=12, train_steps=2,
-                                train=False)
-    _check_inputs(outcome, 12, 24)
-    trainer = outcome["exp_config"].trainer
-    assert trainer.validation_steps == 2 and trainer.steps_per_loop == 2  # 24 // 12
-    data = outcome["exp_config"].task.validation_data
+def test_image_classification_tutorial_whole_on_a_small_resnet(tmp_path, monkeypatch):
+    # Every cell, on ResNet-10 at a quarter of the width, one step of one batch of 12 (show_batch
+    # draws 12): 12 examples a split, so validation_steps = 12 // 12 = 1.
+    with _mock_cifar10(tmp_path, 12):
+        outcome = _run_tutorial(tmp_path, monkeypatch, batch_size=12, train_steps=1,
+                                small_model=True)
+        _check(outcome, 12, 1)
+    config = outcome["exp_config"]
+    trainer, data = config.trainer, config.task.validation_data
+    assert trainer.validation_steps == 1 and trainer.steps_per_loop == 1
     assert (data.tfds_name, data.tfds_split, data.input_path) == ("cifar10", "test", "")
+    assert config.task.model.input_size == [32, 32, 3]  # from TFDS's feature metadata
+    # The extra cell took: ResNet-10's stem and four blocks of two convolutions and a
+    # projection shortcut each, the stem's 64 filters at a quarter.
+    kernels = [w for w in outcome["model"].weights if "kernel" in w.path and w.ndim == 4]
+    assert len(kernels) == 1 + 4 * 3 and kernels[0].shape[-1] == 16
 
 
-# The whole notebook: ResNet-18 training, two evaluations, Keras predict, the export and the
-# SavedModel's load take ~60 s of CPU (~2 min on the loaded 2-core machine), too long for the
-# suite. The suite runs the cells before training here; the same training, TFDS input and
-# export paths are in tests/test_tfds_input.py and tests/test_export.py.
+# The notebook as written (ResNet-18): training, two evaluations, Keras predict, the export and
+# the SavedModel's load take ~60 s of CPU (~2 min on the loaded 2-core machine), too long for
+# the suite, which runs every cell on a smaller ResNet instead.
 _SIBLING = ("tests/vision/test_tutorial_image_classification.py::"
-            "test_image_classification_tutorial_cells_before_training")
+            "test_image_classification_tutorial_whole_on_a_small_resnet")
 
 
 @pytest.mark.release(sibling=_SIBLING)
