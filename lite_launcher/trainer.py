@@ -200,9 +200,9 @@ def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: 
 
     | strategy (enable_xla=true)      | compiled with XLA                                |
     |---------------------------------|--------------------------------------------------|
-    | default (no strategy)           | the whole `task.train_step`                      |
-    |   ... a convnet, CPU only       | nothing (warning): XLA:CPU convolutions measured |
+    | any, a convnet, CPU only        | nothing (warning): XLA:CPU convolutions measured |
     |                                 | 4-6x slower than TF's oneDNN kernels             |
+    | default (no strategy)           | the whole `task.train_step`                      |
     | mirrored / multi-worker         | `task.compute_gradients` (forward + backward);   |
     |                                 | `task.apply_update` runs outside it              |
     |   ... task overrides train_step | nothing (warning): it cannot be split            |
@@ -219,14 +219,15 @@ def xla_train_step(task: Task, strategy: tf.distribute.Strategy, *, enable_xla: 
         logging.warning("runtime.enable_xla has no effect with the parameter_server "
                         "strategy: XLA cannot access variables on the ps tasks.")
         return task.train_step
+    if _convnet_on_cpu_only(model):
+        # benchmarks/README.md: ResNet-18 / ResNet-50 / MobileNetV2 training steps under
+        # XLA:CPU (Eigen convolutions) against TF's own (oneDNN) kernels. The same holds
+        # under a one-device or mirrored strategy on CPUs (TFM's tutorials use one).
+        logging.warning("runtime.enable_xla: not compiling %s's convolutions for the CPU "
+                        "(no GPU or TPU): XLA:CPU trains convnets several times slower "
+                        "than TensorFlow's own kernels.", getattr(model, "name", "the model"))
+        return task.train_step
     if default_strategy:
-        if _convnet_on_cpu_only(model):
-            # benchmarks/README.md: ResNet-18 / ResNet-50 / MobileNetV2 training steps under
-            # XLA:CPU (Eigen convolutions) against TF's own (oneDNN) kernels.
-            logging.warning("runtime.enable_xla: not compiling %s's convolutions for the CPU "
-                            "(no GPU or TPU): XLA:CPU trains convnets several times slower "
-                            "than TensorFlow's own kernels.", getattr(model, "name", "the model"))
-            return task.train_step
         return tf.function(autograph_policy.for_tracing(task.train_step), jit_compile=True)
     if type(task).train_step is not Task.train_step:
         logging.warning(

@@ -164,13 +164,18 @@ class _ConvTinyTask(tiny.TinyTask):
 
 
 @pytest.mark.skipif(bool(tf.config.list_logical_devices("GPU")), reason="CPU-only rule")
-def test_enable_xla_leaves_a_convnet_uncompiled_on_a_cpu_only_machine():
+@pytest.mark.parametrize("strategy", ["default", "one_device"])
+def test_enable_xla_leaves_a_convnet_uncompiled_on_a_cpu_only_machine(strategy):
+    # one_device: TFM's tutorials train under tf.distribute.OneDeviceStrategy on a CPU.
+    scope = (tf.distribute.OneDeviceStrategy("/cpu:0") if strategy == "one_device"
+             else tf.distribute.get_strategy()).scope()
     config = tiny.make_config()
     config.runtime.enable_xla = True
-    task = _ConvTinyTask(config.task)
-    model = task.build_model()
-    trainer = ll.Trainer(config, task, model, keras.optimizers.SGD(0.1))
-    trainer.train(tf.constant(3))
+    with scope:
+        task = _ConvTinyTask(config.task)
+        model = task.build_model()
+        trainer = ll.Trainer(config, task, model, keras.optimizers.SGD(0.1))
+        trainer.train(tf.constant(3))
     assert int(trainer.global_step.numpy()) == 3
     assert xla_checks.xla_compiled_calls(trainer) == []
     # The same choice for a dense model compiles (test_trainer.test_xla_matches_non_xla).
