@@ -126,6 +126,17 @@ def test_a_bad_label_map_is_one_line(tmp_path):
         tf_example_label_map_decoder.TfExampleDecoderLabelMap(str(label_map))
 
 
+def test_record_checks_add_no_branch_functions_to_the_map():
+    # tf.debugging.Assert's guarding cond would add two functions per check, each optimised
+    # again at every iterator creation (every evaluation).
+    decoder = tf_example_decoder.TfExampleDecoder(include_mask=True)
+    unchecked = tf_example_decoder.TfExampleDecoder(include_mask=True, validate=False)
+    graphs = [tf.function(d.decode).get_concrete_function(
+        tf.TensorSpec([], tf.string)).graph.as_graph_def() for d in (decoder, unchecked)]
+    assert [len(g.library.function) for g in graphs] == [len(graphs[1].library.function)] * 2
+    assert sum(node.op == "Assert" for node in graphs[0].node) == 6
+
+
 def test_validation_off_decodes_as_tfm_does():
     decoded = tf_example_decoder.TfExampleDecoder(validate=False).decode(
         _example(**{"image/object/bbox/xmax": [1.5]}))

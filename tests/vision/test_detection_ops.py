@@ -53,6 +53,20 @@ def test_anchors_equal_tfm_exactly(name):
         b.shape[0] * b.shape[1] for b in anchors.multilevel_boxes.values())
 
 
+def test_constant_anchors_are_the_generators_bit_for_bit_and_one_const_per_level():
+    min_level, max_level, num_scales, ratios, size, image = GEN.ANCHOR_CONFIGS[
+        sorted(GEN.ANCHOR_CONFIGS)[0]]
+    generator = anchor.build_anchor_generator(min_level, max_level, num_scales, ratios, size)
+    expected = generator(image)
+    traced = tf.function(lambda: generator.constant(image)).get_concrete_function()
+    # The parsers' map functions hold the anchors as constants: no op computes them.
+    assert {op.type for op in traced.graph.get_operations()} <= {"Const", "Identity", "NoOp"}
+    for values in (generator.constant(image), traced()):
+        assert list(values) == list(expected)
+        for level, boxes in expected.items():
+            np.testing.assert_array_equal(values[level].numpy(), boxes.numpy())
+
+
 def test_stride_anchor_generator_equals_tfm_exactly():
     sizes, scales, ratios, strides, clip, image = GEN.STRIDE_GENERATOR
     generated = anchor_generator.AnchorGenerator(sizes, scales, ratios, strides, clip)(image)

@@ -161,7 +161,7 @@ class Parser:
             self._aug_scale_max)
         keep = box_ops.get_non_empty_box_indices(boxes)
         boxes, classes = tf.gather(boxes, keep), tf.gather(classes, keep)
-        anchor_boxes = self._anchor_generator(image_size=self._padded_size)
+        anchor_boxes = self._anchor_generator.constant(self._padded_size)
         rpn_score_targets, rpn_box_targets = self._rpn_labeler.label_anchors(
             anchor_boxes, boxes, classes[:, None])
         labels = {
@@ -195,7 +195,7 @@ class Parser:
                 self._mask_crop_size))
         labels = {
             "image_info": image_info,
-            "anchor_boxes": self._anchor_generator(image_size=self._padded_size),
+            "anchor_boxes": self._anchor_generator.constant(self._padded_size),
             "groundtruths": groundtruths,
         }
         return tf.cast(image, self._dtype), labels

@@ -131,7 +131,7 @@ class Parser:
         of one `padded_size` image; empty boxes are dropped first."""
         keep = box_ops.get_non_empty_box_indices(boxes)
         boxes, classes = tf.gather(boxes, keep), tf.gather(classes, keep)
-        anchor_boxes = self._anchor_generator(image_size=self.padded_size)
+        anchor_boxes = self._anchor_generator.constant(self.padded_size)
         cls_targets, box_targets, _, cls_weights, box_weights = (
             self._anchor_labeler.label_anchors(anchor_boxes, boxes,
                                                tf.expand_dims(classes, axis=1)))

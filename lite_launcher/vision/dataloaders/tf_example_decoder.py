@@ -10,8 +10,8 @@ and image size when absent), `image/object/attribute/<name>`, and with `include_
 
 Unlike TFM's, the decoder checks each record (unless `validate=False`): the box and label
 counts agree, every box lies in [0, 1] with ymin <= ymax and xmin <= xmax, and with masks one
-mask of the image's size per object. A bad record fails its input pipeline with a
-`tf.debugging.Assert` whose message starts with `errors.BAD_RECORD_MARKER` and names the
+mask of the image's size per object. A bad record fails its input pipeline with an assertion
+(`utils.record_assert`) whose message starts with `errors.BAD_RECORD_MARKER` and names the
 record's source_id and the field; the driver reports it as one line (exit code 2).
 """
 
@@ -22,6 +22,7 @@ from typing import Dict, Optional, Sequence
 import tensorflow as tf
 
 from lite_launcher.errors import BAD_RECORD_MARKER
+from lite_launcher.vision.dataloaders.utils import record_assert
 
 _BOX_KEYS = ("ymin", "xmin", "ymax", "xmax")
 
@@ -97,23 +98,23 @@ class TfExampleDecoder:
         outside = tf.reduce_any((boxes < 0.0) | (boxes > 1.0), axis=-1)
         inverted = (boxes[:, 0] > boxes[:, 2]) | (boxes[:, 1] > boxes[:, 3])
         checks = [
-            tf.debugging.Assert(
+            record_assert(
                 tf.reduce_all([tf.equal(tf.size(c), num_boxes) for c in coordinates]),
                 [BAD_RECORD_MARKER, "record", source_id, "has", *[tf.size(c) for c in
                  coordinates], "values in image/object/bbox/ymin, xmin, ymax, xmax: give "
                  "each object all four."]),
-            tf.debugging.Assert(
+            record_assert(
                 tf.equal(tf.size(classes), num_boxes),
                 [BAD_RECORD_MARKER, "record", source_id, "has", num_boxes, "boxes but",
                  tf.size(classes), "labels in", self._classes_field(),
                  ": give every box its class."]),
-            tf.debugging.Assert(
+            record_assert(
                 tf.logical_not(tf.reduce_any(outside)),
                 [BAD_RECORD_MARKER, "record", source_id, "has boxes outside [0, 1] in "
                  "image/object/bbox/* (ymin, xmin, ymax, xmax):", tf.boolean_mask(
                      boxes, outside), ": boxes must be normalised by the image size."],
                 summarize=8),
-            tf.debugging.Assert(
+            record_assert(
                 tf.logical_not(tf.reduce_any(inverted)),
                 [BAD_RECORD_MARKER, "record", source_id, "has boxes with ymin > ymax or "
                  "xmin > xmax in image/object/bbox/* (ymin, xmin, ymax, xmax):",
@@ -122,13 +123,13 @@ class TfExampleDecoder:
         ]
         if masks is not None:
             checks += [
-                tf.debugging.Assert(
+                record_assert(
                     tf.equal(tf.shape(masks)[0], num_boxes),
                     [BAD_RECORD_MARKER, "record", source_id, "has", num_boxes, "boxes but",
                      tf.shape(masks)[0], "masks in image/object/mask: give every object "
                      "its mask (create_coco_tf_record --include_masks), or train boxes only "
                      "(task.model.include_mask: false)."]),
-                tf.debugging.Assert(
+                record_assert(
                     tf.reduce_all(tf.equal(tf.shape(masks, out_type=tf.int64)[1:],
                                            tf.stack([height, width]))),
                     [BAD_RECORD_MARKER, "record", source_id, "has masks of size",

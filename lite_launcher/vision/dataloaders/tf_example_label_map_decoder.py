@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
 from lite_launcher.vision.dataloaders import tf_example_decoder
+from lite_launcher.vision.dataloaders.utils import record_assert
 
 
 def read_label_map(label_map: str) -> Dict[str, int]:
@@ -65,7 +66,7 @@ class TfExampleDecoderLabelMap(tf_example_decoder.TfExampleDecoder):
         checks = super()._checks(source_id, boxes, classes, parsed, masks, height, width)
         if self._validate:
             texts = parsed["image/object/class/text"]
-            checks.append(tf.debugging.Assert(
+            checks.append(record_assert(
                 tf.reduce_all(classes >= 0),
                 [BAD_RECORD_MARKER, "record", source_id, "names classes",
                  tf.boolean_mask(texts, classes < 0), "in image/object/class/text that the "

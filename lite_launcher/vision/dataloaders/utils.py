@@ -57,6 +57,16 @@ def eval_groundtruths(data, classes, boxes, size: int, **fields) -> Dict[str, tf
     return pad_groundtruths_to_fixed_size(groundtruths, size)
 
 
+def record_assert(condition, data, summarize: Optional[int] = None):
+    """A check of one input record: the `Assert` op itself, failing with `data` printed (as
+    `tf.debugging.Assert`, e.g. `errors.BAD_RECORD_MARKER` first) where `condition` is false.
+
+    `tf.debugging.Assert` wraps the op in a `tf.cond` (two branch functions) unless its data
+    are all strings and int32s; in a tf.data map every such function is graph-optimised again
+    at each iterator creation, i.e. at every evaluation. The data are computed either way."""
+    return tf.raw_ops.Assert(condition=condition, data=data, summarize=summarize or 3)
+
+
 def checked_classes(data, num_classes: Optional[int]):
     """`data['groundtruth_classes']`; with `num_classes`, the record's pipeline fails (one line
     naming its source_id, `BAD_RECORD_MARKER`) when a class id lies outside [0, num_classes)."""
@@ -64,7 +74,7 @@ def checked_classes(data, num_classes: Optional[int]):
     if num_classes is None:
         return classes
     bad = (classes < 0) | (classes >= num_classes)
-    check = tf.debugging.Assert(
+    check = record_assert(
         tf.logical_not(tf.reduce_any(bad)),
         [BAD_RECORD_MARKER, "record", data["source_id"], "has class ids",
          tf.boolean_mask(classes, bad), "in image/object/class/label, outside 0 ..",
