@@ -280,13 +280,14 @@ def test_vision_families_take_their_shared_blocks_from_the_layers_module(module)
 @pytest.mark.parametrize("module", ["vision/modeling/backbones/resnet.py",
                                     "vision/modeling/backbones/mobilenet.py"])
 def test_convnet_blocks_serialise_through_the_one_block_base(module):
-    # Every layer class of a convnet family derives from layers.SettingsBlock (directly or
-    # through a class of its module) and none writes its own get_config.
+    # Every layer class of a convnet family derives from layers.SettingsBlock (directly, through
+    # its subclass layers.ChainBlock, or through a class of its module) and none writes its own
+    # get_config.
     classes = {n.name: n for n in _tree(module).body if isinstance(n, ast.ClassDef)}
 
     def derives_from_settings_block(node):
         bases = {b.id if isinstance(b, ast.Name) else b.attr for b in node.bases}
-        return "SettingsBlock" in bases or any(
+        return bool({"SettingsBlock", "ChainBlock"} & bases) or any(
             derives_from_settings_block(classes[b]) for b in bases if b in classes)
 
     layers = [node for node in classes.values() if node.bases]  # dataclasses have none

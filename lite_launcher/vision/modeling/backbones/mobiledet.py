@@ -21,7 +21,7 @@ from lite_launcher.vision.modeling.backbones.factory import register_backbone_bu
 from lite_launcher.vision.modeling.backbones.mobilenet import (
     Conv2DBNBlock, InvertedBottleneckBlock)
 from lite_launcher.vision.modeling.layers.nn_layers import (
-    NormSettings, SettingsBlock, StochasticDepth, add_residual, make_divisible,
+    ChainBlock, NormSettings, StochasticDepth, add_residual, make_divisible,
     register_serializable)
 
 DIVISIBLE_BY = 8
@@ -133,7 +133,7 @@ MOBILEDET_SPECS: Dict[str, Tuple[str, float, tuple]] = {
 
 
 @register_serializable
-class TuckerConvBlock(SettingsBlock):
+class TuckerConvBlock(ChainBlock):
     """TFM's Tucker block (a generalised bottleneck): 1x1 compression of the input to
     `input_compression_ratio` x in_filters -> kxk (strided) convolution to
     `output_compression_ratio` x out_filters -> 1x1 to `out_filters`, BN after each (activation
@@ -167,19 +167,9 @@ class TuckerConvBlock(SettingsBlock):
         self._drop = (StochasticDepth(stochastic_depth_drop_rate)
                       if self._residual and stochastic_depth_drop_rate else None)
 
-    def build(self, input_shape):
-        # Every weight exists once built, as a `.keras` file's loading needs.
-        shape = input_shape
-        for layer in (self._compress, self._compress_norm, self._conv, self._conv_norm,
-                      self._project, self._project_norm):
-            layer.build(shape)
-            shape = layer.compute_output_shape(shape)
-
-    def compute_output_shape(self, input_shape):
-        shape = input_shape
-        for layer in (self._compress, self._conv, self._project):
-            shape = layer.compute_output_shape(shape)
-        return shape
+    def _chain(self):
+        return (self._compress, self._compress_norm, self._conv, self._conv_norm,
+                self._project, self._project_norm)
 
     def call(self, inputs, training=None):
         x = self._act(self._compress_norm(self._compress(inputs), training=training))

@@ -35,9 +35,9 @@ import tensorflow as tf
 from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
 from lite_launcher.vision.modeling.layers.nn_layers import (
-    LayerScale, NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
-    get_activation, get_stochastic_depth_rate, make_divisible, register_serializable,
-    round_filters)
+    ChainBlock, LayerScale, NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth,
+    add_residual, build_in_call_order, get_activation, get_stochastic_depth_rate,
+    make_divisible, output_shape_through, register_serializable, round_filters)
 
 
 @dataclasses.dataclass
@@ -337,10 +337,12 @@ def decode_block_specs(model_id: str, filter_size_scale: float):
 
 
 # ----- blocks -------------------------------------------------------------------------------
+# Each block is a `ChainBlock`: `_chain()` lists what its `call` runs, so Keras builds it and
+# infers its output without tracing `call` (absent sublayers are None attributes).
 
 
 @register_serializable
-class Conv2DBNBlock(SettingsBlock):
+class Conv2DBNBlock(ChainBlock):
     """Convolution [+ BatchNormalization] + activation (TFM's Conv2DBNBlock)."""
 
     def __init__(self, filters, kernel_size=3, strides=1, use_bias=False, activation="relu6",
@@ -353,6 +355,9 @@ class Conv2DBNBlock(SettingsBlock):
         self._norm = s.norm(name="norm") if use_normalization else None
         self._act = s.act(activation)
 
+    def _chain(self):
+        return (self._conv, self._norm, self._act)
+
     def call(self, inputs, training=None):
         x = self._conv(inputs)
         if self._norm is not None:
@@ -361,7 +366,7 @@ class Conv2DBNBlock(SettingsBlock):
 
 
 @register_serializable
-class DepthwiseSeparableConvBlock(SettingsBlock):
+class DepthwiseSeparableConvBlock(ChainBlock):
     """Depthwise kxk + BN + act, then pointwise 1x1 + BN + act (MobileNetV1's block)."""
 
     def __init__(self, filters, kernel_size=3, strides=1, dilation_rate=1, activation="relu6",
@@ -375,13 +380,16 @@ class DepthwiseSeparableConvBlock(SettingsBlock):
         self._norm1 = s.norm(name="norm1")
         self._act = get_activation(activation)
 
+    def _chain(self):
+        return (self._depthwise, self._norm0, self._pointwise, self._norm1)
+
     def call(self, inputs, training=None):
         x = self._act(self._norm0(self._depthwise(inputs), training=training))
         return self._act(self._norm1(self._pointwise(x), training=training))
 
 
 @register_serializable
-class InvertedBottleneckBlock(SettingsBlock):
+class InvertedBottleneckBlock(ChainBlock):
     """Expand (1x1, or kxk strided when fused) -> depthwise kxk -> [SE] -> project 1x1, with a
     residual (and stochastic depth) when input and output shapes match (TFM's block)."""
 
@@ -401,13 +409,13 @@ class InvertedBottleneckBlock(SettingsBlock):
             output_intermediate_endpoints=output_intermediate_endpoints, **kwargs)
         s = self._settings
         expand_filters = make_divisible(in_filters * expand_ratio, divisible_by)
-        self._expand = None
+        self._expand = self._expand_norm = None
         if expand_ratio > 1:  # TFM skips (and never builds) the expansion at ratio 1
             self._expand = s.conv(expand_filters, 1 if use_depthwise else kernel_size,
                                   1 if use_depthwise else strides, name="expand")
             self._expand_norm = s.norm(name="expand_norm")
         self._act = get_activation(activation)
-        self._depthwise = None
+        self._depthwise = self._depthwise_norm = None
         if use_depthwise:
             self._depthwise = s.depthwise(kernel_size, strides, dilation_rate, name="depthwise")
             self._depthwise_norm = s.norm(name="depthwise_norm")
@@ -423,6 +431,15 @@ class InvertedBottleneckBlock(SettingsBlock):
         self._drop = (StochasticDepth(stochastic_depth_drop_rate)
                       if self._residual and stochastic_depth_drop_rate else None)
         self._intermediate = output_intermediate_endpoints
+
+    def _chain(self):
+        return (self._expand, self._expand_norm, self._depthwise, self._depthwise_norm,
+                self._se, self._project, self._project_norm, self._drop)
+
+    def _endpoint_shapes(self, input_shape):
+        if self._depthwise is None:
+            return {}
+        return {"depthwise": output_shape_through(input_shape, self._chain()[:4])}
 
     def call(self, inputs, training=None):
         endpoints = {}
@@ -441,7 +458,7 @@ class InvertedBottleneckBlock(SettingsBlock):
 
 
 @register_serializable
-class UniversalInvertedBottleneckBlock(SettingsBlock):
+class UniversalInvertedBottleneckBlock(ChainBlock):
     """MobileNetV4's UIB: [start depthwise + BN] -> expand 1x1 + BN + act -> [middle depthwise
     + BN + act] -> project 1x1 + BN -> [end depthwise + BN] -> [layer scale], residual when
     shapes match. The stride is taken by the middle (or the start) depthwise."""
@@ -467,6 +484,7 @@ class UniversalInvertedBottleneckBlock(SettingsBlock):
                              "convolution that takes it (middle or start).")
         s = self._settings
         self._start = self._middle = self._end = self._scale = None
+        self._start_norm = self._middle_norm = self._end_norm = None
         if start_dw_kernel_size:
             self._start = s.depthwise(start_dw_kernel_size,
                                       1 if middle_dw_downsample else strides, dilation_rate,
@@ -492,6 +510,11 @@ class UniversalInvertedBottleneckBlock(SettingsBlock):
         self._drop = (StochasticDepth(stochastic_depth_drop_rate)
                       if self._residual and stochastic_depth_drop_rate else None)
         self._intermediate = output_intermediate_endpoints
+
+    def _chain(self):
+        return (self._start, self._start_norm, self._expand, self._expand_norm, self._middle,
+                self._middle_norm, self._project, self._project_norm, self._end,
+                self._end_norm, self._scale, self._drop)
 
     def call(self, inputs, training=None):
         x = inputs
@@ -525,6 +548,7 @@ class MultiQueryAttention(SettingsBlock):
                          kv_strides=kv_strides, dw_kernel_size=dw_kernel_size, **kwargs)
         s = self._settings
         self._query_pool = self._key_dw = self._value_dw = None
+        self._query_norm = self._key_norm = self._value_norm = None
         if query_h_strides > 1 or query_w_strides > 1:
             strides = (query_h_strides, query_w_strides)
             self._query_pool = keras.layers.AveragePooling2D(strides, padding="same")
@@ -548,6 +572,10 @@ class MultiQueryAttention(SettingsBlock):
                                       initializer="glorot_uniform")
         self._output = self.add_weight(name="output", shape=(heads * value_dim, channels),
                                        initializer="glorot_uniform")
+        # Then the sublayers, in `call`'s order (the upsampling has no state).
+        for path in ((self._query_pool, self._query_norm), (self._key_dw, self._key_norm),
+                     (self._value_dw, self._value_norm)):
+            build_in_call_order(input_shape, path)
 
     def compute_output_shape(self, input_shape):
         return input_shape
@@ -579,7 +607,7 @@ class MultiQueryAttention(SettingsBlock):
 
 
 @register_serializable
-class MultiHeadSelfAttentionBlock(SettingsBlock):
+class MultiHeadSelfAttentionBlock(ChainBlock):
     """MobileNetV4's attention block: BN -> multi-query attention -> [layer scale] ->
     [stochastic depth] + residual."""
 
@@ -606,6 +634,9 @@ class MultiHeadSelfAttentionBlock(SettingsBlock):
                       if use_residual and stochastic_depth_drop_rate else None)
         self._residual = use_residual
         self._intermediate = output_intermediate_endpoints
+
+    def _chain(self):
+        return (self._norm, self._attention, self._scale, self._drop)
 
     def call(self, inputs, training=None):
         x = self._attention(self._norm(inputs, training=training), training=training)

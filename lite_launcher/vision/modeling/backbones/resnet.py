@@ -14,7 +14,8 @@ from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, SettingsBlock, SqueezeExcitation, StochasticDepth, add_residual,
-    get_activation, get_stochastic_depth_rate, register_serializable)
+    build_in_call_order, get_activation, get_stochastic_depth_rate, output_shape_through,
+    register_serializable)
 
 # (block kind, filters, repeats) of the four block groups, by model_id (TFM's RESNET_SPECS).
 RESNET_SPECS = {
@@ -104,16 +105,10 @@ class _ShortcutBlock(SettingsBlock):
 
     def build(self, input_shape):
         for chain in (self._shortcut, self._branch):
-            shape = input_shape
-            for layer in chain:
-                layer.build(shape)
-                shape = layer.compute_output_shape(shape)
+            build_in_call_order(input_shape, chain)
 
     def compute_output_shape(self, input_shape):
-        shape = input_shape
-        for layer in self._branch:
-            shape = layer.compute_output_shape(shape)
-        return shape
+        return output_shape_through(input_shape, self._branch)
 
     def call(self, inputs, training=None):
         shortcut = inputs

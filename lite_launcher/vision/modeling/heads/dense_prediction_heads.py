@@ -33,7 +33,8 @@ import keras
 
 from lite_launcher import tfm_checkpoint
 from lite_launcher.vision.modeling.layers.nn_layers import (
-    NormSettings, SettingsBlock, get_activation, register_serializable)
+    NormSettings, SettingsBlock, build_in_call_order, get_activation, output_shape_through,
+    register_serializable)
 
 # The focal-loss prior: a new class predictor says "foreground" with this probability.
 PRIOR_PROBABILITY = 0.01
@@ -46,6 +47,29 @@ def _normal(stddev: float):
 
 def _prior_bias():
     return keras.initializers.Constant(-math.log((1 - PRIOR_PROBABILITY) / PRIOR_PROBABILITY))
+
+
+def _level_shapes(input_shape):
+    """{str(level): shape tuple} of a head's `build` / `compute_output_shape` argument."""
+    return {str(level): tuple(shape) for level, shape in input_shape.items()}
+
+
+# (tower, predict) steps for the heads' `_walk` on shapes: building each layer on its way, or
+# only following the shapes.
+_building = (build_in_call_order, lambda shape, layer: build_in_call_order(shape, [layer]))
+_shapes = (output_shape_through, lambda shape, layer: layer.compute_output_shape(shape))
+
+
+def _tensor_steps(activation, training):
+    """(tower, predict) steps for the heads' `_walk` on tensors: each [conv, norm] pair of a
+    tower, then `activation`; a predictor as it is."""
+
+    def tower(x, layers):
+        for conv, norm in zip(layers[::2], layers[1::2]):
+            x = activation(norm(conv(x), training=training))
+        return x
+
+    return tower, lambda x, layer: layer(x)
 
 
 # TFM's RetinaNetHead keeps each tower's convolutions in one list and their norms in another
@@ -184,26 +208,31 @@ class RetinaNetHead(keras.layers.Layer):
             setattr(self, name + suffix, layer)
 
     def build(self, input_shape):
-        """Builds every sub-layer by a symbolic call on {str(level): shape} (Keras calls it
-        before the first call, and when a `.keras` file is loaded)."""
-        features = {str(k): keras.KerasTensor(tuple(shape)) for k, shape in input_shape.items()}
-        self.built = True  # the symbolic call below must not build again
-        self(features)
+        """Builds every sub-layer on {str(level): shape} in `call`'s order, without running
+        it (Keras calls it before the first call, and when a `.keras` file is loaded)."""
+        self._walk(_level_shapes(input_shape), *_building)
+
+    def compute_output_shape(self, input_shape):
+        return self._walk(_level_shapes(input_shape), *_shapes)
 
     # ----- call ------------------------------------------------------------------------
 
-    def _tower(self, net, x, level, shared, num_convs, training):
-        for i in range(num_convs):
-            conv = getattr(self, f"{net}_conv_{i}" if shared else f"{net}_conv_{level}_{i}")
-            x = conv(x)
-            x = getattr(self, f"{net}_norm_{level}_{i}")(x, training=training)
-            x = self._activation(x)
-        return x
+    def _tower_layers(self, net, level, shared, num_convs):
+        """[conv, norm] x num_convs: the tower `net` on `level`, in order."""
+        return [layer for i in range(num_convs) for layer in (
+            getattr(self, f"{net}_conv_{i}" if shared else f"{net}_conv_{level}_{i}"),
+            getattr(self, f"{net}_norm_{level}_{i}"))]
 
     def _predictor(self, name, level, shared):
         return getattr(self, name if shared else f"{name}_{level}")
 
     def call(self, features, training=None):
+        return self._walk(features, *_tensor_steps(self._activation, training))
+
+    def _walk(self, features, tower, predict):
+        """`call`'s traversal of the levels: `tower(x, layers)` runs a tower's [conv, norm, ...]
+        and `predict(x, layer)` a predictor, on tensors (`call`) or shapes (`build`,
+        `compute_output_shape`), so that the three follow one order."""
         args = self._args
         shared = args["share_level_convs"]
         scores, boxes = {}, {}
@@ -212,22 +241,22 @@ class RetinaNetHead(keras.layers.Layer):
         for level in self._levels:
             key = str(level)
             x = features[key]
-            class_x = self._tower("classnet", x, level, shared, args["num_convs"], training)
-            scores[key] = self._predictor("scores", level, shared)(class_x)
-            box_x = self._tower("boxnet", x, level, shared, args["num_convs"], training)
-            boxes[key] = self._predictor("boxes", level, shared)(box_x)
+            class_x = tower(x, self._tower_layers("classnet", level, shared, args["num_convs"]))
+            scores[key] = predict(class_x, self._predictor("scores", level, shared))
+            box_x = tower(x, self._tower_layers("boxnet", level, shared, args["num_convs"]))
+            boxes[key] = predict(box_x, self._predictor("boxes", level, shared))
             tower_outputs = {}
-            for i, (head, tower) in enumerate(zip(heads, self._towers)):
-                if tower is None:
+            for i, (head, net) in enumerate(zip(heads, self._towers)):
+                if net is None:
                     head_x = class_x
                 else:
-                    if tower not in tower_outputs:
-                        owner = heads[int(tower.rsplit("_", 1)[1])]
-                        tower_outputs[tower] = self._tower(
-                            tower, x, level, True, owner.get("num_convs") or args["num_convs"],
-                            training)
-                    head_x = tower_outputs[tower]
-                attributes[head["name"]][key] = getattr(self, f"attribute_{i}_predictor")(head_x)
+                    if net not in tower_outputs:
+                        owner = heads[int(net.rsplit("_", 1)[1])]
+                        tower_outputs[net] = tower(x, self._tower_layers(
+                            net, level, True, owner.get("num_convs") or args["num_convs"]))
+                    head_x = tower_outputs[net]
+                attributes[head["name"]][key] = predict(
+                    head_x, getattr(self, f"attribute_{i}_predictor"))
         return scores, boxes, attributes
 
     def get_config(self):
@@ -301,21 +330,26 @@ class RPNHead(SettingsBlock):
                                    name=name)
 
     def build(self, input_shape):
-        """Builds every sub-layer by a symbolic call on {str(level): shape}."""
-        features = {str(k): keras.KerasTensor(tuple(shape)) for k, shape in input_shape.items()}
-        self.built = True  # the symbolic call below must not build again
-        self(features)
+        """Builds every sub-layer on {str(level): shape} in `call`'s order, without running
+        it."""
+        self._walk(_level_shapes(input_shape), *_building)
+
+    def compute_output_shape(self, input_shape):
+        return self._walk(_level_shapes(input_shape), *_shapes)
 
     def call(self, features, training=None):
+        return self._walk(features, *_tensor_steps(self._activation, training))
+
+    def _walk(self, features, tower, predict):
+        """`call`'s traversal (see `RetinaNetHead._walk`): per level the shared convolutions
+        with the level's norms, then the two predictors."""
         scores, boxes = {}, {}
         for level in self._levels:
-            x = features[str(level)]
-            for i in range(self._args["num_convs"]):
-                x = getattr(self, f"conv_{i}")(x)
-                x = getattr(self, f"norm_{level}_{i}")(x, training=training)
-                x = self._activation(x)
-            scores[str(level)] = self.classifier(x)
-            boxes[str(level)] = self.box_regressor(x)
+            x = tower(features[str(level)], [
+                layer for i in range(self._args["num_convs"])
+                for layer in (getattr(self, f"conv_{i}"), getattr(self, f"norm_{level}_{i}"))])
+            scores[str(level)] = predict(x, self.classifier)
+            boxes[str(level)] = predict(x, self.box_regressor)
         return scores, boxes
 
 

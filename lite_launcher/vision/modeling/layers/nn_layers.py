@@ -195,6 +195,61 @@ class SettingsBlock(keras.layers.Layer):
         return {**super().get_config(), **self._args, "settings": self._settings.get_config()}
 
 
+def build_in_call_order(input_shape, layers):
+    """Builds each of `layers` (None skipped, built ones kept) on the output shape of the one
+    before, as one call of them in that order would: the same variables, created in the same
+    order, without running any `call`. Returns the last output shape."""
+    shape = input_shape
+    for layer in layers:
+        if layer is None:
+            continue
+        if not layer.built:
+            layer.build(shape)
+        shape = layer.compute_output_shape(shape)
+    return shape
+
+
+def output_shape_through(input_shape, layers):
+    """The output shape of calling `layers` (None skipped) one after another on
+    `input_shape`."""
+    shape = input_shape
+    for layer in layers:
+        if layer is not None:
+            shape = layer.compute_output_shape(shape)
+    return shape
+
+
+class ChainBlock(SettingsBlock):
+    """A `SettingsBlock` whose `call` runs the sublayers `_chain()` lists, in that order, plus
+    steps that keep the shape (activation functions, the residual sum).
+
+    Why: Keras 3 builds a layer without `build` by tracing its `call` on symbolic inputs, and
+    infers the output of one without `compute_output_shape` by tracing `call` again: every
+    block of a functional model ran twice at construction. Here `build` creates the
+    sublayers' variables in `call`'s order (the same names and checkpoint structure) and
+    `compute_output_shape` follows the chain, so building a model runs no `call` at all.
+    With `_intermediate` (set by the blocks that return `(x, endpoints)`) the output is
+    `(shape, _endpoint_shapes(input_shape))`.
+    """
+
+    _intermediate = False
+
+    def _chain(self):
+        """The sublayers `call` runs on the main path, in order (None: absent)."""
+        raise NotImplementedError
+
+    def _endpoint_shapes(self, input_shape):
+        del input_shape
+        return {}
+
+    def build(self, input_shape):
+        build_in_call_order(input_shape, self._chain())
+
+    def compute_output_shape(self, input_shape):
+        shape = output_shape_through(input_shape, self._chain())
+        return (shape, self._endpoint_shapes(input_shape)) if self._intermediate else shape
+
+
 class Float32Layer(keras.layers.Layer):
     """The base of the weightless detection layers (box decoding, sampling, NMS, ROI ops).
 
