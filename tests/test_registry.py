@@ -342,9 +342,11 @@ def test_lite_train_gin_file_swaps_the_trainer_class_and_sets_its_arguments(tmp_
                         f"GinTestTrainer.note = 'from the gin file'\n"
                         f"GinTestTrainer.record_dir = '{record_dir}'\n")
     # As after a forked driver's run in this process (a notebook): gin parsed, hence locked.
-    # The registry module registers a configurable, which gin refuses while locked.
+    # The registry module registers a configurable, which gin refuses while locked. Any
+    # in-process `lite-train` run earlier in this worker left it locked already.
     import gin  # pylint: disable=import-outside-toplevel
-    gin.parse_config_files_and_bindings([], [])
+    if not gin.config_is_locked():
+        gin.parse_config_files_and_bindings([], [])
     assert gin.config_is_locked()
     model_dir = _train_with_gin(tmp_path, monkeypatch, f"--gin_file={gin_file}")
     record = json.loads((record_dir / "trainer.json").read_text())
