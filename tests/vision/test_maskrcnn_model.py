@@ -31,6 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
 sys.path.insert(0, HERE)
 from tfm_compare import as_plain_dict, count_weights, differences, shapes  # noqa: E402
+from fp32_noise import (  # noqa: E402
+    BOX_PIXEL_TOLERANCE, DEEP_NETWORK_TOLERANCE, PROBABILITY_TOLERANCE)
 
 with open(os.path.join(DATA, "tfm_maskrcnn_counts.json")) as f:
     TFM = json.load(f)
@@ -303,9 +305,24 @@ with open(os.path.join(CHECKPOINTS, "index.json")) as f:
 
 
 def _close(got, expected, name):
-    """Within 1e-4 of the largest magnitude (float rounding of two implementations)."""
-    np.testing.assert_allclose(np.asarray(got), expected, rtol=0,
-                               atol=1e-4 * max(np.abs(expected).max(), 1.0), err_msg=name)
+    """Within DEEP_NETWORK_TOLERANCE of the largest magnitude (float rounding of two
+    implementations)."""
+    np.testing.assert_allclose(
+        np.asarray(got), expected, rtol=0,
+        atol=DEEP_NETWORK_TOLERANCE * max(np.abs(expected).max(), 1.0), err_msg=name)
+
+
+def _roi_order(got, expected):
+    """The order that lines lite's ROI rows up with TFM's. Two proposals whose scores differ
+    by float rounding alone can leave the ROI generator's top-k in either order (seen on an
+    Intel Xeon: rows 21 and 22 swapped), so a row may pair with a neighbour's: each TFM row
+    takes the nearest lite row, every lite row used once, none moved more than two places."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    distance = np.abs(expected[:, None, :] - got[None, :, :]).max(axis=-1)
+    order = distance.argmin(axis=1)
+    assert sorted(order) == list(range(len(got))), order
+    assert np.abs(order - np.arange(len(got))).max() <= 2, order
+    return order
 
 
 # The Mask R-CNN runs in the suite; the cascade (two more class-agnostic stages, the
@@ -334,15 +351,16 @@ def test_tfm_checkpoint_gives_tfms_detections_and_masks(name):
     for level in outputs["rpn_scores"]:
         _close(outputs["rpn_scores"][level], tfm[f"rpn_scores_{level}"], f"rpn_scores {level}")
         _close(outputs["rpn_boxes"][level], tfm[f"rpn_boxes_{level}"], f"rpn_boxes {level}")
-    _close(outputs["cls_outputs"], tfm["cls_outputs"], "cls_outputs")
-    _close(outputs["box_outputs"], tfm["box_outputs"], "box_outputs")
+    order = _roi_order(outputs["cls_outputs"][0], tfm["cls_outputs"][0])
+    _close(np.asarray(outputs["cls_outputs"])[:, order], tfm["cls_outputs"], "cls_outputs")
+    _close(np.asarray(outputs["box_outputs"])[:, order], tfm["box_outputs"], "box_outputs")
     count = int(tfm["num_detections"][0])
     assert int(outputs["num_detections"][0]) == count > 1
     np.testing.assert_array_equal(outputs["detection_classes"][0, :count],
                                   tfm["detection_classes"][0, :count])
     np.testing.assert_allclose(outputs["detection_scores"][0, :count],
-                               tfm["detection_scores"][0, :count], atol=1e-5)
+                               tfm["detection_scores"][0, :count], atol=PROBABILITY_TOLERANCE)
     np.testing.assert_allclose(outputs["detection_boxes"][0, :count],
-                               tfm["detection_boxes"][0, :count], atol=1e-3)
+                               tfm["detection_boxes"][0, :count], atol=BOX_PIXEL_TOLERANCE)
     np.testing.assert_allclose(outputs["detection_masks"][0, :count],
-                               tfm["detection_masks"][0, :count], atol=1e-4)
+                               tfm["detection_masks"][0, :count], atol=PROBABILITY_TOLERANCE)
