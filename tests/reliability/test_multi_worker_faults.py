@@ -542,10 +542,18 @@ def optimizer_iterations(prefix):
         "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
+def recorded_checkpoint_number(model_dir):
+    """The step of the checkpoint the state file names as latest (0 when none): a `ckpt-N`
+    index file is on disk before the chief records it, and a kill between the two (seen in a
+    release run: ckpt-52 on disk, the state still at 42) leaves the earlier one latest."""
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    return int(re.search(r"ckpt-(\d+)$", latest).group(1)) if latest else 0
+
+
 def wait_first_checkpoint(model_dir, chief, log, at_least=10):
-    wait_for(lambda: [n for n in checkpoint_numbers(str(model_dir)) if n >= at_least]
+    wait_for(lambda: recorded_checkpoint_number(model_dir) >= at_least
              or chief.poll() is not None, timeout=WAIT_S, interval=0.05,
-             what=f"a checkpoint at step >= {at_least}")
+             what=f"a recorded checkpoint at step >= {at_least}")
     assert chief.poll() is None, read_text(log)[-3000:]
 
 
