@@ -64,6 +64,22 @@ def test_an_altered_cell_of_a_rendered_block_is_reported(capsys):
         "--update"]
 
 
+def test_an_altered_cell_of_a_later_block_of_the_same_doc_is_reported():
+    """docs/benchmarks.md renders one step-vs-tfm block per results file: a cell of the last
+    one altered is reported, naming that file (a check of the first block only missed it)."""
+    docs = _docs()
+    text = docs["docs/benchmarks.md"]
+    start = text.rindex(report.STEP_VS_TFM_START_MARKER)
+    assert text.count(report.STEP_VS_TFM_START_MARKER) >= 2
+    cell = re.compile(r"\d\.\d{3}").search(text, start)
+    altered = text[:cell.start()] + "9.999" + text[cell.end():]
+    problems = doc_figures.check({"docs/benchmarks.md": altered}, claims=[])
+    assert problems == [
+        "docs/benchmarks.md: the <!-- step-vs-tfm:start --> block differs from what report.py "
+        "renders from benchmarks/results/2026-12-06-04468a6-step-vs-tfm-maskrcnn-amx-2.json; "
+        "rerun report.py --update"]
+
+
 def test_check_fails_on_a_copy_of_the_docs_with_one_profile_figure_altered(tmp_path, capsys):
     for path in doc_figures.DOCS:
         os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)

@@ -103,9 +103,13 @@ def read_scalars(directory):
 
 
 def read_event_files(directory):
-    """[(path, [(step, tag, value), ...]), ...] for each event file, oldest first."""
-    files = sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*")),
-                   key=lambda p: int(os.path.basename(p).split(".")[3]))
+    """[(path, [(step, tag, value), ...]), ...] for each event file, oldest first: by the
+    wall time of the file's first event (the name holds whole seconds only, and two runs in one
+    process can open their files within the same second)."""
+    def opened_at(path):
+        return next(iter(tf.compat.v1.train.summary_iterator(path))).wall_time
+
+    files = sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*")), key=opened_at)
     result = []
     for path in files:
         events = []
