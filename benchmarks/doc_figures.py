@@ -14,8 +14,7 @@ docs/benchmarks.md), the summary-write A/B (45 / 76 µs) and the in-process loop
 the first-step bullets' op / conversion / import counts, `import tensorflow, keras` 4.15–4.65 s
 and the 437-variable cProfile, the ViT projection A/B (1.16×) and the op-histogram counts of
 the Adam powers and MobileNetV3 activations. The soaks' own prose about how they ran, machine
-descriptions, loads, and the commands' duration estimates are not figures of a result. The Mask R-CNN op
-profile (`2026-12-03-56c1cdd-step-vs-tfm-maskrcnn-profile.json`) is not checked yet.
+descriptions, loads, and the commands' duration estimates are not figures of a result.
 
 Standard library only, like report.py.
 """
@@ -1194,6 +1193,47 @@ CLAIMS += [
     Claim("docs/detection.md", "training {} (lite/TFM medians over 16 rounds), evaluation {}",
           lambda: tuple(_range([pooled_row(*row)["median"] for row in AMX_ROWS
                                 if row[3] == kind], 3) for kind in ("train", "eval"))),
+]
+
+
+# --- The Mask R-CNN op profile (step_vs_tfm.py --profile, issue 43) ---------------------------
+
+MASKRCNN_PROFILE = "2026-12-03-56c1cdd-step-vs-tfm-maskrcnn-profile.json"
+
+
+def profile_ops(side, kind) -> Dict[str, float]:
+    """{op type: ms per step} of one side's profiled call."""
+    return load(MASKRCNN_PROFILE)["records"][0]["op_ms_per_step"][side][kind]
+
+
+def profile_sum(side, kind, pick) -> float:
+    """ms a step of the op types `pick(name)` selects."""
+    return sum(ms for name, ms in profile_ops(side, kind).items() if pick(name))
+
+
+def _op(*names):
+    return lambda name: name in names
+
+
+CLAIMS += [
+    Claim(DB, "whose one round gave train {} / {} ms and eval {} / {} ms",
+          lambda: tuple(f"{load(MASKRCNN_PROFILE)['records'][0]['rounds'][0]['ms_per_step'][side][kind]:,.0f}"
+                        for kind in ("train", "eval") for side in ("lite", "tfm"))),
+    Claim(DB, "~{} s of op time a step in lite against ~{} s in TFM (the enclosing function's own "
+          "event left out)",
+          lambda: tuple(f"{profile_sum(side, 'train', lambda n: '__inference' not in n) / 1000:.0f}"
+                        for side in ("lite", "tfm"))),
+    Claim(DB, "(weight gradients with bias {} s in lite against {} s in TFM, input gradients {} / "
+          "{} s, forward {} / {} s)",
+          lambda: tuple(f"{profile_sum(side, 'train', pick) / 1000:.1f}" for pick in (
+              _op("_MklNativeConv2DBackpropFilterWithBias", "_MklNativeConv2DBackpropFilter"),
+              _op("_MklNativeConv2DBackpropInput"),
+              _op("_MklNativeFusedConv2D", "_MklNativeConv2D")) for side in ("lite", "tfm"))),
+    Claim(DB, "per step `MakeIterator` {} ms in lite against {} ms in TFM and tf.data's own events "
+          "~{} against ~{} ms (lite's eval step function {} against {} ms)",
+          lambda: tuple(f"{profile_sum(side, 'eval', pick):.0f}" for pick in (
+              _op(" MakeIterator"), lambda n: n.startswith("tf.data"),
+              lambda n: n.startswith(" __inference_eval_step")) for side in ("lite", "tfm"))),
 ]
 
 
