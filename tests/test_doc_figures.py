@@ -51,33 +51,32 @@ def test_each_quoted_figure_altered_in_its_doc_is_reported(index):
     assert len(problems) == 1 and "expected" in problems[0], problems
 
 
-def test_an_altered_cell_of_a_rendered_block_is_reported(capsys):
-    docs = _docs()
-    text = docs["benchmarks/README.md"]
-    start = text.index(report.STEP_VS_TFM_START_MARKER)
-    cell = re.compile(r"\d\.\d{3}").search(text, start)
+def _problems_with_a_cell_altered(doc, find):
+    """check()'s report after the first 0.000-style cell of the step-vs-tfm block at
+    `find(text, marker)` in `doc` becomes 9.999."""
+    text = _docs()[doc]
+    cell = re.compile(r"\d\.\d{3}").search(text, find(text, report.STEP_VS_TFM_START_MARKER))
     altered = text[:cell.start()] + "9.999" + text[cell.end():]
-    problems = doc_figures.check({"benchmarks/README.md": altered}, claims=[])
-    assert problems == [
-        "benchmarks/README.md: the <!-- step-vs-tfm:start --> block differs from what report.py "
-        "renders from benchmarks/results/2026-12-02-4cc55f6-step-vs-tfm.json; rerun report.py "
-        "--update"]
+    return doc_figures.check({doc: altered}, claims=[])
+
+
+def _block_differs(doc, results_file):
+    return (f"{doc}: the <!-- step-vs-tfm:start --> block differs from what report.py renders "
+            f"from benchmarks/results/{results_file}; rerun report.py --update")
+
+
+def test_an_altered_cell_of_a_rendered_block_is_reported(capsys):
+    assert _problems_with_a_cell_altered("benchmarks/README.md", str.index) == [
+        _block_differs("benchmarks/README.md", "2026-12-02-4cc55f6-step-vs-tfm.json")]
 
 
 def test_an_altered_cell_of_a_later_block_of_the_same_doc_is_reported():
     """docs/benchmarks.md renders one step-vs-tfm block per results file: a cell of the last
     one altered is reported, naming that file (a check of the first block only missed it)."""
-    docs = _docs()
-    text = docs["docs/benchmarks.md"]
-    start = text.rindex(report.STEP_VS_TFM_START_MARKER)
-    assert text.count(report.STEP_VS_TFM_START_MARKER) >= 2
-    cell = re.compile(r"\d\.\d{3}").search(text, start)
-    altered = text[:cell.start()] + "9.999" + text[cell.end():]
-    problems = doc_figures.check({"docs/benchmarks.md": altered}, claims=[])
-    assert problems == [
-        "docs/benchmarks.md: the <!-- step-vs-tfm:start --> block differs from what report.py "
-        "renders from benchmarks/results/2026-12-06-04468a6-step-vs-tfm-maskrcnn-amx-2.json; "
-        "rerun report.py --update"]
+    assert _docs()["docs/benchmarks.md"].count(report.STEP_VS_TFM_START_MARKER) >= 2
+    assert _problems_with_a_cell_altered("docs/benchmarks.md", str.rindex) == [
+        _block_differs("docs/benchmarks.md",
+                       "2026-12-06-04468a6-step-vs-tfm-maskrcnn-amx-2.json")]
 
 
 def test_check_fails_on_a_copy_of_the_docs_with_one_profile_figure_altered(tmp_path, capsys):
