@@ -13,7 +13,8 @@ Not checked, because no results file holds them (the docs say so where they quot
 docs/benchmarks.md), the summary-write A/B (45 / 76 µs) and the in-process loop split (1.03×),
 the first-step bullets' op / conversion / import counts, `import tensorflow, keras` 4.15–4.65 s
 and the 437-variable cProfile, the ViT projection A/B (1.16×) and the op-histogram counts of
-the Adam powers and MobileNetV3 activations. The soaks' own prose about how they ran, machine
+the Adam powers and MobileNetV3 activations, the
+convolution bias `add` / `bias_add` A/B (1.001). The soaks' own prose about how they ran, machine
 descriptions, loads, and the commands' duration estimates are not figures of a result.
 
 Standard library only, like report.py.
@@ -1201,14 +1202,17 @@ CLAIMS += [
 MASKRCNN_PROFILE = "2026-12-03-56c1cdd-step-vs-tfm-maskrcnn-profile.json"
 
 
-def profile_ops(side, kind) -> Dict[str, float]:
+MASKRCNN_AMX_PROFILE = "2026-12-06-6156e0a-step-vs-tfm-maskrcnn-amx-profile.json"
+
+
+def profile_ops(side, kind, name=MASKRCNN_PROFILE) -> Dict[str, float]:
     """{op type: ms per step} of one side's profiled call."""
-    return load(MASKRCNN_PROFILE)["records"][0]["op_ms_per_step"][side][kind]
+    return load(name)["records"][0]["op_ms_per_step"][side][kind]
 
 
-def profile_sum(side, kind, pick) -> float:
+def profile_sum(side, kind, pick, name=MASKRCNN_PROFILE) -> float:
     """ms a step of the op types `pick(name)` selects."""
-    return sum(ms for name, ms in profile_ops(side, kind).items() if pick(name))
+    return sum(ms for op, ms in profile_ops(side, kind, name).items() if pick(op))
 
 
 def _op(*names):
@@ -1234,6 +1238,20 @@ CLAIMS += [
           lambda: tuple(f"{profile_sum(side, 'eval', pick):.0f}" for pick in (
               _op(" MakeIterator"), lambda n: n.startswith("tf.data"),
               lambda n: n.startswith(" __inference_eval_step")) for side in ("lite", "tfm"))),
+    Claim(DB, "train {} [{}] over its 2 rounds; in the profiled call, op time summed over threads "
+          "{} s a step in lite against {} s in TFM and the step function's own event {} against "
+          "{} s; lite-side extras: Sum {} against {} ms, ReluGrad {} against {} ms, Tile {} "
+          "against {} ms",
+          lambda: (lambda s, f: (
+              f"{s['median']:.3f}", f"{s['min']:.3f}–{s['max']:.3f}",
+              *(f"{profile_sum(side, 'train', lambda n: '__inference' not in n, f) / 1000:.1f}"
+                for side in ("lite", "tfm")),
+              *(f"{profile_sum(side, 'train', lambda n: '__inference_loop' in n, f) / 1000:.1f}"
+                for side in ("lite", "tfm")),
+              *(f"{profile_sum(side, 'train', _op(op), f):.0f}"
+                for op in ("Sum", "ReluGrad", "Tile") for side in ("lite", "tfm"))))(
+              step_vs_tfm_row(MASKRCNN_AMX_PROFILE, "maskrcnn_resnet50_fpn", "float32"),
+              MASKRCNN_AMX_PROFILE)),
 ]
 
 
