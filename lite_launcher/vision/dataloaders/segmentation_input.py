@@ -29,6 +29,7 @@ import tensorflow as tf
 from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
 from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.vision.configs.common import MEAN_RGB, STDDEV_RGB
+from lite_launcher.vision.dataloaders.utils import record_assert
 from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (the old path's names)
     IMAGE_DTYPES, binarize_matting_map, normalize_image, pad_image, random_horizontal_flip,
     resize_and_crop_image, resize_and_crop_masks)
@@ -114,13 +115,13 @@ class Parser:
         """The mask [1, h, w] float32, after checking the record has one of the image's size."""
         name = data.get("image/filename", "")
         encoded = data[MASK_KEY]
-        has_mask = tf.debugging.Assert(
+        has_mask = record_assert(
             tf.strings.length(encoded) > 0,
             [BAD_RECORD_MARKER, "A record has no", MASK_KEY, "feature (image/filename:", name,
              "); write masks with make_tfrecords --mask_dir."])
         with tf.control_dependencies([has_mask]):
             mask = tf.io.decode_image(encoded, channels=1, expand_animations=False)
-        same_size = tf.debugging.Assert(
+        same_size = record_assert(
             tf.reduce_all(tf.equal(tf.shape(mask)[:2], tf.cast(tf.stack([height, width]),
                                                              tf.int32))),
             [BAD_RECORD_MARKER, "The mask of record", name, "is", tf.shape(mask)[:2],
@@ -202,7 +203,7 @@ class Parser:
     def _check_fits_padded_size(self, data, label):
         """`label` [1, h, w, 1], after checking it fits in groundtruth_padded_size."""
         size = tf.shape(label)[1:3]
-        fits = tf.debugging.Assert(
+        fits = record_assert(
             tf.reduce_all(size <= self._groundtruth_padded_size),
             [BAD_RECORD_MARKER, "The ground truth of record", data.get("image/filename", ""),
              "is", size,
