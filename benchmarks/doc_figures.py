@@ -1252,6 +1252,13 @@ CLAIMS += [
                 for op in ("Sum", "ReluGrad", "Tile") for side in ("lite", "tfm"))))(
               step_vs_tfm_row(MASKRCNN_AMX_PROFILE, "maskrcnn_resnet50_fpn", "float32"),
               MASKRCNN_AMX_PROFILE)),
+    Claim(DB, "8 rounds): Mask R-CNN train {}, lite faster in {}; eval {} —",
+          lambda: (lambda f: (
+              spread(step_vs_tfm_row(f, "maskrcnn_resnet50_fpn", "float32")),
+              "{lite_wins} of {rounds}".format(
+                  **step_vs_tfm_row(f, "maskrcnn_resnet50_fpn", "float32")),
+              spread(step_vs_tfm_row(f, "maskrcnn_resnet50_fpn", "float32", "eval"))))(
+              "2026-12-06-ded6be6-step-vs-tfm-maskrcnn-amx-roialign.json")),
 ]
 
 
