@@ -61,7 +61,8 @@ def child_command(python, model, dtype, args):
     return [python, os.path.abspath(__file__), "--child", "--models", model, "--dtypes", dtype,
             "--rounds", str(args.rounds), "--steps", str(args.steps),
             "--eval_steps", str(args.eval_steps), "--data_dir", args.data_dir] + (
-                ["--profile"] if getattr(args, "profile", False) else [])
+                ["--profile", "--profile_by", args.profile_by]
+                if getattr(args, "profile", False) else [])
 
 
 # ------------------------------------------------------------------ child (TFM's venv)
@@ -95,9 +96,11 @@ def workload_name(model):
     return vision_rows.workload_name(model)
 
 
-def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, profile=False):
+def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, profile=False,
+                       profile_by="type"):
     """Both trainers in this process; train (and eval) calls alternating. One record; with
-    `profile`, each side's op time of one more call of each kind (`op_ms_per_step`)."""
+    `profile`, each side's op time of one more call of each kind (`op_ms_per_step`), keyed
+    by op type or, with `profile_by="name"`, by "op_name:OpType"."""
     import keras
     import tensorflow as tf
     import tf_keras
@@ -128,15 +131,18 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, prof
     record.update(vision_rows.compute_state(False, dtype))
     if profile:
         units = {"train": steps, "eval": eval_steps}
-        record["op_ms_per_step"] = {side: {kind: profile_call(call, units[kind], side)
+        record["profile_by"] = profile_by
+        record["op_ms_per_step"] = {side: {kind: profile_call(call, units[kind], side,
+                                                              profile_by)
                                            for kind, call in calls[side].items()}
                                     for side in SIDES}
     return record
 
 
-def profile_call(call, steps, side):
-    """{op type: ms per step} of one more call (train or eval) under tf.profiler (host ops
-    summed over threads, largest first): where a side's step spends its time."""
+def profile_call(call, steps, side, by="type"):
+    """{op type (or "op_name:OpType" with by="name"): ms per step} of one more call (train or
+    eval) under tf.profiler (host ops summed over threads, largest first): where a side's step
+    spends its time."""
     import tensorflow as tf
     import vision_profile  # pylint: disable=import-outside-toplevel
 
@@ -146,7 +152,7 @@ def profile_call(call, steps, side):
         rounds_lib.timed(call)
     finally:
         tf.profiler.experimental.stop()
-    totals, _ = vision_profile.xspace_ops(logdir)
+    totals, _ = vision_profile.xspace_ops(logdir, by)
     return {op: round(us / 1000.0 / steps, 3) for op, us in totals.most_common()}
 
 
@@ -235,6 +241,8 @@ def main(argv=None):
     parser.add_argument("--profile", action="store_true",
                         help="after the rounds, one more call per side and kind under "
                         "tf.profiler: op time by type (op_ms_per_step in the record)")
+    parser.add_argument("--profile_by", choices=("type", "name"), default="type",
+                        help="key the profile by op type or by op name (which layer)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.steps < 1 or args.eval_steps < 0:
@@ -256,7 +264,7 @@ def main(argv=None):
             input_glob = vision_rows.write_synthetic_tfrecords(args.data_dir)
         measure.emit(measure_in_process(args.models[0], args.dtypes[0], input_glob,
                                         args.rounds, args.steps, args.eval_steps,
-                                        args.profile))
+                                        args.profile, args.profile_by))
         return 0
     if not os.path.exists(args.tfm_python):
         parser.error(f"--tfm_python {args.tfm_python} does not exist: run "

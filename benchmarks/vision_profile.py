@@ -37,8 +37,9 @@ import measure  # noqa: E402
 import vision_rows  # noqa: E402
 
 
-def xspace_ops(logdir):
-    """{op type: total µs} and {op type: count} from the host plane of the trace in logdir."""
+def xspace_ops(logdir, by="type"):
+    """{op type: total µs} and {op type: count} from the host plane of the trace in logdir;
+    with `by="name"`, keyed "op_name:OpType" instead (which layer's op it is)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
@@ -60,7 +61,7 @@ def xspace_ops(logdir):
                 if name.startswith("Iterator::"):
                     kind = "tf.data " + name.split("::")[-1]
                 elif ":" in name and "::" not in name:
-                    kind = name.rsplit(":", 1)[1]
+                    kind = name if by == "name" else name.rsplit(":", 1)[1]
                 else:
                     continue
                 totals[kind] += event.duration_ps / 1e6
