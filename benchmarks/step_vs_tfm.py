@@ -61,7 +61,7 @@ def child_command(python, model, dtype, args):
     return [python, os.path.abspath(__file__), "--child", "--models", model, "--dtypes", dtype,
             "--rounds", str(args.rounds), "--steps", str(args.steps),
             "--eval_steps", str(args.eval_steps), "--data_dir", args.data_dir] + (
-                ["--profile", "--profile_by", args.profile_by]
+                ["--profile", "--profile_by", getattr(args, "profile_by", "type")]
                 if getattr(args, "profile", False) else [])
 
 

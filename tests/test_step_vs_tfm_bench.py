@@ -49,8 +49,12 @@ def test_one_process_per_model_and_dtype_with_the_run_options():
                         ("--steps", "3"), ("--eval_steps", "0"), ("--data_dir", "/d")):
         assert flags[flags.index(flag) + 1] == value
     assert "--profile" not in flags
-    args.profile = True  # the op-time look goes to the child
-    assert step_vs_tfm.child_command("tpy", "resnet50", "float32", args)[-1] == "--profile"
+    args.profile = True  # the op-time look goes to the child, keyed by op type by default
+    assert step_vs_tfm.child_command("tpy", "resnet50", "float32", args)[-3:] == [
+        "--profile", "--profile_by", "type"]
+    args.profile_by = "name"
+    assert step_vs_tfm.child_command("tpy", "resnet50", "float32", args)[-3:] == [
+        "--profile", "--profile_by", "name"]
 
 
 def test_ratios_are_taken_within_each_round():
@@ -220,3 +224,28 @@ def test_maskrcnn_row_runs_tfms_experiment_on_records_whose_masks_lites_decoder_
             assert ymin - 1 <= rows.min() and rows.max() <= ymax + 1
             assert xmin - 1 <= cols.min() and cols.max() <= xmax + 1
             assert mask[int((ymin + ymax) / 2), int((xmin + xmax) / 2)] == 1.0
+
+
+def test_profile_keys_op_time_by_type_or_by_op_name(tmp_path):
+    import tensorflow as tf
+    import vision_profile
+
+    @tf.function
+    def step(x):
+        with tf.name_scope("head"):
+            return tf.reduce_sum(tf.sqrt(tf.abs(x)) * 3.0)
+
+    x = tf.random.uniform([256, 256])
+    step(x)
+    tf.profiler.experimental.start(str(tmp_path))
+    for _ in range(3):
+        step(x).numpy()
+    tf.profiler.experimental.stop()
+    by_type, _ = vision_profile.xspace_ops(str(tmp_path))
+    by_name, _ = vision_profile.xspace_ops(str(tmp_path), by="name")
+    assert "Sqrt" in by_type and "Sqrt" not in by_name
+    sqrt_names = [name for name in by_name if name.endswith(":Sqrt")]
+    assert len(sqrt_names) == 1 and "head/" in sqrt_names[0]
+    # The same events either way: the per-name times add up to the per-type ones.
+    assert by_name[sqrt_names[0]] == pytest.approx(by_type["Sqrt"])
+    assert sum(by_name.values()) == pytest.approx(sum(by_type.values()))
