@@ -1174,10 +1174,15 @@ _AMX_TITLES = {"retinanet_resnet50_fpn": "RetinaNet ResNet-50 FPN",
                "retinanet_mobilenetv2_fpn": "RetinaNet MobileNetV2 FPN",
                "maskrcnn_resnet50_fpn": "Mask R-CNN ResNet-50 FPN"}
 
+def pooled_table_claims(rows, label="") -> List[Claim]:
+    """One claim per row of a pooled table: "| title{label} | dtype | kind | spread | wins |"."""
+    return [Claim(DB, f"| {_AMX_TITLES[model]}{label} | {dtype} | {kind} | {{}} | {{}} |",
+                  lambda n=names, m=model, d=dtype, k=kind: pooled_cells(n, m, d, k))
+            for names, model, dtype, kind in rows]
+
+
 CLAIMS += [
-    *[Claim(DB, f"| {_AMX_TITLES[model]} | {dtype} | {kind} | {{}} | {{}} |",
-            lambda n=names, m=model, d=dtype, k=kind: pooled_cells(n, m, d, k))
-      for names, model, dtype, kind in AMX_ROWS],
+    *pooled_table_claims(AMX_ROWS),
     Claim(DB, "{} of the {} pooled rows are ≥ 1.0 on the median: every eval row ({}) and {} of "
           "the {} training rows (training {})",
           lambda: (lambda rows: (
@@ -1315,9 +1320,7 @@ CLAIMS += [
                    *(f"{_by_type(FOCAL_PROFILE_AFTER, side, 'Pow'):.1f}"
                      for side in ("lite", "tfm")),
                    *(f"{_op_time(FOCAL_PROFILE_AFTER, side):.0f}" for side in ("lite", "tfm")))),
-    *[Claim(DB, f"| {_AMX_TITLES[model]}, focal loss `7331d2b` | {dtype} | {kind} | {{}} | {{}} |",
-            lambda n=names, m=model, d=dtype, k=kind: pooled_cells(n, m, d, k))
-      for names, model, dtype, kind in FOCAL_ROWS],
+    *pooled_table_claims(FOCAL_ROWS, ", focal loss `7331d2b`"),
     Claim(DB, "{} of the {} pooled RetinaNet rows are ≥ 1.0 on the median, training {} and "
           "evaluation {}; lite was faster in {} of the {} training rounds",
           lambda: (lambda rows: (
