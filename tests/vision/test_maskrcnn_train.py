@@ -153,6 +153,16 @@ def test_lite_export_serves_detection_masks(trained):
                                outputs["detection_masks"].numpy()[0, :count], atol=1e-4)
     np.testing.assert_allclose(served["detection_boxes"].numpy()[0, :count],
                                outputs["detection_boxes"].numpy()[0, :count], atol=1e-3)
+    # A batch of two images serves each as it serves alone.
+    other = np.random.default_rng(1).integers(0, 256, (1, SIZE, SIZE, 3)).astype(np.uint8)
+    alone = [served, serve(inputs=tf.constant(other))]
+    batched = serve(inputs=tf.constant(np.concatenate([image, other])))
+    np.testing.assert_array_equal(batched["num_detections"].numpy(), [10, 10])
+    assert not np.allclose(alone[0]["detection_boxes"], alone[1]["detection_boxes"], atol=1e-2)
+    for i, single in enumerate(alone):
+        for key, value in single.items():
+            np.testing.assert_allclose(batched[key][i].numpy(), value[0].numpy(), atol=1e-4,
+                                       err_msg=f"{key} of image {i}")
 
 
 # ----- learning: box and mask AP50 on held-out drawn shapes -----------------------------------

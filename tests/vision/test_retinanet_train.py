@@ -125,7 +125,11 @@ def test_lite_export_serves_detections_loaded_with_tensorflow_alone(trained, dat
     import lite_launcher as ll
 
     root, model_dir, override = trained
-    config = ll.override_config(ll.get_exp_config("retinanet_resnetfpn_coco"), [override])
+    # Every anchor's score passes (4 steps leave them near the focal prior's 0.01, under
+    # TFM's 0.05): 20 detections an image to compare, not empty outputs.
+    config = ll.override_config(
+        ll.get_exp_config("retinanet_resnetfpn_coco"), [override],
+        "task.model.detection_generator.pre_nms_score_threshold=0.0")
     export_dir = os.path.join(root, "export")
     # One signature (each traces the whole model): its detections are checked against the
     # Keras model's below; the other input types' serving functions make the same model input
@@ -142,16 +146,29 @@ def test_lite_export_serves_detections_loaded_with_tensorflow_alone(trained, dat
     assert by_bytes["detection_classes"].dtype == tf.int32
     np.testing.assert_allclose(by_bytes["image_info"][0].numpy(),
                                [[SIZE, SIZE], [SIZE, SIZE], [1, 1], [0, 0]])
-    # The same checkpoint's Keras model on the same preprocessed image gives the same boxes.
+    # The same checkpoint's Keras model on the same preprocessed image gives the same boxes
+    # (clipped to the image, as the serving function asks).
     task = ll.get_task(config.task)
     model = task.build_model()
     model(tf.zeros([1, SIZE, SIZE, 3]), training=False)  # built before the restore
     tf.train.Checkpoint(model=model).read(
         tf.train.latest_checkpoint(model_dir)).expect_partial().assert_existing_objects_matched()
     image = (tf.cast(pixels, tf.float32) - [123.675, 116.28, 103.53]) / [58.395, 57.12, 57.375]
-    outputs = model(image[None], training=False)
+    outputs = model(image[None], image_shape=tf.constant([[SIZE, SIZE]]), training=False)
     np.testing.assert_allclose(outputs["detection_boxes"].numpy(),
                                by_bytes["detection_boxes"].numpy(), atol=1e-3)
+    # A batch of two images serves each as it serves alone (preprocessing, anchors, NMS and
+    # image_info per image).
+    second = tf.io.read_file(os.path.join(image_dir, "img0001.png"))
+    batched = loaded.signatures["serving_default"](inputs=tf.stack([encoded, second]))
+    alone = [by_bytes, loaded.signatures["serving_default"](inputs=tf.stack([second]))]
+    np.testing.assert_array_equal(batched["num_detections"].numpy(), [20, 20])
+    # The two images' detections differ, so serving one image's for both would fail below.
+    assert not np.allclose(alone[0]["detection_boxes"], alone[1]["detection_boxes"], atol=1e-2)
+    for i, single in enumerate(alone):
+        for key, value in single.items():
+            np.testing.assert_allclose(batched[key][i].numpy(), value[0].numpy(), atol=1e-4,
+                                       err_msg=f"{key} of image {i}")
 
 
 def test_a_class_id_beyond_num_classes_stops_lite_train_in_one_line(data, tmp_path,
