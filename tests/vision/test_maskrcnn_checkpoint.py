@@ -21,7 +21,7 @@ import yaml
 
 import lite_launcher as ll
 
-from fp32_noise import BOX_PIXEL_TOLERANCE, PROBABILITY_TOLERANCE  # tests/vision is on sys.path
+from fp32_noise import assert_detections_equal  # tests/vision is on sys.path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "tfm_checkpoints", "maskrcnn")
@@ -42,22 +42,6 @@ def params_for(**task):
 REFERENCE = np.load(os.path.join(DATA, NAME, "reference.npz"))
 
 
-def assert_detections_equal(outputs, ref):
-    """Counts and classes exact; scores and masks (probabilities) within
-    PROBABILITY_TOLERANCE, boxes (pixels) within BOX_PIXEL_TOLERANCE, of the first
-    `num_detections` rows."""
-    count = int(ref["num_detections"][0])
-    assert count > 1
-    assert int(np.asarray(outputs["num_detections"])[0]) == count
-    np.testing.assert_array_equal(
-        np.asarray(outputs["detection_classes"])[0, :count].astype(np.int64),
-        ref["detection_classes"][0, :count].astype(np.int64))
-    np.testing.assert_allclose(np.asarray(outputs["detection_scores"])[0, :count],
-                               ref["detection_scores"][0, :count], atol=PROBABILITY_TOLERANCE)
-    np.testing.assert_allclose(np.asarray(outputs["detection_boxes"])[0, :count],
-                               ref["detection_boxes"][0, :count], atol=BOX_PIXEL_TOLERANCE)
-    np.testing.assert_allclose(np.asarray(outputs["detection_masks"])[0, :count],
-                               ref["detection_masks"][0, :count], atol=PROBABILITY_TOLERANCE)
 
 
 @pytest.fixture(scope="module")

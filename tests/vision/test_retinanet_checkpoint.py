@@ -25,7 +25,7 @@ from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones import spinenet
 
 from fp32_noise import (  # tests/vision is on sys.path
-    BOX_PIXEL_TOLERANCE, DEEP_NETWORK_TOLERANCE, PROBABILITY_TOLERANCE)
+    DEEP_NETWORK_TOLERANCE, assert_detections_equal, relative_error)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "tfm_checkpoints", "retinanet")
@@ -53,8 +53,6 @@ def reference(name, data=DATA):
     return np.load(os.path.join(data, name, "reference.npz"))
 
 
-def relative_error(actual, expected):
-    return np.abs(np.asarray(actual) - expected).max() / np.abs(expected).mean()
 
 
 def run(model, ref):
@@ -62,21 +60,6 @@ def run(model, ref):
                  output_intermediate_features=True, training=False)
 
 
-def assert_detections_equal(outputs, ref, prefix=""):
-    """Counts and classes exact, scores within PROBABILITY_TOLERANCE, boxes (pixels) within
-    BOX_PIXEL_TOLERANCE (of the first `num` rows)."""
-    count = int(ref[prefix + "num_detections"][0])
-    assert count > 1
-    assert int(np.asarray(outputs["num_detections"])[0]) == count
-    np.testing.assert_array_equal(
-        np.asarray(outputs["detection_classes"])[0, :count].astype(np.int64),
-        ref[prefix + "detection_classes"][0, :count].astype(np.int64))
-    np.testing.assert_allclose(np.asarray(outputs["detection_scores"])[0, :count],
-                               ref[prefix + "detection_scores"][0, :count],
-                               atol=PROBABILITY_TOLERANCE)
-    np.testing.assert_allclose(np.asarray(outputs["detection_boxes"])[0, :count],
-                               ref[prefix + "detection_boxes"][0, :count],
-                               atol=BOX_PIXEL_TOLERANCE)
 
 
 def assert_raw_outputs_equal(outputs, ref):

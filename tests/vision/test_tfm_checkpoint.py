@@ -17,6 +17,8 @@ import lite_launcher as ll
 from lite_launcher.base_config import ConfigError
 from lite_launcher import checkpoints, tfm_checkpoint
 
+from fp32_noise import relative_error  # tests/vision is on sys.path
+
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "tfm_checkpoints")
 with open(os.path.join(DATA, "index.json")) as _f:
     INDEX = json.load(_f)
@@ -42,8 +44,6 @@ def features(model, images):
     return (endpoints[max(endpoints)] if isinstance(endpoints, dict) else endpoints).numpy()
 
 
-def relative_error(actual, expected):
-    return np.abs(actual - expected).max() / np.abs(expected).mean()
 
 
 @pytest.mark.parametrize("name", MODELS)
