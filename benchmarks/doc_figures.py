@@ -1388,6 +1388,35 @@ CLAIMS += [
 ]
 
 
+MASKRCNN_NAME_PROFILE = "2026-12-06-46b4fcc-step-vs-tfm-maskrcnn-profile-by-name.json"
+
+
+def _largest_op_ms(name, side, op_type) -> float:
+    return max(ms for key, ms in profile_ops(side, "train", name).items()
+               if key.endswith(":" + op_type))
+
+
+CLAIMS += [
+    Claim(DB, "its 2 rounds lite {} against TFM {} ms a step): op time {} s a step in lite against "
+          "{} s in TFM; the op types that differ most are the convolution gradients (weight "
+          "gradients with bias {} s in lite, input gradients {} s)",
+          lambda: (lambda f: (
+              *(" / ".join(f"{r['ms_per_step'][side]['train']:,.0f}"
+                           for r in load(f)["records"][0]["rounds"]) for side in ("lite", "tfm")),
+              *(f"{_op_time(f, side) / 1000:.1f}" for side in ("lite", "tfm")),
+              *(f"{(_by_type(f, 'lite', op) - _by_type(f, 'tfm', op)) / 1000:+.1f}".replace("-", "−")
+                for op in ("_MklNativeConv2DBackpropFilterWithBias",
+                           "_MklNativeConv2DBackpropInput"))))(MASKRCNN_NAME_PROFILE)),
+    Claim(DB, "(`ResourceApplyKerasMomentum`, {} ms for one variable in lite against TFM's largest "
+          "{} ms; the two earlier profiles had lite {} / {} ms in all against TFM {} / {})",
+          lambda: (f"{_largest_op_ms(MASKRCNN_NAME_PROFILE, 'lite', 'ResourceApplyKerasMomentum'):.0f}",
+                   f"{_largest_op_ms(MASKRCNN_NAME_PROFILE, 'tfm', 'ResourceApplyKerasMomentum'):.0f}",
+                   *(f"{profile_ops(side, 'train', f)['ResourceApplyKerasMomentum']:.0f}"
+                     for side in ("lite", "tfm")
+                     for f in (MASKRCNN_AMX_PROFILE, MASKRCNN_PROFILE)))),
+]
+
+
 def normalise(text: str) -> str:
     """Whitespace runs as one space, bold markers dropped: prose wraps and emphasises freely."""
     return re.sub(r"\s+", " ", text.replace("**", ""))
