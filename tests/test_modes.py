@@ -104,10 +104,11 @@ def read_scalars(directory):
 
 def read_event_files(directory):
     """[(path, [(step, tag, value), ...]), ...] for each event file, oldest first: by the
-    wall time of the file's first event (the name holds whole seconds only, and two runs in one
-    process can open their files within the same second)."""
+    wall time of the file's first summary. The name and the file-version event hold whole
+    seconds only, and two runs in one process can open their files within the same second."""
     def opened_at(path):
-        return next(iter(tf.compat.v1.train.summary_iterator(path))).wall_time
+        return next((event.wall_time for event in tf.compat.v1.train.summary_iterator(path)
+                     if event.HasField("summary")), 0.0)  # no summary yet: oldest
 
     files = sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*")), key=opened_at)
     result = []
