@@ -3,8 +3,9 @@
 Keras 3 builds a layer that has no `build` by tracing its `call` on symbolic inputs, and infers
 the output of one without `compute_output_shape` by tracing `call` again: MobileNetV2's blocks
 and the detection heads each ran twice while a model was built (MobileNetV2's build took about
-twice as long). The blocks now build their sublayers in `call`'s order and give their output
-shapes (`nn_layers.ChainBlock`, the heads' `_walk`); these tests count `call` runs.
+twice as long), the segmentation head too. The blocks now build their sublayers in `call`'s
+order and give their output shapes (`nn_layers.ChainBlock`, the heads' `_walk`,
+`SegmentationHead._output_shape`); these tests count `call` runs.
 """
 
 import collections
@@ -18,11 +19,12 @@ from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones import mobilenet
 from lite_launcher.vision.modeling.backbones.factory import build_backbone
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import RetinaNetHead, RPNHead
+from lite_launcher.vision.modeling.heads.segmentation_heads import SegmentationHead
 from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 
 COUNTED = (mobilenet.Conv2DBNBlock, mobilenet.InvertedBottleneckBlock,
            mobilenet.UniversalInvertedBottleneckBlock, mobilenet.MultiHeadSelfAttentionBlock,
-           RetinaNetHead, RPNHead)
+           RetinaNetHead, RPNHead, SegmentationHead)
 
 
 @pytest.fixture
@@ -97,3 +99,48 @@ def test_dense_heads_build_without_running(calls, head):
     assert sum(calls.values()) == 1
     assert (keras.tree.map_structure(lambda t: tuple(t.shape[1:]), outputs)
             == keras.tree.map_structure(lambda t: tuple(t.shape[1:]), model.output))
+
+
+_SEGMENTATION_HEADS = {
+    "plain": dict(num_convs=2, upsample_factor=2),
+    "depthwise": dict(num_convs=1, use_depthwise_convolution=True, prediction_kernel_size=3),
+    "deeplabv3plus": dict(feature_fusion="deeplabv3plus", low_level=3, low_level_num_filters=4),
+    "sum_to_merge": dict(feature_fusion="deeplabv3plus_sum_to_merge", low_level=3,
+                         low_level_num_filters=8),
+    "pyramid_fusion": dict(feature_fusion="pyramid_fusion"),
+    "panoptic_fpn_fusion": dict(feature_fusion="panoptic_fpn_fusion", decoder_min_level=4,
+                                decoder_max_level=5, num_filters=32, num_decoder_filters=8),
+}
+
+
+def _segmentation_inputs(batch=None):
+    """(backbone, decoder) {level: input or array}: backbone level 3 at 16x16 (DeepLab v3+'s
+    low level), decoder levels 4-5 with 8 channels."""
+    make = ((lambda shape, name: keras.Input(shape, name=name)) if batch is None else
+            (lambda shape, name: np.random.default_rng(len(name)).normal(
+                size=(batch,) + shape).astype(np.float32)))
+    backbone = {"3": make((16, 16, 6), "b3")}
+    decoder = {"4": make((8, 8, 8), "d4"), "5": make((4, 4, 8), "d5")}
+    return backbone, decoder
+
+
+@pytest.mark.parametrize("variant", sorted(_SEGMENTATION_HEADS))
+def test_segmentation_head_builds_without_running_in_calls_order(calls, variant):
+    def head():
+        return SegmentationHead(num_classes=3, level=4,
+                                **{"num_convs": 0, "num_filters": 8,
+                                   **_SEGMENTATION_HEADS[variant]})
+
+    inputs = _segmentation_inputs()
+    built = head()
+    model = keras.Model(inputs, built(inputs))
+    assert calls == {}
+    arrays = _segmentation_inputs(batch=2)
+    output = model(arrays)
+    assert calls["SegmentationHead"] == 1
+    assert tuple(output.shape) == (2,) + tuple(model.output.shape[1:])
+    # The variables are those (names, shapes, order) of a head built by a call.
+    by_call = head()
+    by_call(arrays)
+    assert ([(v.path.split("/", 1)[1], tuple(v.shape)) for v in built.weights]
+            == [(v.path.split("/", 1)[1], tuple(v.shape)) for v in by_call.weights])

@@ -19,7 +19,13 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher.vision.modeling.layers.nn_layers import NormSettings, register_serializable
+from lite_launcher.vision.modeling.layers.nn_layers import (
+    NormSettings, build_in_call_order, output_shape_through, register_serializable)
+
+
+def _pick(features, key):
+    """features[str(key)] of a {level: ...} dict (tensors or shapes); a lone one as it is."""
+    return features[str(key)] if isinstance(features, dict) else features
 
 
 def _normal():
@@ -142,16 +148,55 @@ class SegmentationHead(keras.layers.Layer):
             kernel_initializer=_normal(), bias_initializer="zeros",
             kernel_regularizer=regularizer, name="segmentation_output")
 
+    # ----- shapes: `build` and `compute_output_shape` follow `call` without running it ------
+    # (Keras 3 otherwise traces `call` once to build the head and again for its output shape.)
+
+    def _tower(self):
+        """The layers after the fusion, in `call`'s order."""
+        layers = []
+        for i in range(self._args["num_convs"]):
+            if self._args["use_depthwise_convolution"]:
+                layers += [getattr(self, f"depthwise_conv_{i}"),
+                           getattr(self, f"depthwise_norm_{i}")]
+            layers += [getattr(self, f"conv_{i}"), getattr(self, f"norm_{i}")]
+        return layers
+
+    def _output_shape(self, input_shape, through):
+        """The head's output shape, `through(shape, layers)` taking each step's layers (building
+        them on the way or only following the shapes)."""
+        backbone_shapes, decoder_shapes = input_shape
+        args = self._args
+        fusion = args["feature_fusion"]
+        shape = tuple(_pick(decoder_shapes, args["level"]))
+        if fusion in ("deeplabv3plus", "deeplabv3plus_sum_to_merge"):
+            low = through(tuple(_pick(backbone_shapes, args["low_level"])),
+                          [self.dlv3p_conv, self.dlv3p_norm])
+            channels = shape[-1] + low[-1] if fusion == "deeplabv3plus" else low[-1]
+            shape = tuple(low[:-1]) + (channels,)
+        elif fusion == "panoptic_fpn_fusion":
+            shape = tuple(shape[:-1]) + (args["num_filters"],)
+        shape = through(shape, self._tower())
+        factor = args["upsample_factor"]
+        if factor > 1:
+            shape = (shape[0],) + tuple(None if d is None else d * factor
+                                        for d in shape[1:3]) + (shape[3],)
+        return through(shape, [self.classifier])
+
+    def build(self, input_shape):
+        """Builds every sub-layer in `call`'s order on the shapes `call` would give it."""
+        self._output_shape(input_shape, build_in_call_order)
+
+    def compute_output_shape(self, input_shape):
+        return self._output_shape(input_shape, output_shape_through)
+
+    # ----- call --------------------------------------------------------------------------
+
     def _fused(self, backbone_output, decoder_output, training):
         args = self._args
         fusion = args["feature_fusion"]
-
-        def pick(features, key):
-            return features[str(key)] if isinstance(features, dict) else features
-
         if fusion in ("deeplabv3plus", "deeplabv3plus_sum_to_merge"):
-            x = pick(decoder_output, args["level"])
-            y = pick(backbone_output, args["low_level"])
+            x = _pick(decoder_output, args["level"])
+            y = _pick(backbone_output, args["low_level"])
             y = self._act(self.dlv3p_norm(self.dlv3p_conv(y), training=training))
             x = tf.cast(_resize(x, tf.shape(y)[1:3]), y.dtype)
             return tf.concat([x, y], axis=-1) if fusion == "deeplabv3plus" else x + y
@@ -163,17 +208,14 @@ class SegmentationHead(keras.layers.Layer):
             levels = range(int(args["decoder_min_level"]), int(args["decoder_max_level"]) + 1)
             return self.panoptic_fpn_fusion({str(l): decoder_output[str(l)] for l in levels},
                                             training=training)
-        return pick(decoder_output, args["level"])
+        return _pick(decoder_output, args["level"])
 
     def call(self, inputs, training=None):
         backbone_output, decoder_output = inputs
         x = self._fused(backbone_output, decoder_output, training)
-        for i in range(self._args["num_convs"]):
-            if self._args["use_depthwise_convolution"]:
-                x = getattr(self, f"depthwise_conv_{i}")(x)
-                x = self._act(getattr(self, f"depthwise_norm_{i}")(x, training=training))
-            x = getattr(self, f"conv_{i}")(x)
-            x = self._act(getattr(self, f"norm_{i}")(x, training=training))
+        tower = self._tower()
+        for conv, norm in zip(tower[::2], tower[1::2]):  # (depthwise,) conv, norm, activation
+            x = self._act(norm(conv(x), training=training))
         factor = self._args["upsample_factor"]
         if factor > 1:
             x = tf.repeat(tf.repeat(x, factor, axis=1), factor, axis=2)  # nearest
