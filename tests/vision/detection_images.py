@@ -114,3 +114,17 @@ def write_override(base, data, root, **changes):
     with open(path, "w") as f:
         yaml.safe_dump(override, f)
     return path
+
+
+def assert_batch_served_as_alone(serve, batch, inputs, expected_counts):
+    """`serve(inputs=batch)` of two images, each image's outputs as `serve(inputs=inputs[i])`
+    (a batch of one) gives them, and the two images' detections differ (so serving one
+    image's detections for both would fail). `expected_counts`: num_detections of the two."""
+    batched = serve(inputs=batch)
+    alone = [serve(inputs=single) for single in inputs]
+    np.testing.assert_array_equal(batched["num_detections"].numpy(), expected_counts)
+    assert not np.allclose(alone[0]["detection_boxes"], alone[1]["detection_boxes"], atol=1e-2)
+    for i, single in enumerate(alone):
+        for key, value in single.items():
+            np.testing.assert_allclose(batched[key][i].numpy(), value[0].numpy(), atol=1e-4,
+                                       err_msg=f"{key} of image {i}")

@@ -5,7 +5,7 @@ the output of one without `compute_output_shape` by tracing `call` again: Mobile
 and the detection heads each ran twice while a model was built (MobileNetV2's build took about
 twice as long), the segmentation head too. The blocks now build their sublayers in `call`'s
 order and give their output shapes (`nn_layers.ChainBlock`, the heads' `_walk`,
-`SegmentationHead._output_shape`); these tests count `call` runs.
+`SegmentationHead._head_shape`); these tests count `call` runs.
 """
 
 import collections

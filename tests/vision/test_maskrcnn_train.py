@@ -17,7 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from cli import lite_train_command, run_lite_train, run_lite_train_in_process  # noqa: E402
-from detection_images import detection_tfrecords, write_override  # noqa: E402
+from detection_images import (  # noqa: E402
+    assert_batch_served_as_alone, detection_tfrecords, write_override)
 from test_modes import read_scalars  # noqa: E402
 
 pytest.importorskip("pycocotools")
@@ -155,14 +156,8 @@ def test_lite_export_serves_detection_masks(trained):
                                outputs["detection_boxes"].numpy()[0, :count], atol=1e-3)
     # A batch of two images serves each as it serves alone.
     other = np.random.default_rng(1).integers(0, 256, (1, SIZE, SIZE, 3)).astype(np.uint8)
-    alone = [served, serve(inputs=tf.constant(other))]
-    batched = serve(inputs=tf.constant(np.concatenate([image, other])))
-    np.testing.assert_array_equal(batched["num_detections"].numpy(), [10, 10])
-    assert not np.allclose(alone[0]["detection_boxes"], alone[1]["detection_boxes"], atol=1e-2)
-    for i, single in enumerate(alone):
-        for key, value in single.items():
-            np.testing.assert_allclose(batched[key][i].numpy(), value[0].numpy(), atol=1e-4,
-                                       err_msg=f"{key} of image {i}")
+    assert_batch_served_as_alone(serve, tf.constant(np.concatenate([image, other])),
+                                 [tf.constant(image), tf.constant(other)], [10, 10])
 
 
 # ----- learning: box and mask AP50 on held-out drawn shapes -----------------------------------

@@ -16,7 +16,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 from cli import run_lite_train  # noqa: E402
-from detection_images import detection_tfrecords, write_override  # noqa: E402
+from detection_images import (  # noqa: E402
+    assert_batch_served_as_alone, detection_tfrecords, write_override)
 from missing_module import block_import  # noqa: E402
 from test_modes import read_scalars  # noqa: E402
 
@@ -160,15 +161,9 @@ def test_lite_export_serves_detections_loaded_with_tensorflow_alone(trained, dat
     # A batch of two images serves each as it serves alone (preprocessing, anchors, NMS and
     # image_info per image).
     second = tf.io.read_file(os.path.join(image_dir, "img0001.png"))
-    batched = loaded.signatures["serving_default"](inputs=tf.stack([encoded, second]))
-    alone = [by_bytes, loaded.signatures["serving_default"](inputs=tf.stack([second]))]
-    np.testing.assert_array_equal(batched["num_detections"].numpy(), [20, 20])
-    # The two images' detections differ, so serving one image's for both would fail below.
-    assert not np.allclose(alone[0]["detection_boxes"], alone[1]["detection_boxes"], atol=1e-2)
-    for i, single in enumerate(alone):
-        for key, value in single.items():
-            np.testing.assert_allclose(batched[key][i].numpy(), value[0].numpy(), atol=1e-4,
-                                       err_msg=f"{key} of image {i}")
+    assert_batch_served_as_alone(loaded.signatures["serving_default"],
+                                 tf.stack([encoded, second]),
+                                 [tf.stack([encoded]), tf.stack([second])], [20, 20])
 
 
 def test_a_class_id_beyond_num_classes_stops_lite_train_in_one_line(data, tmp_path,

@@ -161,7 +161,7 @@ class SegmentationHead(keras.layers.Layer):
             layers += [getattr(self, f"conv_{i}"), getattr(self, f"norm_{i}")]
         return layers
 
-    def _output_shape(self, input_shape, through):
+    def _head_shape(self, input_shape, through):
         """The head's output shape, `through(shape, layers)` taking each step's layers (building
         them on the way or only following the shapes)."""
         backbone_shapes, decoder_shapes = input_shape
@@ -184,10 +184,10 @@ class SegmentationHead(keras.layers.Layer):
 
     def build(self, input_shape):
         """Builds every sub-layer in `call`'s order on the shapes `call` would give it."""
-        self._output_shape(input_shape, build_in_call_order)
+        self._head_shape(input_shape, build_in_call_order)
 
     def compute_output_shape(self, input_shape):
-        return self._output_shape(input_shape, output_shape_through)
+        return self._head_shape(input_shape, output_shape_through)
 
     # ----- call --------------------------------------------------------------------------
 
