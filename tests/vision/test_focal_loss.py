@@ -1,12 +1,19 @@
-"""The focal loss's hand-written gradient against autodiff of TFM's formula, and its fast
-modulator (no `Pow` op for the usual gammas). Its values against TFM 2.20 itself are in
-test_detection_ops.py (`test_focal_loss_equals_tfm_with_sum_reduction`)."""
+"""The focal loss's hand-written gradient against TFM 2.20's own (a committed generator run in
+TFM's venv) and against autodiff of TFM's formula in float64, and its fast modulator (no `Pow`
+op for the usual gammas). Its values on the detection-ops batch are in test_detection_ops.py
+(`test_focal_loss_equals_tfm_with_sum_reduction`)."""
+
+import os
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from lite_launcher.vision.losses import focal_loss
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tfm_compare import DATA_DIR, load_generator  # noqa: E402
 
 
 def _tfm_formula(y_true, y_pred, alpha, gamma):
@@ -95,3 +102,26 @@ def test_common_gammas_need_no_pow(gamma):
 def test_other_gammas_use_pow():
     # The op-type check above can see a Pow: it finds the one a general gamma needs.
     assert "Pow" in _graph_op_types(2.5)
+
+
+TFM_GEN = load_generator("make_tfm_focal_gradient_reference")
+TFM_REF = dict(np.load(os.path.join(DATA_DIR, "tfm_focal_gradient_reference.npz")))
+
+
+@pytest.mark.parametrize("gamma", TFM_GEN.GAMMAS)
+def test_loss_and_gradient_equal_tfms_own(gamma):
+    """Against TFM 2.20's FocalLoss and its autodiff gradient, written by TFM in its venv
+    (make_tfm_focal_gradient_reference.py). TFM's gradient is NaN where float32's 1 - q is 0
+    and gamma < 1 (0^(gamma-1) * 0); there lite's is finite and the rest must agree."""
+    targets, logits, weights = TFM_GEN.inputs()
+    loss_fn = focal_loss.FocalLoss(TFM_GEN.ALPHA, gamma, reduction="sum")
+    y_pred = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(y_pred)
+        loss = loss_fn(tf.constant(targets), y_pred, sample_weight=tf.constant(weights))
+    grad = tape.gradient(loss, y_pred).numpy()
+    np.testing.assert_allclose(loss.numpy(), TFM_REF[f"loss_{gamma}"], rtol=1e-6)
+    tfm_grad = TFM_REF[f"grad_{gamma}"]
+    finite = np.isfinite(tfm_grad)
+    assert np.isfinite(grad).all() and finite.all() == (gamma >= 1)
+    np.testing.assert_allclose(grad[finite], tfm_grad[finite], rtol=1e-5, atol=1e-6)
