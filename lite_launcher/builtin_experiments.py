@@ -20,6 +20,7 @@ BUILTIN_EXPERIMENTS: Dict[str, str] = {
     "resnet_imagenet": "lite_launcher.vision.configs.image_classification",
     "resnet_rs_imagenet": "lite_launcher.vision.configs.image_classification",
     "mobilenet_imagenet": "lite_launcher.vision.configs.image_classification",
+    "revnet_imagenet": "lite_launcher.vision.configs.image_classification",
     "deit_imagenet_pretrain": "lite_launcher.vision.configs.image_classification",
     "vit_imagenet_pretrain": "lite_launcher.vision.configs.image_classification",
     "vit_imagenet_finetune": "lite_launcher.vision.configs.image_classification",

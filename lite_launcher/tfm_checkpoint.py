@@ -14,6 +14,10 @@ same block specs, in the same order, as TFM's. So the pairing comes from structu
   names (kernel, gamma, moving_mean, ...). Where a family builds a block's sub-layers in
   another order than TFM (lite's ViT encoder block), `BLOCK_ORDERS` puts lite's in TFM's order;
   a family's module may add its own entry (`register_block_order`).
+- Where TFM's checkpoint lists a Functional model's layers in graph order but lite's module
+  creates them in TFM's order of creation (NAS-FPN: `register_creation_order`), each kind of
+  layer (BatchNormalization or other) of that run pairs by the number tf_keras put in its
+  name (`conv2d_12`), which counts creations.
 
 `load_weights` reads the model (or backbone) alone, for `task.init_checkpoint` and lite-export.
 `resume` (used by `checkpoints.TfmResumingCheckpointManager`, one layer up: this module reads,
@@ -71,6 +75,18 @@ BLOCK_ORDERS: Dict[str, Tuple[str, ...]] = {
 }
 
 
+# Patterns matching the end of a lite layer's path: runs of such layers were created in the
+# order TFM created its own (see the module docstring).
+CREATION_ORDERS: List[str] = []
+
+
+def register_creation_order(pattern: str) -> None:
+    """Marks lite layers whose path ends with `pattern` as created in TFM's order of creation
+    (their TFM counterparts pair by tf_keras's name numbers, not by the graph's order)."""
+    if pattern not in CREATION_ORDERS:
+        CREATION_ORDERS.append(pattern)
+
+
 def register_block_order(name: str, order: Sequence[str]) -> None:
     """Adds a family's `BLOCK_ORDERS` entry `name`: the patterns of its block's sub-layers in
     TFM's order. A family registers from its own module, so that this one imports none."""
@@ -99,6 +115,8 @@ class TfmLayer:
     path: str
     keys: Dict[str, str]
     nodes: Dict[str, int] = dataclasses.field(default_factory=dict)
+    # The variables' names in TFM's model ('conv2d_12/kernel').
+    full_names: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -144,6 +162,10 @@ def _value_key(node) -> str:
     return next(a.checkpoint_key for a in node.attributes if a.name == _VALUE)
 
 
+def _full_name(node) -> str:
+    return next(a.full_name for a in node.attributes if a.name == _VALUE)
+
+
 def _top(graph) -> Dict[str, int]:
     return {child.local_name: child.node_id for child in graph.nodes[0].children}
 
@@ -163,7 +185,7 @@ def tfm_layers(graph, root: str) -> List[TfmLayer]:
             return
         seen.add(node_id)
         node = graph.nodes[node_id]
-        keys, nodes = {}, {}
+        keys, nodes, names = {}, {}, {}
         for child in node.children:
             child_node = graph.nodes[child.node_id]
             if not _is_variable(child_node):
@@ -173,15 +195,16 @@ def tfm_layers(graph, root: str) -> List[TfmLayer]:
                 alias = next(n for n, i in nodes.items() if i == child.node_id)
                 if not alias.startswith("_") or child.local_name.startswith("_"):
                     continue
-                del keys[alias], nodes[alias]
+                del keys[alias], nodes[alias], names[alias]
             keys[child.local_name] = _value_key(child_node)
             nodes[child.local_name] = child.node_id
+            names[child.local_name] = _full_name(child_node)
             seen.add(child.node_id)
         if set(keys) == _PROJECTIONS:  # as lite's, one layer per projection
             layers.extend(TfmLayer(f"{path}/{name}", {"kernel": keys[name]},
                                    {"kernel": nodes[name]}) for name in keys)
         elif keys:
-            layers.append(TfmLayer(path, keys, nodes))
+            layers.append(TfmLayer(path, keys, nodes, names))
         for child in node.children:
             visit(child.node_id, f"{path}/{child.local_name}")
 
@@ -336,9 +359,49 @@ def port_weight(variable: tf.Variable, value: np.ndarray, key: str,
     return value
 
 
+def _layer_kind(names) -> str:
+    return "norm" if "moving_mean" in names else "other"
+
+
+def _creation_number(layer: TfmLayer) -> int:
+    """The number tf_keras put at the end of the layer's name (`conv2d_12`: 12, `conv2d`: 0)."""
+    layer_name = next(iter(layer.full_names.values()), "").rpartition("/")[0]
+    match = re.search(r"_(\d+)$", layer_name.rpartition("/")[2])
+    return int(match.group(1)) if match else 0
+
+
+def in_creation_order(tfm: List[TfmLayer], lite: List[LiteLayer]) -> List[TfmLayer]:
+    """`tfm` with each run that pairs with a run of creation-ordered lite layers
+    (`CREATION_ORDERS`) reordered: the k-th lite layer of a kind gets the TFM layer of that
+    kind with the k-th smallest name number."""
+    if not CREATION_ORDERS:
+        return tfm
+    marked = [any(re.search(f"(^|/)({p})$", layer.path) for p in CREATION_ORDERS)
+              for layer in lite]
+    result = list(tfm)
+    i = 0
+    while i < len(lite):
+        if not marked[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(lite) and marked[j]:
+            j += 1
+        if j <= len(tfm):
+            by_kind: Dict[str, List[TfmLayer]] = {}
+            for layer in sorted(tfm[i:j], key=_creation_number):
+                by_kind.setdefault(_layer_kind(layer.keys), []).append(layer)
+            wanted = [_layer_kind(layer.variables) for layer in lite[i:j]]
+            if all(len(by_kind.get(kind, [])) == wanted.count(kind) for kind in set(wanted)):
+                result[i:j] = [by_kind[kind].pop(0) for kind in wanted]
+        i = j
+    return result
+
+
 def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None):
     """[(variable, value, TFM node id)] for every variable of `module`, checked."""
-    pairs = pair_variables(tfm_layers(graph, root), lite_layers(module))
+    lite = lite_layers(module)
+    pairs = pair_variables(in_creation_order(tfm_layers(graph, root), lite), lite)
     return [(variable, port_weight(variable, reader.get_tensor(key), key, hook), node)
             for key, node, variable in pairs]
 

@@ -146,7 +146,8 @@ def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
 
 VISION_FAMILIES = ["vision/modeling/backbones/resnet.py",
                    "vision/modeling/backbones/resnet_deeplab.py",
-                   "vision/modeling/backbones/mobilenet.py", "vision/modeling/backbones/vit.py"]
+                   "vision/modeling/backbones/mobilenet.py", "vision/modeling/backbones/vit.py",
+                   "vision/modeling/backbones/efficientnet.py"]
 SHARED_VISION_LAYERS = {"SettingsBlock", "_Block", "LayerScale", "StochasticDepth",
                         "SqueezeExcitation", "NormSettings", "FusedBatchNormalization",
                         "get_stochastic_depth_rate", "add_residual", "make_divisible",
@@ -278,7 +279,9 @@ def test_vision_families_take_their_shared_blocks_from_the_layers_module(module)
 
 
 @pytest.mark.parametrize("module", ["vision/modeling/backbones/resnet.py",
-                                    "vision/modeling/backbones/mobilenet.py"])
+                                    "vision/modeling/backbones/mobilenet.py",
+                                    "vision/modeling/backbones/revnet.py",
+                                    "vision/modeling/decoders/nasfpn.py"])
 def test_convnet_blocks_serialise_through_the_one_block_base(module):
     # Every layer class of a convnet family derives from layers.SettingsBlock (directly, through
     # its subclass layers.ChainBlock, or through a class of its module) and none writes its own

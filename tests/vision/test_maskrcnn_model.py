@@ -93,7 +93,7 @@ def test_experiments_are_built_in_names():
     ({"model": {"detection_generator": {"nms_version": "tflite"}}}, "nms_version 'tflite'"),
     ({"model": {"detection_generator": {"soft_nms_sigma": 0.5}}}, "soft_nms_sigma needs"),
     ({"model": {"decoder": {"type": "aspp"}}}, "not implemented for Mask R-CNN"),
-    ({"model": {"backbone": {"type": "efficientnet"}}}, "Unknown value 'efficientnet'"),
+    ({"model": {"backbone": {"type": "hrnet"}}}, "Unknown value 'hrnet'"),
     ({"model": {"roi_generator": {"test_num_proposals": 0}}}, "test_num_proposals"),
     ({"model": {"mask_head": {"upsample_factor": 0}}}, "upsample_factor"),
     ({"train_data": {"parser": {"pad": False}}}, r"task.train_data.parser.pad is false"),

@@ -116,8 +116,8 @@ def test_spinenet_configs_validate_and_an_unbuilt_backbone_is_refused_in_one_lin
     config.validate()
     config.task.model.backbone.type = "mobiledet"
     config.validate()
-    config.task.model.backbone.type = "efficientnet"  # TFM's; not a lite backbone
-    with pytest.raises(ConfigError, match="backbone.type 'efficientnet' must be one of resnet"):
+    config.task.model.backbone.type = "hrnet"  # neither TFM's nor lite's
+    with pytest.raises(ConfigError, match="backbone.type 'hrnet' must be one of resnet"):
         config.validate()
 
 
@@ -126,10 +126,10 @@ def test_lite_train_refuses_an_unbuilt_backbone_with_exit_2_and_writes_nothing(t
     result = run_lite_train_in_process(
         "--experiment", "retinanet_spinenet_coco", "--mode", "train",
         "--model_dir", tmp_path / "model",
-        "--params_override", "task.model.backbone.type=efficientnet")
+        "--params_override", "task.model.backbone.type=hrnet")
     assert result.returncode == 2
     errors = [l for l in result.stderr.splitlines() if l.startswith("lite-train: error:")]
-    assert len(errors) == 1 and ("Unknown value 'efficientnet' for "
+    assert len(errors) == 1 and ("Unknown value 'hrnet' for "
                                  "'task.model.backbone.type'") in errors[0]
     assert result.stderr.strip().splitlines()[-1] == errors[0]
     assert not os.path.exists(tmp_path / "model")

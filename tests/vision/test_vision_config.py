@@ -137,7 +137,9 @@ def test_tfm_yaml_loads_unchanged():
     ({"task": {"model": {"backbone": {"type": "dilated_resnet",
                                       "dilated_resnet": {"multigrid": [1, 2]}}}}},
      "task.model.backbone.dilated_resnet.multigrid"),
-    ({"task": {"model": {"backbone": {"type": "efficientnet"}}}}, "efficientnet"),
+    ({"task": {"model": {"backbone": {"type": "efficientnet",
+                                      "efficientnet": {"model_id": "b9"}}}}},
+     "task.model.backbone.efficientnet.model_id 'b9'"),
     ({"task": {"train_data": {"decoder": {"type": "label_map_decoder"}}}}, "label_map_decoder"),
     ({"task": {"init_checkpoint_modules": "decoder"}}, "task.init_checkpoint_modules"),
     ({"task": {"model": {"backbone": {"resnet": {"model_id": 51}}}}}, "model_id 51"),
@@ -261,14 +263,13 @@ def test_autotune_algorithm_and_ram_budget_reach_the_dataset():
 VISION_TFM_SNAPSHOT = os.path.join(ROOT, "tests", "data", "tfm_2_20_config_defaults.json")
 # TFM vision config classes lite does not have: other tasks' and backbones' configs.
 TFM_VISION_CLASSES_NOT_IN_LITE = {
-    "backbones.EfficientNet", "backbones.MobileDet", "backbones.RevNet", "backbones.SpineNet",
+    "backbones.MobileDet", "backbones.SpineNet",
     "backbones.SpineNetMobile", "backbones.Transformer", "backbones.VisionTransformer",
     "common.PseudoLabelDataConfig", "common.RandJpegQuality", "common.SSDRandomCrop",
     "common.SSDRandomCropParam", "common.TFLitePostProcessingConfig",
     "common.TfExampleDecoderLabelMap"}
 TFM_VISION_FIELDS_NOT_IN_LITE = {
-    "backbones.Backbone": {"efficientnet", "mobiledet", "revnet", "spinenet", "spinenet_mobile",
-                           "vit"},
+    "backbones.Backbone": {"mobiledet", "spinenet", "spinenet_mobile", "vit"},
     # Detection's augmentation and decoder (TFM's classification input reads neither).
     "common.Augmentation": {"ssd_random_crop"},
     "common.DataDecoder": {"label_map_decoder"}}

@@ -1,6 +1,7 @@
 """Backbone configs with TFM's field names and defaults (official/vision/configs/backbones.py
-and vit_specs.py): ResNet, DilatedResNet, MobileNet, VisionTransformer, SpineNet,
-SpineNetMobile, MobileDet and the `Backbone` one-of that every task family's model config holds.
+and vit_specs.py): ResNet, DilatedResNet, RevNet, EfficientNet, MobileNet, VisionTransformer,
+SpineNet, SpineNetMobile, MobileDet and the `Backbone` one-of that every task family's model
+config holds.
 """
 
 from __future__ import annotations
@@ -80,6 +81,47 @@ class DilatedResNet(Config):
             # TFM: one factor per block of the last (3-block) stage.
             raise ConfigError(f"{path}.multigrid {list(self.multigrid)} must have 3 entries, "
                               f"one per block of the last stage.")
+        if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
+            raise ConfigError(f"{path}.stochastic_depth_drop_rate "
+                              f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
+
+
+# TFM's revnet.REVNET_SPECS and efficientnet.SCALING_MAP keys.
+REVNET_MODEL_IDS = (38, 56, 104)
+EFFICIENTNET_MODEL_IDS = ("b0", "b1", "b2", "b3", "b4", "b5", "b6", "b7")
+
+
+@dataclasses.dataclass
+class RevNet(Config):
+    """TFM's reversible ResNet backbone (backbones.RevNet, `type: revnet`)."""
+
+    model_id: int = 56
+
+    def _validate(self):
+        if self.model_id not in REVNET_MODEL_IDS:
+            raise ConfigError(
+                f"task.model.backbone.revnet.model_id {self.model_id} is not one of "
+                f"{', '.join(map(str, REVNET_MODEL_IDS))}.")
+
+
+@dataclasses.dataclass
+class EfficientNet(Config):
+    """TFM's EfficientNet backbone (backbones.EfficientNet, `type: efficientnet`): `model_id`
+    b0..b7 scales B0's width and depth; `se_ratio` > 0 adds squeeze-excitation to every
+    block; every residual block drops its branch at `stochastic_depth_drop_rate` (TFM's: one
+    rate for all blocks)."""
+
+    model_id: str = "b0"
+    se_ratio: float = 0.0
+    stochastic_depth_drop_rate: float = 0.0
+
+    def _validate(self):
+        path = "task.model.backbone.efficientnet"
+        if self.model_id not in EFFICIENTNET_MODEL_IDS:
+            raise ConfigError(f"{path}.model_id {self.model_id!r} is not one of "
+                              f"{', '.join(EFFICIENTNET_MODEL_IDS)}.")
+        if not 0.0 <= self.se_ratio <= 1.0:
+            raise ConfigError(f"{path}.se_ratio ({self.se_ratio}) must be within [0, 1].")
         if not 0.0 <= self.stochastic_depth_drop_rate <= 1.0:
             raise ConfigError(f"{path}.stochastic_depth_drop_rate "
                               f"({self.stochastic_depth_drop_rate}) must be within [0, 1].")
@@ -199,20 +241,22 @@ class MobileDet(Config):
                               f"> 0.")
 
 
-# The backbone types lite builds; the other fields of `Backbone` are TFM's configs only.
-BUILT_BACKBONE_TYPES = ("resnet", "dilated_resnet", "mobilenet", "vit", "spinenet",
-                        "spinenet_mobile", "mobiledet")
+# The backbone types lite builds (every one of TFM 2.20's vision backbones).
+BUILT_BACKBONE_TYPES = ("resnet", "dilated_resnet", "revnet", "efficientnet", "mobilenet",
+                        "vit", "spinenet", "spinenet_mobile", "mobiledet")
 
 
 @dataclasses.dataclass
 class Backbone(OneOfConfig):
-    """`type`: 'resnet', 'dilated_resnet', 'mobilenet', 'vit', 'spinenet', 'spinenet_mobile'
-    or 'mobiledet' (`BUILT_BACKBONE_TYPES`); TFM's other backbones (EfficientNet, RevNet) are
-    absent, and `check_built` refuses a type lite does not build in one line."""
+    """`type`: 'resnet', 'dilated_resnet', 'revnet', 'efficientnet', 'mobilenet', 'vit',
+    'spinenet', 'spinenet_mobile' or 'mobiledet' (`BUILT_BACKBONE_TYPES`, TFM's fields in
+    TFM's order); `check_built` refuses any other type in one line."""
 
     type: Optional[str] = None
     resnet: ResNet = dataclasses.field(default_factory=ResNet)
     dilated_resnet: DilatedResNet = dataclasses.field(default_factory=DilatedResNet)
+    revnet: RevNet = dataclasses.field(default_factory=RevNet)
+    efficientnet: EfficientNet = dataclasses.field(default_factory=EfficientNet)
     spinenet: SpineNet = dataclasses.field(default_factory=SpineNet)
     spinenet_mobile: SpineNetMobile = dataclasses.field(default_factory=SpineNetMobile)
     mobilenet: MobileNet = dataclasses.field(default_factory=MobileNet)

@@ -1,5 +1,5 @@
 """Decoder configs with TFM's field names and defaults (official/vision/configs/decoders.py):
-Identity, FPN, NASFPN (kept so that a YAML naming it loads), ASPP and the `Decoder` one-of.
+Identity, FPN, NASFPN, ASPP and the `Decoder` one-of.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import List, Optional
 
 from lite_launcher.base_config import Config, OneOfConfig
 
-DECODER_TYPES = ("identity", "aspp", "fpn")
+DECODER_TYPES = ("identity", "aspp", "fpn", "nasfpn")
 
 @dataclasses.dataclass
 class Identity(Config):
@@ -28,7 +28,8 @@ class FPN(Config):
 
 @dataclasses.dataclass
 class NASFPN(Config):
-    """TFM's decoders.NASFPN (not implemented: kept so that a YAML naming it loads)."""
+    """TFM's NAS-FPN decoder (decoders.NASFPN): `num_repeats` searched cells of
+    `num_filters` channels, separable 3x3 convolutions with `use_separable_conv`."""
 
     num_filters: int = 256
     num_repeats: int = 5
@@ -57,8 +58,7 @@ class ASPP(Config):
 
 @dataclasses.dataclass
 class Decoder(OneOfConfig):
-    """`type`: 'identity', 'aspp' or 'fpn' (TFM's decoders.Decoder; 'nasfpn' is not
-    implemented)."""
+    """`type`: 'identity', 'aspp', 'fpn' or 'nasfpn' (TFM's decoders.Decoder)."""
 
     type: Optional[str] = None
     fpn: FPN = dataclasses.field(default_factory=FPN)

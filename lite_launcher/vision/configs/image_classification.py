@@ -19,7 +19,8 @@ from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, Tr
 from lite_launcher.registry import register_config_factory
 from lite_launcher.vision.configs.backbones import (  # noqa: F401  (re-exported: vision.configs)
     DILATED_RESNET_MODEL_IDS, MOBILENET_MODEL_IDS, RESNET_MODEL_IDS, VIT_POOLERS, VIT_SPECS,
-    Backbone, DilatedResNet, MobileNet, ResNet, Transformer, VisionTransformer)
+    Backbone, DilatedResNet, EfficientNet, MobileNet, ResNet, RevNet, Transformer,
+    VisionTransformer)
 from lite_launcher.vision.configs.common import (  # noqa: F401
     Augmentation, AutoAugment, DataDecoder, MixupAndCutmix, NormActivation, RandAugment,
     RandomErasing, TfExampleDecoder, reject_unimplemented)
@@ -210,21 +211,24 @@ def _imagenet_trainer(steps_per_epoch: int, epochs: int, eval_batch_size: int,
     return trainer
 
 
-@register_config_factory("resnet_imagenet")
-def resnet_imagenet() -> ExperimentConfig:
-    """ResNet-50 on ImageNet: batch 4096, SGD + momentum, stepwise lr, 90 epochs (TFM's)."""
+def _stepwise_sgd_imagenet(backbone: Backbone, values, runtime: RuntimeConfig = None,
+                           add_head_batch_norm: bool = False) -> ExperimentConfig:
+    """TFM's recipe for ResNet and RevNet on ImageNet: batch 4096, SGD + momentum 0.9, the
+    learning rate `values` stepped at epochs 30, 60, 80 after a 5-epoch warmup, 90 epochs,
+    L2 1e-4, BN momentum 0.9 / epsilon 1e-5."""
     batch = 4096
     steps_per_epoch = IMAGENET_TRAIN_EXAMPLES // batch
     train_data, validation_data = _imagenet_data(batch)
     return ExperimentConfig(
-        runtime=RuntimeConfig(enable_xla=True),
+        runtime=runtime or RuntimeConfig(),
         task=ImageClassificationTask(
             model=ImageClassificationModel(
                 num_classes=1001,
                 input_size=[224, 224, 3],
-                backbone=Backbone(type="resnet", resnet=ResNet(model_id=50)),
+                backbone=backbone,
                 norm_activation=NormActivation(
-                    norm_momentum=0.9, norm_epsilon=1e-5, use_sync_bn=False)),
+                    norm_momentum=0.9, norm_epsilon=1e-5, use_sync_bn=False),
+                add_head_batch_norm=add_head_batch_norm),
             losses=Losses(l2_weight_decay=1e-4),
             train_data=train_data,
             validation_data=validation_data),
@@ -232,11 +236,27 @@ def resnet_imagenet() -> ExperimentConfig:
             "optimizer": {"type": "sgd", "sgd": {"momentum": 0.9}},
             "learning_rate": {"type": "stepwise", "stepwise": {
                 "boundaries": [30 * steps_per_epoch, 60 * steps_per_epoch, 80 * steps_per_epoch],
-                "values": [0.1 * batch / 256, 0.01 * batch / 256, 0.001 * batch / 256,
-                           0.0001 * batch / 256]}},
+                "values": list(values)}},
             "warmup": {"type": "linear", "linear": {
                 "warmup_steps": 5 * steps_per_epoch, "warmup_learning_rate": 0}},
         }))
+
+
+@register_config_factory("resnet_imagenet")
+def resnet_imagenet() -> ExperimentConfig:
+    """ResNet-50 on ImageNet: batch 4096, SGD + momentum, stepwise lr, 90 epochs (TFM's)."""
+    return _stepwise_sgd_imagenet(
+        Backbone(type="resnet", resnet=ResNet(model_id=50)),
+        [rate * 4096 / 256 for rate in (0.1, 0.01, 0.001, 0.0001)],
+        runtime=RuntimeConfig(enable_xla=True))
+
+
+@register_config_factory("revnet_imagenet")
+def revnet_imagenet() -> ExperimentConfig:
+    """RevNet-56 on ImageNet: ResNet's recipe with the learning rate 0.8 / 10 / 100 / 1000
+    and a BatchNormalization before the head (TFM's)."""
+    return _stepwise_sgd_imagenet(Backbone(type="revnet", revnet=RevNet(model_id=56)),
+                                  [0.8, 0.08, 0.008, 0.0008], add_head_batch_norm=True)
 
 
 @register_config_factory("mobilenet_imagenet")

@@ -241,7 +241,7 @@ class MaskROIAligner(Config):
 
 @dataclasses.dataclass
 class MaskRCNN(Config):
-    """backbone -> decoder (FPN or identity) -> RPN head -> ROI generator -> (ROI sampler
+    """backbone -> decoder (FPN, NAS-FPN or identity) -> RPN head -> ROI generator -> (ROI sampler
     in training) -> ROI aligner -> detection head(s) -> detection generator, and with
     `include_mask` the mask branch (TFM's maskrcnn.MaskRCNN).
 

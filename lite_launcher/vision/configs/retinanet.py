@@ -5,7 +5,7 @@ YAMLs on ResNet and MobileNet load unchanged and the four experiments (`retinane
 `retinanet_resnetfpn_coco`, `retinanet_spinenet_coco`, `retinanet_mobile_coco`) hold TFM's
 values. The backbone, decoder, norm-activation and data-decoder configs are the shared ones.
 lite builds ResNet, MobileNet, SpineNet, mobile SpineNet, MobileDet (and the other
-classification backbones) under FPN or the identity decoder; any other backbone type is refused
+classification backbones) under FPN, NAS-FPN or the identity decoder; any other backbone type is refused
 by `validate()` in one line, before TensorFlow builds anything. As for every family, a TFM
 field lite does not implement keeps its default; any other value is refused by `validate()`
 with a `ConfigError` naming the field.
@@ -31,7 +31,7 @@ from lite_launcher.vision.configs.common import (  # noqa: F401  (TFM's retinane
     check_data_and_init_modules, check_data_config, init_modules, reject_unimplemented)
 from lite_launcher.vision.configs.decoders import FPN, Decoder, Identity
 
-DECODER_TYPES = ("fpn", "identity")
+DECODER_TYPES = ("fpn", "nasfpn", "identity")
 NMS_VERSIONS = ("v1", "v2", "batched")
 ATTRIBUTE_TYPES = ("regression", "classification")
 # How a missing pycocotools is named (errors.import_extra), by the driver and the evaluator.
@@ -201,7 +201,7 @@ class DetectionGenerator(Config):
 
 @dataclasses.dataclass
 class RetinaNet(Config):
-    """backbone -> decoder (FPN or identity) -> RetinaNet head -> detection generator, on
+    """backbone -> decoder (FPN, NAS-FPN or identity) -> RetinaNet head -> detection generator, on
     levels min_level .. max_level (TFM's retinanet.RetinaNet)."""
 
     num_classes: int = 0
@@ -284,7 +284,7 @@ class RetinaNetTask(TaskConfig):
 
 
 def check_features(model, family: str, path: str = "task.model") -> None:
-    """The backbone (one lite builds), decoder (FPN or identity) and levels of a detection
+    """The backbone (one lite builds), decoder (FPN, NAS-FPN or identity) and levels of a detection
     model config (`family` names it in the message)."""
     model.backbone.check_built(f"{path}.backbone")
     if model.decoder.type not in DECODER_TYPES:

@@ -1,8 +1,9 @@
 """The backbone factory (TFM's official/vision/modeling/backbones/factory.py).
 
 Each backbone family lives in its own module of this folder, as TFM's: `resnet` (ResNet,
-ResNet-RS), `resnet_deeplab` (dilated ResNet), `mobilenet` (MobileNet V1 / V2 / V3 / MultiAVG /
-V4) and `vit` (ViT, DeiT), all built from the shared layers of `modeling.layers`. A family
+ResNet-RS), `resnet_deeplab` (dilated ResNet), `revnet` (reversible ResNet), `efficientnet`,
+`mobilenet` (MobileNet V1 / V2 / V3 / MultiAVG / V4), `vit` (ViT, DeiT), `spinenet`,
+`spinenet_mobile` and `mobiledet`, all built from the shared layers of `modeling.layers`. A family
 registers one builder for its `backbone.type` with `register_backbone_builder`;
 `BACKBONE_MODULES` says which module to import for a type, so a family is loaded only when a
 model needs it.
@@ -23,6 +24,8 @@ from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 BACKBONE_MODULES = {
     "resnet": "lite_launcher.vision.modeling.backbones.resnet",
     "dilated_resnet": "lite_launcher.vision.modeling.backbones.resnet_deeplab",
+    "revnet": "lite_launcher.vision.modeling.backbones.revnet",
+    "efficientnet": "lite_launcher.vision.modeling.backbones.efficientnet",
     "mobilenet": "lite_launcher.vision.modeling.backbones.mobilenet",
     "vit": "lite_launcher.vision.modeling.backbones.vit",
     "spinenet": "lite_launcher.vision.modeling.backbones.spinenet",

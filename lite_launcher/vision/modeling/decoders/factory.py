@@ -11,6 +11,7 @@ import keras
 from lite_launcher.base_config import ConfigError
 from lite_launcher.vision.modeling.decoders.aspp import ASPP, build_aspp_decoder  # noqa: F401
 from lite_launcher.vision.modeling.decoders.fpn import build_fpn, build_fpn_decoder  # noqa: F401
+from lite_launcher.vision.modeling.decoders.nasfpn import NASFPN, build_nasfpn_decoder  # noqa: F401
 from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 
 # decoder.type -> fn(input_specs, model_config, settings) -> the decoder layer (None: none).
@@ -18,13 +19,14 @@ DECODER_BUILDERS = {
     "identity": lambda input_specs, model_config, settings: None,
     "aspp": build_aspp_decoder,
     "fpn": build_fpn_decoder,
+    "nasfpn": build_nasfpn_decoder,
 }
 
 
 def build_decoder(input_specs: Dict[str, tuple], model_config,
                   settings: NormSettings) -> Optional[keras.layers.Layer]:
     """The decoder of `model_config.decoder.type` on backbone features `input_specs` (level ->
-    shape with batch): ASPP, FPN, or None for 'identity'."""
+    shape with batch): ASPP, FPN, NAS-FPN, or None for 'identity'."""
     decoder_type = model_config.decoder.type
     if decoder_type not in DECODER_BUILDERS:
         raise ConfigError(f"task.model.decoder.type {decoder_type!r} is not implemented; use "
