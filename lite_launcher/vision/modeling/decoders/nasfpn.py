@@ -23,8 +23,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import keras
 import tensorflow as tf
 
-from lite_launcher import tfm_checkpoint
-from lite_launcher.base_config import ConfigError
+from lite_launcher.checkpointing import tfm_checkpoint
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, SettingsBlock, get_activation, register_serializable)
 
