@@ -275,6 +275,27 @@ def test_nasfpn_without_creation_order_does_not_fit_tfms_checkpoint(monkeypatch)
 
 # ----- configs --------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("experiment", ["maskrcnn_resnetfpn_coco", "semantic_segmentation"])
+def test_nasfpn_on_levels_its_cell_does_not_output_is_refused_in_one_line(experiment):
+    """Mask R-CNN's default levels 2..6, segmentation's 3..6: TFM's cell outputs 3..7 (TFM
+    fails when the next cell reads them); refused by validate(), and by the layer itself."""
+    config = ll.get_exp_config(experiment)
+    config.task.model.decoder.type = "nasfpn"
+    if experiment == "semantic_segmentation":  # the general task: data paths of its own
+        config.task.train_data.input_path = config.task.validation_data.input_path = "x"
+    model = config.task.model
+    with pytest.raises(ConfigError, match=re.escape(
+            f"task.model: the nasfpn decoder's cell outputs levels 3..7; set min_level 3 and "
+            f"max_level 7 (they are {model.min_level}..{model.max_level}).")) as error:
+        config.validate()
+    assert "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match=re.escape(
+            f"NAS-FPN's searched cell outputs levels 3..7, not min_level..max_level "
+            f"({model.min_level}..{model.max_level}); set min_level 3 and max_level 7.")):
+        NASFPN({"2": (None, 32, 32, 8), "3": (None, 16, 16, 8)}, model.min_level,
+               model.max_level)
+
+
 @pytest.mark.parametrize("backbone_type,override,named", [
     ("efficientnet", {"model_id": "b8"}, "efficientnet.model_id 'b8' is not one of b0, b1"),
     ("efficientnet", {"se_ratio": 1.5}, "efficientnet.se_ratio (1.5) must be within [0, 1]"),
@@ -310,3 +331,26 @@ def test_revnet_inner_blocks_keep_tfms_norm_defaults():
     inner = model.get_layer("revblock_group_3_0")
     assert {(n.momentum, n.epsilon) for n in (inner._f._norm0, inner._g._norm1)} == {  # pylint: disable=protected-access
         (0.99, 1e-3)}
+
+
+def test_keras_file_round_trip_of_revnet_and_nasfpn(tmp_path):
+    """A RevNet (both inner blocks) under a NAS-FPN, saved as `.keras` and loaded: the same
+    weights under the same paths and the same outputs (every new layer has a config)."""
+    inputs = keras.Input((128, 128, 3))
+    backbone = revnet.build_revnet_model(
+        [128, 128, 3], [("residual", 8, 2), ("bottleneck", 8, 1)], NormSettings())
+    features = backbone(inputs)
+    specs = {level: tuple(tensor.shape) for level, tensor in features.items()}
+    # Levels 4..7 max-pooled from RevNet's level 3.
+    decoder = NASFPN(specs, 3, 7, num_filters=256, num_repeats=1, use_separable_conv=True,
+                     settings=NormSettings(activation="swish"))
+    model = keras.Model(inputs, decoder(features))
+    x = np.random.default_rng(0).uniform(0, 1, (2, 128, 128, 3)).astype("float32")
+    expected = {k: np.asarray(v) for k, v in model(x, training=False).items()}
+    model.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    assert [(w.path, w.shape) for w in loaded.weights] == [(w.path, w.shape)
+                                                          for w in model.weights]
+    out = loaded(x, training=False)
+    for level, value in expected.items():
+        np.testing.assert_allclose(np.asarray(out[level]), value, rtol=1e-5, atol=1e-6)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
-from lite_launcher.core.base_config import Config, OneOfConfig
+from lite_launcher.core.base_config import Config, ConfigError, OneOfConfig
 
 DECODER_TYPES = ("identity", "aspp", "fpn", "nasfpn")
 
@@ -34,6 +34,20 @@ class NASFPN(Config):
     num_filters: int = 256
     num_repeats: int = 5
     use_separable_conv: bool = False
+
+
+# The levels TFM's searched NAS-FPN cell outputs: a model's min_level..max_level must be these.
+NASFPN_LEVELS = (3, 7)
+
+
+def check_decoder_levels(model, path: str = "task.model") -> None:
+    """Refuses a NAS-FPN decoder on levels its cell does not output (TFM fails on them when
+    the next cell reads its inputs)."""
+    if model.decoder.type == "nasfpn" and (model.min_level, model.max_level) != NASFPN_LEVELS:
+        raise ConfigError(
+            f"{path}: the nasfpn decoder's cell outputs levels {NASFPN_LEVELS[0]}.."
+            f"{NASFPN_LEVELS[1]}; set min_level {NASFPN_LEVELS[0]} and max_level "
+            f"{NASFPN_LEVELS[1]} (they are {model.min_level}..{model.max_level}).")
 
 
 @dataclasses.dataclass

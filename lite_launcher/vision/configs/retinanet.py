@@ -29,7 +29,8 @@ from lite_launcher.vision.configs.common import (  # noqa: F401  (TFM's retinane
     Augmentation, DataDecoder, NormActivation, RandJpegQuality, TfExampleDecoder,
     TfExampleDecoderLabelMap, TFLitePostProcessingConfig, INIT_CHECKPOINT_MODULES,
     check_data_and_init_modules, check_data_config, init_modules, reject_unimplemented)
-from lite_launcher.vision.configs.decoders import FPN, Decoder, Identity
+from lite_launcher.vision.configs.decoders import (
+    FPN, Decoder, Identity, check_decoder_levels)
 
 DECODER_TYPES = ("fpn", "nasfpn", "identity")
 NMS_VERSIONS = ("v1", "v2", "batched")
@@ -296,6 +297,7 @@ def check_features(model, family: str, path: str = "task.model") -> None:
     if not 1 <= model.min_level <= model.max_level:
         raise ConfigError(f"{path}: min_level ({model.min_level}) and max_level "
                           f"({model.max_level}) must satisfy 1 <= min_level <= max_level.")
+    check_decoder_levels(model, path)
     anchor = model.anchor
     if anchor.num_scales < 1 or not anchor.aspect_ratios or min(anchor.aspect_ratios) <= 0 \
             or anchor.anchor_size <= 0:

@@ -26,7 +26,7 @@ from lite_launcher.vision.configs.common import (  # noqa: F401  (MEAN_RGB, STDD
     INIT_CHECKPOINT_MODULES, MEAN_RGB, STDDEV_RGB, DataDecoder, NormActivation,
     check_data_and_init_modules, check_data_config, init_modules, reject_unimplemented)
 from lite_launcher.vision.configs.decoders import (  # noqa: F401  (re-exported as before)
-    ASPP, DECODER_TYPES, FPN, NASFPN, Decoder, Identity)
+    ASPP, DECODER_TYPES, FPN, NASFPN, Decoder, Identity, check_decoder_levels)
 
 FEATURE_FUSIONS = (None, "deeplabv3plus", "deeplabv3plus_sum_to_merge", "pyramid_fusion",
                    "panoptic_fpn_fusion")
@@ -236,6 +236,7 @@ class SemanticSegmentationTask(TaskConfig):
         if model.decoder.type not in DECODER_TYPES:
             raise ConfigError(f"task.model.decoder.type {model.decoder.type!r} is not "
                               f"implemented; use one of {', '.join(DECODER_TYPES)}.")
+        check_decoder_levels(model)
         if model.mask_scoring_head is not None:
             raise ConfigError("task.model.mask_scoring_head is not implemented by "
                               "lite_launcher; remove it or set it to null.")

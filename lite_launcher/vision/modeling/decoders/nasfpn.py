@@ -39,6 +39,9 @@ NASFPN_BLOCK_SPECS: Tuple[Tuple[int, str, Tuple[int, int], bool], ...] = (
     (6, "attention", (9, 10), True),
 )
 
+# The levels of the cell's last five blocks.
+CELL_LEVELS = sorted(spec[0] for spec in NASFPN_BLOCK_SPECS[-5:])
+
 # TFM resamples a cell's inputs to its `_resample_feature_map` default of 256 channels whatever
 # num_filters (a 1x1 convolution + BN where they differ); the cell's 3x3 convolutions take
 # them back to num_filters.
@@ -84,6 +87,14 @@ class NASFPN(SettingsBlock):
                               f"lowest level ({levels[0] if levels else None}); NAS-FPN needs "
                               f"the backbone to reach it.")
         self._levels = range(min_level, max_level + 1)
+        # A cell's outputs are its last blocks, one per level: TFM fails on other levels too
+        # (a KeyError when the next cell reads its inputs).
+        if sorted(spec[0] for spec in NASFPN_BLOCK_SPECS[-len(self._levels):]) != list(
+                self._levels):
+            raise ConfigError(
+                f"task.model: NAS-FPN's searched cell outputs levels {CELL_LEVELS[0]}.."
+                f"{CELL_LEVELS[-1]}, not min_level..max_level ({min_level}..{max_level}); "
+                f"set min_level {CELL_LEVELS[0]} and max_level {CELL_LEVELS[-1]}.")
         self._act = get_activation(self._settings.activation)
         self._convs = 0
         # The input pyramid: (level read, its level, conv index or None), TFM's order.
