@@ -23,8 +23,8 @@ Run once with TFM 2.20 (tf-models-official 2.20, tensorflow 2.20, tf_keras):
   RevNets (residual and bottleneck inner blocks). For the RevNets the npz also holds TFM's
   training-mode gradient (its reversible layers' manual backward pass) of
   sum(endpoints * `weights_<level>`) with respect to the input images (`input_gradient`).
-  NAS-FPN: the decoder alone on a random four-level pyramid (`feature_<level>`), plain and
-  separable.
+  NAS-FPN: the decoder alone on a random four-level pyramid (`feature_<level>`), plain (one
+  cell) and separable (two).
 """
 
 import json
@@ -68,7 +68,10 @@ REVNET_NORM = {"activation": "relu", "norm_momentum": 0.9, "norm_epsilon": 1e-5,
 # NAS-FPN alone: a four-level pyramid (levels 2..5, their channels) of a 128 x 128 image.
 NASFPN_PYRAMID = {"2": 8, "3": 12, "4": 16, "5": 24}
 NASFPN_IMAGE = 128
-NASFPN_SMALL = {"num_filters": 16, "num_repeats": 2}
+# Two cells (the second reads the first's outputs) separable; one plain (its 3x3 convolutions
+# from TFM's 256-channel cell inputs are the checkpoints' bulk).
+NASFPN_SMALL = {False: {"num_filters": 16, "num_repeats": 1},
+                True: {"num_filters": 16, "num_repeats": 2}}
 
 
 def save(name, directory_items, arrays):
@@ -216,7 +219,7 @@ def checkpoints(out):
                                   gradient=True))
     for separable in (False, True):
         name = f"nasfpn_small{'_separable' if separable else ''}"
-        options = dict(NASFPN_SMALL, use_separable_conv=separable)
+        options = dict(NASFPN_SMALL[separable], use_separable_conv=separable)
         out["checkpoints"][name] = dict(
             type="nasfpn", options=options, pyramid=NASFPN_PYRAMID, image_size=NASFPN_IMAGE,
             norm_activation=SWISH, **nasfpn_checkpoint(name, options, SWISH, rng))
