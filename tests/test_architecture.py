@@ -195,9 +195,11 @@ def test_the_two_drivers_are_thin_on_the_driver_library_not_on_each_other():
     assert not _private_names_used("main.py", "export")
     assert "lite_launcher.main" not in _all_lite_imports("export.py")
     assert "lite_launcher.export" not in _all_lite_imports("main.py")
-    # lite-convert too: the three commands share flags.py and train_utils, none another.
-    commands = {"lite_launcher.main", "lite_launcher.export", "lite_launcher.convert"}
-    for command in ("main.py", "export.py", "convert.py"):
+    # lite-convert and lite-export-tflite too: the commands share flags.py and train_utils,
+    # none another.
+    commands = {"lite_launcher.main", "lite_launcher.export", "lite_launcher.convert",
+                "lite_launcher.export_tflite"}
+    for command in ("main.py", "export.py", "convert.py", "export_tflite.py"):
         assert not _all_lite_imports(command) & commands - {_module_name(command)}
     # The library they share is TensorFlow-free on import (the input checks run before TF).
     for module in ("train_utils.py", "flags.py", "builtin_experiments.py", "registry.py"):

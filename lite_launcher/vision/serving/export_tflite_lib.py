@@ -25,12 +25,15 @@ float32, its first `calibration_steps` images (images without 3 channels skipped
 Families, as TFM's: image classification, semantic segmentation, RetinaNet and Mask R-CNN
 (`SUPPORTED_TASKS`). TFM converts its RetinaNets with `nms_version: 'tflite'` (TFLite's
 custom TFLite_Detection_PostProcess op), which lite does not implement; lite's RetinaNet
-converts with its own NMS (`v2`, `v1`, `batched`), which TFLite's builtin ops hold.
+converts with its own NMS (`v2`, `v1`, `batched`), which TFLite's builtin ops hold. Lite's
+Mask R-CNN does not convert: its ROI align slices 7-D tensors, beyond TFLite's builtin
+STRIDED_SLICE (at most 5-D); it is refused in one line (`check_supported`) before any work.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 from typing import Iterator, List, Optional, Sequence
 
@@ -50,8 +53,9 @@ SUPPORTED_TASKS = {
 }
 # Families whose SavedModel TFLite's builtin ops cannot hold (see the module docstring).
 UNCONVERTIBLE_TASKS = {
-    "MaskRCNNTask": "its NMS and ROI align need TensorFlow ops TFLite's builtin op set lacks "
-                    "(TFM does not convert Mask R-CNN either)",
+    "MaskRCNNTask": "its ROI align slices 7-D tensors and TFLite's builtin STRIDED_SLICE "
+                    "takes at most 5 (TensorFlow's converter fails on it); export it as a "
+                    "SavedModel (lite-export) instead",
 }
 
 
@@ -108,11 +112,22 @@ def check_calibration_data(params, quant_type: Optional[str], calibration_steps:
         raise ConfigError(f"--calibration_steps ({calibration_steps}) must be a positive "
                           f"integer for --quant_type {quant_type}.")
     data = params.task.train_data
-    if not (data.input_path or getattr(data, "tfds_name", "")):
+    if getattr(data, "tfds_name", ""):
+        return
+    if not data.input_path:
         raise ConfigError(f"--quant_type {quant_type} calibrates on the experiment's "
                           f"train_data, which names no data: set task.train_data.input_path "
                           f"(the training TFRecords) or use a float type (none, fp16, "
                           f"default).")
+    patterns = (data.input_path.split(",") if isinstance(data.input_path, str)
+                else list(data.input_path))
+    for pattern in patterns:
+        pattern = pattern.strip()
+        if pattern and "://" not in pattern and not glob.glob(pattern):
+            raise ConfigError(f"--quant_type {quant_type} calibrates on the experiment's "
+                              f"train_data, but task.train_data.input_path {pattern!r} "
+                              f"matches no file: point it at the training TFRecords or use "
+                              f"a float type (none, fp16, default).")
 
 
 # ---------------------------------------------------------------------------------------------

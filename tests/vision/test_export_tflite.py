@@ -1,0 +1,229 @@
+"""`lite-export-tflite` (lite_launcher/export_tflite.py on
+vision/serving/export_tflite_lib.py) and `predict_tflite`, against TFM 2.20's own `.tflite`
+files.
+
+A TFM-written MobileNetV2 checkpoint (tests/vision/data/tfm_checkpoints/mobilenetv2) is
+exported by lite (`lite-export --input_type tflite --batch_size 1`, in this process) and
+converted by lite-export-tflite's library; TFM's exporter and converter ran on the same
+checkpoint in TFM's venv (make_tfm_tflite_reference.py, its outputs in
+data/tfm_tflite_reference/): on the same normalised images lite's float file gives TFM's float
+file's outputs (1e-4), fp16 TFM's fp16 (1e-2), and each integer type, calibrated on the same
+train_data, TFM's top-1. Bad input is refused in one line with exit code 2 and no file.
+"""
+
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import lite_launcher as ll
+from lite_launcher import export as export_lib
+from lite_launcher import export_tflite
+from lite_launcher.errors import ConfigError
+from lite_launcher.vision.serving import export_tflite_lib, predict_tflite
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+REFERENCE = os.path.join(DATA, "tfm_tflite_reference")
+CHECKPOINTS = os.path.join(DATA, "tfm_checkpoints")
+MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
+STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
+
+
+def _reference():
+    with open(os.path.join(REFERENCE, "reference.json")) as f:
+        record = json.load(f)
+    return record, np.load(os.path.join(REFERENCE, "outputs.npz"))
+
+
+def tfm_params(**train_data):
+    """The experiment config TFM's generator used (its model, its calibration train_data)."""
+    record, _ = _reference()
+    with open(os.path.join(CHECKPOINTS, "index.json")) as f:
+        entry = json.load(f)["models"]["mobilenetv2"]
+    params = ll.get_exp_config(entry["experiment"])
+    params.override({
+        "runtime": {"distribution_strategy": "off"},
+        "task": {"model": entry["model"],
+                 "train_data": dict(record["overrides"]["task"]["train_data"],
+                                    input_path=os.path.join(REFERENCE, "calibration.tfrecord"),
+                                    **train_data)}})
+    params.validate()
+    return params
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """lite-export --input_type tflite --batch_size 1 of TFM's MobileNetV2 checkpoint."""
+    export_dir = str(tmp_path_factory.mktemp("tflite") / "saved_model")
+    export_lib.export_saved_model(tfm_params(), os.path.join(CHECKPOINTS, "mobilenetv2"),
+                                  export_dir, input_type="tflite", batch_size=1)
+    return export_dir
+
+
+def convert(saved_model_dir, tmp_path, quant_type):
+    """lite-export-tflite's conversion (the command's library call); returns (path, the line
+    it prints)."""
+    path = str(tmp_path / f"{quant_type}.tflite")
+    record, _ = _reference()
+    line = export_tflite.export_tflite(tfm_params(), saved_model_dir, path, quant_type,
+                                       calibration_steps=record["calibration_steps"])
+    return path, line
+
+
+def run(path, inputs):
+    """{output: [images, ...]} of the file on each normalised image (LiteRT; integer io
+    quantized / dequantized by predict_tflite's runner)."""
+    model = predict_tflite.TFLiteModel(path)
+    outputs = [model(image) for image in inputs]
+    return {name: np.stack([o[name] for o in outputs]) for name in outputs[0]}
+
+
+def test_float_file_gives_tfms_float_outputs(saved_model, tmp_path):
+    record, tfm = _reference()
+    path, line = convert(saved_model, tmp_path, "none")
+    out = run(path, tfm["inputs"])
+    np.testing.assert_allclose(out["logits"], tfm["none_logits"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(out["probs"], tfm["none_probs"], atol=1e-4, rtol=0)
+    # The command's report: size, and float32 in and out (as TFM's file).
+    assert record["types"]["none"]["input"]["dtype"] == "float32"
+    assert line == (f"{path}: {os.path.getsize(path):,} bytes; input inputs float32 "
+                    f"[1, 32, 32, 3]; output logits float32 [1, 5], probs float32 [1, 5]")
+
+
+def test_fp16_file_gives_tfms_fp16_outputs(saved_model, tmp_path):
+    _, tfm = _reference()
+    path, _ = convert(saved_model, tmp_path, "fp16")
+    out = run(path, tfm["inputs"])
+    np.testing.assert_allclose(out["logits"], tfm["fp16_logits"], atol=1e-2, rtol=0)
+    # Float16 weights, not float32: the outputs moved off the float file's.
+    assert np.abs(out["logits"] - tfm["none_logits"]).max() > 1e-5
+
+
+def test_int8_full_calibrated_on_train_data_agrees_with_tfms_top1(saved_model, tmp_path):
+    record, tfm = _reference()
+    path, line = convert(saved_model, tmp_path, "int8_full")
+    assert "input inputs uint8 [1, 32, 32, 3]; output logits uint8 [1, 5]" in line
+    assert record["types"]["int8_full"]["input"]["dtype"] == "uint8"
+    out = run(path, tfm["inputs"])
+    np.testing.assert_array_equal(out["logits"].argmax(-1), tfm["int8_full_logits"].argmax(-1))
+    # Calibrated as TFM's: the same input quantization (from the same train_data images).
+    detail = predict_tflite.TFLiteModel(path).input
+    assert detail["quantization"][0] == pytest.approx(
+        record["types"]["int8_full"]["input"]["scale"], rel=1e-6)
+    assert detail["quantization"][1] == record["types"]["int8_full"]["input"]["zero_point"]
+
+
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_int8_full_calibrated_on_train_data_agrees_with_tfms_top1")
+@pytest.mark.parametrize("quant_type", ["int8", "int8_full_int8_io", "default", "uint8"])
+def test_every_other_tfm_quant_type_agrees_with_tfm(saved_model, tmp_path, quant_type):
+    record, tfm = _reference()
+    path, _ = convert(saved_model, tmp_path, quant_type)
+    model = predict_tflite.TFLiteModel(path)
+    assert np.dtype(model.input["dtype"]).name == record["types"][quant_type]["input"]["dtype"]
+    out = run(path, tfm["inputs"])
+    np.testing.assert_array_equal(out["logits"].argmax(-1),
+                                  tfm[f"{quant_type}_logits"].argmax(-1))
+
+
+# ----- bad input: one line, exit code 2, no file ----------------------------------------------
+
+
+def _flags(tmp_path, **values):
+    base = dict(experiment="mobilenet_imagenet", config_file=None, params_override=None,
+                registry_imports=None, saved_model_dir=str(tmp_path / "missing_sm"),
+                tflite_path=str(tmp_path / "out.tflite"), quant_type=None,
+                calibration_steps=4, denylisted_ops="")
+    base.update(values)
+    return types.SimpleNamespace(**base)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"quant_type": "int4"}, "--quant_type 'int4' is not a TFLite quantization type"),
+    ({"quant_type": "qat"}, "converts a quantization-aware-trained model"),
+    ({"quant_type": "qat_fp32_io"}, "which lite does not train"),
+    ({"quant_type": "int8"}, "input_path 'imagenet-2012-tfrecord/train*' matches no file"),
+    ({"quant_type": "int8", "params_override": "task.train_data.input_path=''"},
+     "calibrates on the experiment's train_data, which names no data"),
+    ({"quant_type": "int8_full", "calibration_steps": 0}, "--calibration_steps (0) must be"),
+    ({"quant_type": "fp16", "denylisted_ops": "MEAN"}, "needs an integer --quant_type"),
+    ({"quant_type": "int8", "denylisted_ops": "mean"}, "'mean' is not a TFLite op name"),
+    ({"experiment": "maskrcnn_resnetfpn_coco"}, "Mask R-CNN has no TFLite export in lite"),
+    ({"experiment": "digits_mlp"}, "(DigitsTaskConfig) has no TFLite export"),
+    ({}, "is not a directory"),
+])
+def test_bad_input_is_one_line_before_any_conversion(tmp_path, values, message):
+    with pytest.raises(ConfigError) as error:
+        export_tflite._main(_flags(tmp_path, **values))
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_unwritable_tflite_path_is_refused_before_any_conversion(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    for path, message in ((tmp_path / "a_file" / "m.tflite", "is a file, not a directory"),
+                          (tmp_path, "is a directory; pass a file path")):
+        with pytest.raises(ConfigError, match=message):
+            export_tflite._main(_flags(tmp_path, tflite_path=str(path)))
+
+
+def _hand_saved_model(path, dtype, outputs):
+    """A SavedModel whose serving_default takes `inputs` of `dtype` and returns `outputs`."""
+    module = tf.Module()
+    shape = [1, 32, 32, 3] if dtype == tf.float32 else [None]
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, dtype, name="inputs")])
+    def serve(inputs):
+        value = tf.reduce_sum(tf.cast(tf.strings.length(inputs), tf.float32)
+                              if dtype == tf.string else inputs)
+        return {name: tf.fill([1, 5], value) for name in outputs}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={"serving_default": serve})
+    return str(path)
+
+
+def test_savedmodel_of_another_input_type_or_task_is_refused(tmp_path):
+    bytes_model = _hand_saved_model(tmp_path / "bytes", tf.string, ["logits", "probs"])
+    with pytest.raises(ConfigError, match=r"takes string \[None\] inputs, not the tflite "
+                                          r"signature's float32"):
+        export_tflite_lib.convert_tflite_model(bytes_model, None, params=tfm_params())
+    segmentation = _hand_saved_model(tmp_path / "seg", tf.float32, ["logits", "predicted_mask"])
+    with pytest.raises(ConfigError, match="returns logits, predicted_mask: not a image "
+                                          "classification model"):
+        export_tflite_lib.convert_tflite_model(segmentation, "fp16", params=tfm_params())
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tflite")]
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    from absl import flags as absl_flags
+    export_tflite.define_flags()
+    path = tmp_path / "m.tflite"
+    argv = ["lite-export-tflite", "--experiment", "mobilenet_imagenet", "--saved_model_dir",
+            str(tmp_path), "--tflite_path", str(path), "--quant_type", "int16"]
+    absl_flags.FLAGS(argv)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            export_tflite.main(argv[:1])
+    finally:
+        absl_flags.FLAGS.unparse_flags()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lite-export-tflite: error: --quant_type 'int16'") and "\n" not in err
+    assert not path.exists()
+
+
+def test_a_failed_write_leaves_no_partial_file_and_the_old_one_intact(tmp_path, monkeypatch):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(b"old")
+
+    def fail(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError):
+        export_tflite_lib.write_tflite(str(path), b"new model bytes")
+    assert os.listdir(tmp_path) == ["m.tflite"] and path.read_bytes() == b"old"
