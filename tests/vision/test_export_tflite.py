@@ -13,6 +13,7 @@ train_data, TFM's top-1. Bad input is refused in one line with exit code 2 and n
 
 import json
 import os
+import sys
 import types
 
 import numpy as np
@@ -28,6 +29,8 @@ from lite_launcher.vision.serving import export_tflite_lib, predict_tflite
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 REFERENCE = os.path.join(DATA, "tfm_tflite_reference")
 CHECKPOINTS = os.path.join(DATA, "tfm_checkpoints")
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "benchmarks")
 MEAN = np.array([0.485, 0.456, 0.406], np.float32) * 255
 STD = np.array([0.229, 0.224, 0.225], np.float32) * 255
 
@@ -81,9 +84,15 @@ def run(path, inputs):
     return {name: np.stack([o[name] for o in outputs]) for name in outputs[0]}
 
 
-def test_float_file_gives_tfms_float_outputs(saved_model, tmp_path):
+@pytest.fixture(scope="module")
+def float_file(saved_model, tmp_path_factory):
+    """(path, the line lite-export-tflite prints) of the float conversion."""
+    return convert(saved_model, tmp_path_factory.mktemp("float"), "none")
+
+
+def test_float_file_gives_tfms_float_outputs(float_file):
     record, tfm = _reference()
-    path, line = convert(saved_model, tmp_path, "none")
+    path, line = float_file
     out = run(path, tfm["inputs"])
     np.testing.assert_allclose(out["logits"], tfm["none_logits"], atol=1e-4, rtol=0)
     np.testing.assert_allclose(out["probs"], tfm["none_probs"], atol=1e-4, rtol=0)
@@ -91,15 +100,6 @@ def test_float_file_gives_tfms_float_outputs(saved_model, tmp_path):
     assert record["types"]["none"]["input"]["dtype"] == "float32"
     assert line == (f"{path}: {os.path.getsize(path):,} bytes; input inputs float32 "
                     f"[1, 32, 32, 3]; output logits float32 [1, 5], probs float32 [1, 5]")
-
-
-def test_fp16_file_gives_tfms_fp16_outputs(saved_model, tmp_path):
-    _, tfm = _reference()
-    path, _ = convert(saved_model, tmp_path, "fp16")
-    out = run(path, tfm["inputs"])
-    np.testing.assert_allclose(out["logits"], tfm["fp16_logits"], atol=1e-2, rtol=0)
-    # Float16 weights, not float32: the outputs moved off the float file's.
-    assert np.abs(out["logits"] - tfm["none_logits"]).max() > 1e-5
 
 
 def test_int8_full_calibrated_on_train_data_agrees_with_tfms_top1(saved_model, tmp_path):
@@ -116,9 +116,49 @@ def test_int8_full_calibrated_on_train_data_agrees_with_tfms_top1(saved_model, t
     assert detail["quantization"][1] == record["types"]["int8_full"]["input"]["zero_point"]
 
 
+def _evaluation_image(image, size=32):
+    """The evaluation preprocessing of one decoded image, written out (what a phone app does):
+    centre crop of 0.875 of the short side, bilinear resize, ImageNet mean / stddev."""
+    height, width = image.shape[:2]
+    side = 0.875 * min(height, width)
+    top, left = int((height - side) / 2), int((width - side) / 2)
+    crop = image[top:top + int(side), left:left + int(side)].astype(np.float32)
+    resized = tf.image.resize(crop, [size, size], method="bilinear").numpy()
+    return (resized - MEAN) / STD
+
+
+def test_predict_tflite_prints_the_files_top_classes_on_normalised_images(float_file, tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+    path, _ = float_file
+    rng = np.random.default_rng(3)
+    files, expected = [], []
+    runner = Interpreter(model_path=path).get_signature_runner()
+    for i in range(3):
+        small = rng.uniform(0, 255, (5, 5, 3)).astype(np.float32)
+        image = tf.cast(tf.image.resize(small, [40, 48]), tf.uint8).numpy()
+        files.append(str(tmp_path / f"{i}.png"))
+        tf.io.write_file(files[-1], tf.io.encode_png(image))
+        probs = runner(inputs=_evaluation_image(image)[None])["probs"][0]
+        top = np.argsort(-probs, kind="stable")[:2]
+        expected.append(f"{files[-1]}: " + ", ".join(f"{c} ({probs[c]:.3f})" for c in top))
+    printed = predict_tflite.predict(tfm_params(), path, files, top_k=2)
+    assert printed.splitlines() == expected
+
+
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_float_file_gives_tfms_float_outputs")
+def test_fp16_file_gives_tfms_fp16_outputs(saved_model, tmp_path):
+    _, tfm = _reference()
+    path, _ = convert(saved_model, tmp_path, "fp16")
+    out = run(path, tfm["inputs"])
+    np.testing.assert_allclose(out["logits"], tfm["fp16_logits"], atol=1e-2, rtol=0)
+    # Float16 weights, not float32: the outputs moved off the float file's.
+    assert np.abs(out["logits"] - tfm["none_logits"]).max() > 1e-5
+
+
 @pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
                              "test_int8_full_calibrated_on_train_data_agrees_with_tfms_top1")
-@pytest.mark.parametrize("quant_type", ["int8", "int8_full_int8_io", "default", "uint8"])
+@pytest.mark.parametrize("quant_type", ["int8", "int8_full_int8_io", "default"])
 def test_every_other_tfm_quant_type_agrees_with_tfm(saved_model, tmp_path, quant_type):
     record, tfm = _reference()
     path, _ = convert(saved_model, tmp_path, quant_type)
@@ -127,6 +167,136 @@ def test_every_other_tfm_quant_type_agrees_with_tfm(saved_model, tmp_path, quant
     out = run(path, tfm["inputs"])
     np.testing.assert_array_equal(out["logits"].argmax(-1),
                                   tfm[f"{quant_type}_logits"].argmax(-1))
+
+
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_float_file_gives_tfms_float_outputs")
+def test_uint8_writes_defaults_file_as_tfms_does(saved_model, tmp_path):
+    """TFM's `uint8` settings are TF1's, which TensorFlow 2's converter ignores: TFM's own
+    uint8 and default files are one file (the generator's sha256), and so are lite's."""
+    record, _ = _reference()
+    assert record["types"]["uint8"]["sha256"] == record["types"]["default"]["sha256"]
+    uint8_path, _ = convert(saved_model, tmp_path, "uint8")
+    default_path, _ = convert(saved_model, tmp_path, "default")
+    with open(uint8_path, "rb") as a, open(default_path, "rb") as b:
+        assert a.read() == b.read()
+
+
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_int8_full_calibrated_on_train_data_agrees_with_tfms_top1")
+def test_denylisted_ops_stay_float_in_an_integer_file(saved_model, tmp_path):
+    """--denylisted_ops MEAN (TFM's QuantizationDebugger path): the global average pool's MEAN
+    runs on float32 tensors, which the plain int8 file quantizes."""
+    def mean_input_types(path):
+        interpreter = predict_tflite.TFLiteModel(path).interpreter
+        tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+        return {np.dtype(tensors[op["inputs"][0]]["dtype"]).name
+                for op in interpreter._get_ops_details() if op["op_name"] == "MEAN"}
+
+    record, _ = _reference()
+    plain, _ = convert(saved_model, tmp_path, "int8")
+    denylisted = str(tmp_path / "denylisted.tflite")
+    export_tflite.export_tflite(tfm_params(), saved_model, denylisted, "int8",
+                                calibration_steps=record["calibration_steps"],
+                                denylisted_ops=["MEAN"])
+    assert mean_input_types(plain) == {"int8"}
+    assert mean_input_types(denylisted) == {"float32"}
+
+
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_int8_full_calibrated_on_train_data_agrees_with_tfms_top1")
+def test_int8_top1_within_2_points_of_float_on_a_trained_digits_classifier(tmp_path):
+    """benchmarks/tflite_digits.py's measurement (docs/export.md quotes its results file): a
+    ResNet-10 trained on the digits, its int8 and int8_full files within 2 points of the float
+    file's validation top-1, and about 4x smaller."""
+    sys.path.insert(0, BENCHMARKS)
+    import tflite_digits
+    record = tflite_digits.measure(str(tmp_path), quant_types=("none", "int8", "int8_full"))
+    files = record["files"]
+    assert files["none"]["top1"] >= 0.9
+    for quant_type in ("int8", "int8_full"):
+        assert files[quant_type]["top1"] >= files["none"]["top1"] - 0.02, record
+        assert files["none"]["bytes"] / files[quant_type]["bytes"] > 3.5, record
+    assert files["int8_full"]["input_dtype"] == "uint8"
+
+
+def _export_and_convert(tmp_path, params, checkpoint):
+    saved_model_dir = str(tmp_path / "saved_model")
+    export_lib.export_saved_model(params, checkpoint, saved_model_dir, input_type="tflite",
+                                  batch_size=1)
+    path = str(tmp_path / "model.tflite")
+    export_tflite.export_tflite(params, saved_model_dir, path)
+    return saved_model_dir, path
+
+
+def _tfm_checkpoint_params(family, name):
+    """The config and checkpoint directory of a TFM checkpoint of make_tfm_*checkpoints.py."""
+    if family == "segmentation":  # indexed in the classifiers' index, stored beside them
+        with open(os.path.join(CHECKPOINTS, "index.json")) as f:
+            entry = json.load(f)["segmentation"]["models"][name]
+        directory = os.path.join(CHECKPOINTS, name)
+    else:
+        with open(os.path.join(CHECKPOINTS, family, "index.json")) as f:
+            entry = json.load(f)["models"][name]
+        directory = os.path.join(CHECKPOINTS, family, name)
+    params = ll.get_exp_config(entry["experiment"])
+    params.override({"runtime": {"distribution_strategy": "off"},
+                     "task": {"model": entry["model"]}})
+    params.validate()
+    return params, directory
+
+
+def _png(tmp_path, size, seed):
+    small = np.random.default_rng(seed).uniform(0, 255, (6, 6, 3)).astype(np.float32)
+    image = tf.cast(tf.image.resize(small, [size, size]), tf.uint8).numpy()
+    path = str(tmp_path / f"{seed}.png")
+    tf.io.write_file(path, tf.io.encode_png(image))
+    return path, (image.astype(np.float32) - MEAN) / STD
+
+
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_float_file_gives_tfms_float_outputs")
+def test_retinanet_float_file_gives_the_savedmodels_detections(tmp_path):
+    """A TFM RetinaNet checkpoint (MobileNetV2-FPN, 128x128): lite's NMS converts to TFLite
+    builtins; the file's detections are the SavedModel's, and predict_tflite prints them."""
+    params, checkpoint = _tfm_checkpoint_params("retinanet", "retinanet_mobilenetv2_fpn")
+    saved_model_dir, path = _export_and_convert(tmp_path, params, checkpoint)
+    # A 128x128 image: the resize is the identity and nothing is padded (128 = 2**max_level).
+    image_path, normalised = _png(tmp_path, 128, 0)
+    served = tf.saved_model.load(saved_model_dir).signatures["serving_default"](
+        inputs=tf.constant(normalised[None]))
+    out = predict_tflite.TFLiteModel(path)(normalised)
+    count = int(served["num_detections"][0])
+    assert int(out["num_detections"]) == count
+    np.testing.assert_allclose(out["detection_boxes"][:count],
+                               served["detection_boxes"][0, :count], atol=1e-3)
+    np.testing.assert_allclose(out["detection_scores"][:count],
+                               served["detection_scores"][0, :count], atol=1e-5)
+    np.testing.assert_array_equal(out["detection_classes"][:count],
+                                  served["detection_classes"][0, :count])
+    printed = predict_tflite.predict(params, path, [image_path], score_threshold=0.0)
+    assert printed.splitlines()[0] == f"{image_path}: {count} detections (score >= 0.0)"
+    assert len(printed.splitlines()) == count + 1
+
+
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_float_file_gives_tfms_float_outputs")
+def test_segmentation_float_file_gives_the_savedmodels_mask(tmp_path):
+    """A TFM DeepLab v3 checkpoint (MobileNetV2, 48x48): the file's logits are the
+    SavedModel's, and predict_tflite prints its mask's class shares."""
+    params, checkpoint = _tfm_checkpoint_params("segmentation", "seg_mobilenetv2")
+    saved_model_dir, path = _export_and_convert(tmp_path, params, checkpoint)
+    image_path, normalised = _png(tmp_path, 48, 1)
+    served = tf.saved_model.load(saved_model_dir).signatures["serving_default"](
+        inputs=tf.constant(normalised[None]))
+    out = predict_tflite.TFLiteModel(path)(normalised)
+    np.testing.assert_allclose(out["logits"], served["logits"][0], atol=1e-4)
+    mask = served["predicted_mask"][0].numpy()
+    classes, counts = np.unique(mask, return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    shares = ", ".join(f"class {classes[i]} {100.0 * counts[i] / mask.size:.1f}%" for i in order)
+    assert predict_tflite.predict(params, path, [image_path]) == (
+        f"{image_path}: 48x48 mask; {shares}")
 
 
 # ----- bad input: one line, exit code 2, no file ----------------------------------------------
