@@ -19,6 +19,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 import lite_launcher as ll
 from lite_launcher import export as export_lib
@@ -41,20 +42,34 @@ def _reference():
     return record, np.load(os.path.join(REFERENCE, "outputs.npz"))
 
 
-def tfm_params(**train_data):
-    """The experiment config TFM's generator used (its model, its calibration train_data)."""
+def tfm_overrides():
+    """(experiment, overrides): the config TFM's generator used (its model, its calibration
+    train_data)."""
     record, _ = _reference()
     with open(os.path.join(CHECKPOINTS, "index.json")) as f:
         entry = json.load(f)["models"]["mobilenetv2"]
-    params = ll.get_exp_config(entry["experiment"])
-    params.override({
+    return entry["experiment"], {
         "runtime": {"distribution_strategy": "off"},
         "task": {"model": entry["model"],
                  "train_data": dict(record["overrides"]["task"]["train_data"],
-                                    input_path=os.path.join(REFERENCE, "calibration.tfrecord"),
-                                    **train_data)}})
+                                    input_path=os.path.join(REFERENCE, "calibration.tfrecord"))}}
+
+
+def tfm_params():
+    experiment, overrides = tfm_overrides()
+    params = ll.get_exp_config(experiment)
+    params.override(overrides)
     params.validate()
     return params
+
+
+def config_file(directory):
+    """tfm_overrides as a YAML --config_file; returns (experiment, its path)."""
+    experiment, overrides = tfm_overrides()
+    path = os.path.join(str(directory), "tfm_mobilenetv2.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(overrides, f)
+    return experiment, path
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +101,14 @@ def run(path, inputs):
 
 @pytest.fixture(scope="module")
 def float_file(saved_model, tmp_path_factory):
-    """(path, the line lite-export-tflite prints) of the float conversion."""
-    return convert(saved_model, tmp_path_factory.mktemp("float"), "none")
+    """(path, the line lite-export-tflite prints) of the float conversion, by the command from
+    its flags (in this process: no TensorFlow start-up)."""
+    directory = tmp_path_factory.mktemp("float")
+    experiment, yaml_path = config_file(directory)
+    path = str(directory / "none.tflite")
+    line = export_tflite._main(_flags(directory, experiment=experiment, config_file=[yaml_path],
+                                      saved_model_dir=saved_model, tflite_path=path))
+    return path, line
 
 
 def test_float_file_gives_tfms_float_outputs(float_file):
@@ -141,7 +162,11 @@ def test_predict_tflite_prints_the_files_top_classes_on_normalised_images(float_
         probs = runner(inputs=_evaluation_image(image)[None])["probs"][0]
         top = np.argsort(-probs, kind="stable")[:2]
         expected.append(f"{files[-1]}: " + ", ".join(f"{c} ({probs[c]:.3f})" for c in top))
-    printed = predict_tflite.predict(tfm_params(), path, files, top_k=2)
+    experiment, yaml_path = config_file(tmp_path)
+    printed = predict_tflite._main(types.SimpleNamespace(
+        experiment=experiment, config_file=[yaml_path], params_override=None,
+        registry_imports=None, tflite_path=path, image_path=[str(tmp_path / "*.png")],
+        top_k=2, score_threshold=0.3))
     assert printed.splitlines() == expected
 
 
