@@ -422,3 +422,37 @@ def test_a_failed_write_leaves_no_partial_file_and_the_old_one_intact(tmp_path, 
     with pytest.raises(OSError):
         export_tflite_lib.write_tflite(str(path), b"new model bytes")
     assert os.listdir(tmp_path) == ["m.tflite"] and path.read_bytes() == b"old"
+
+
+def test_without_litert_the_report_is_the_size_and_predict_names_the_extra(monkeypatch,
+                                                                           tmp_path):
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)  # import fails
+    assert export_tflite_lib.describe(b"x" * 1234) == (
+        "1,234 bytes (pip install 'lite_launcher[tflite]' to list its inputs and outputs)")
+    (tmp_path / "m.tflite").write_bytes(b"x")
+    with pytest.raises(ConfigError, match=r"needs LiteRT \(ai-edge-litert\), which is not "
+                                          r"installed .*pip install 'lite_launcher\[tflite\]'"):
+        predict_tflite.TFLiteModel(str(tmp_path / "m.tflite"))
+
+
+def test_predict_tflite_bad_input_is_one_line(float_file, tmp_path):
+    path, _ = float_file
+    (tmp_path / "a.png").write_bytes(tf.io.encode_png(np.zeros((8, 8, 3), np.uint8)).numpy())
+    (tmp_path / "not_a_model.tflite").write_bytes(b"not a flatbuffer")
+
+    def predict(**values):
+        base = dict(experiment="mobilenet_imagenet", config_file=None, params_override=None,
+                    registry_imports=None, tflite_path=path,
+                    image_path=[str(tmp_path / "a.png")], top_k=3, score_threshold=0.3)
+        base.update(values)
+        with pytest.raises(ConfigError) as error:
+            predict_tflite._main(types.SimpleNamespace(**base))
+        assert "\n" not in str(error.value)
+        return str(error.value)
+
+    assert "matches no file" in predict(image_path=[str(tmp_path / "*.jpg")])
+    assert "is not a file" in predict(tflite_path=str(tmp_path / "missing.tflite"))
+    assert "is not a TFLite model" in predict(tflite_path=str(tmp_path / "not_a_model.tflite"))
+    assert "--top_k (0) must be a positive integer" in predict(top_k=0)
+    assert ("returns logits, probs: not a semantic segmentation model"
+            in predict(experiment="mnv2_deeplabv3_pascal"))
