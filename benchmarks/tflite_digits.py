@@ -61,8 +61,8 @@ def measure(work_dir, train_steps=TRAIN_STEPS, quant_types=QUANT_TYPES, calibrat
 
     import digits_images  # pylint: disable=import-outside-toplevel
     import lite_launcher as ll  # pylint: disable=import-outside-toplevel
-    from lite_launcher import export as export_lib  # pylint: disable=import-outside-toplevel
-    from lite_launcher import export_tflite  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import export_lib  # pylint: disable=import-outside-toplevel
+    from lite_launcher.commands import export_tflite  # pylint: disable=import-outside-toplevel
     from lite_launcher.vision.serving import predict_tflite  # pylint: disable=C0415
 
     train_glob, validation_glob = digits_images.digits_tfrecords(work_dir)

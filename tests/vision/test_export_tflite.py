@@ -1,4 +1,4 @@
-"""`lite-export-tflite` (lite_launcher/export_tflite.py on
+"""`lite-export-tflite` (lite_launcher/commands/export_tflite.py on
 vision/serving/export_tflite_lib.py) and `predict_tflite`, against TFM 2.20's own `.tflite`
 files.
 
@@ -22,9 +22,9 @@ import tensorflow as tf
 import yaml
 
 import lite_launcher as ll
-from lite_launcher import export as export_lib
-from lite_launcher import export_tflite
-from lite_launcher.errors import ConfigError
+from lite_launcher.core import export_lib
+from lite_launcher.commands import export_tflite
+from lite_launcher.common.errors import ConfigError
 from lite_launcher.vision.serving import export_tflite_lib, predict_tflite
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")

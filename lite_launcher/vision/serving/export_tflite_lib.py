@@ -37,7 +37,7 @@ import glob
 import os
 from typing import Iterator, List, Optional, Sequence
 
-from lite_launcher.errors import ConfigError
+from lite_launcher.common.errors import ConfigError
 
 # TFM 2.20's quant types (None: no quantization).
 QUANT_TYPES = ("none", "default", "fp16", "int8", "int8_full", "int8_full_int8_io", "uint8",
@@ -217,7 +217,7 @@ def check_saved_model(saved_model_dir: str, params, quant_type: Optional[str]) -
 def create_representative_dataset(params, task=None):
     """The experiment's `train_data` as the task's input pipeline reads it, with batch size 1
     and float32 images (TFM's `create_representative_dataset`; `params` is not changed)."""
-    from lite_launcher import registry  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import registry  # pylint: disable=import-outside-toplevel
 
     task_name(params)
     train_data = params.task.train_data.replace(global_batch_size=1, dtype="float32")
@@ -322,7 +322,7 @@ def convert_tflite_model(saved_model_dir: str, quant_type: Optional[str] = None,
 
     if needs_calibration(quant_type):
         if task is None:
-            from lite_launcher import registry  # pylint: disable=import-outside-toplevel
+            from lite_launcher.core import registry  # pylint: disable=import-outside-toplevel
             task = registry.get_task(params.task)
         _check_first_image(params, task, signature)
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
@@ -343,7 +343,7 @@ def convert_tflite_model(saved_model_dir: str, quant_type: Optional[str] = None,
 def check_tflite_path(tflite_path: str) -> None:
     """`tflite_path` can be written: its directory exists (or can be made) and is writable, and
     it is not a directory (TensorFlow-free for local paths)."""
-    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import train_utils  # pylint: disable=import-outside-toplevel
 
     if not tflite_path:
         raise ConfigError("--tflite_path is required: the .tflite file to write.")
@@ -359,7 +359,7 @@ def check_tflite_path(tflite_path: str) -> None:
 def write_tflite(tflite_path: str, content: bytes) -> None:
     """Writes `content` to `tflite_path` atomically: a failed write leaves no partial file
     (and an older file there as it was)."""
-    from lite_launcher import atomic_write  # pylint: disable=import-outside-toplevel
+    from lite_launcher.common import atomic_write  # pylint: disable=import-outside-toplevel
 
     directory = os.path.dirname(tflite_path)
     if "://" in tflite_path:

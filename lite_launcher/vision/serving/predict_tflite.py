@@ -32,8 +32,8 @@ from typing import Dict, List
 
 from absl import flags
 
-from lite_launcher import flags as lite_flags
-from lite_launcher.errors import ConfigError, import_extra
+from lite_launcher.common import flags as lite_flags
+from lite_launcher.common.errors import ConfigError, import_extra
 
 FLAGS = flags.FLAGS
 PROG = "predict_tflite"
@@ -189,7 +189,7 @@ def describe_mask(outputs) -> str:
 def predict(params, tflite_path: str, files, top_k: int = 3,
             score_threshold: float = 0.3) -> str:
     """The lines predict_tflite prints for `files` (see the module docstring)."""
-    from lite_launcher import registry  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import registry  # pylint: disable=import-outside-toplevel
     from lite_launcher.vision.serving import export_tflite_lib  # pylint: disable=C0415
 
     name = export_tflite_lib.task_name(params)
