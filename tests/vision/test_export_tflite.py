@@ -365,10 +365,11 @@ def test_unwritable_tflite_path_is_refused_before_any_conversion(tmp_path):
             export_tflite._main(_flags(tmp_path, tflite_path=str(path)))
 
 
-def _hand_saved_model(path, dtype, outputs):
-    """A SavedModel whose serving_default takes `inputs` of `dtype` and returns `outputs`."""
+def _hand_saved_model(path, dtype, outputs, shape=(1, 32, 32, 3)):
+    """A SavedModel whose serving_default takes `inputs` of `dtype` (float32: of `shape`) and
+    returns `outputs`."""
     module = tf.Module()
-    shape = [1, 32, 32, 3] if dtype == tf.float32 else [None]
+    shape = list(shape) if dtype == tf.float32 else [None]
 
     @tf.function(input_signature=[tf.TensorSpec(shape, dtype, name="inputs")])
     def serve(inputs):
@@ -391,6 +392,20 @@ def test_savedmodel_of_another_input_type_or_task_is_refused(tmp_path):
                                           "classification model"):
         export_tflite_lib.convert_tflite_model(segmentation, "fp16", params=tfm_params())
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".tflite")]
+
+
+def test_savedmodel_of_another_size_or_batch_is_refused_for_calibration(tmp_path):
+    small = _hand_saved_model(tmp_path / "small", tf.float32, ["logits", "probs"],
+                              shape=(1, 16, 16, 3))
+    with pytest.raises(ConfigError, match="train_data yields 32x32 images but the SavedModel "
+                                          "takes 16x16"):
+        export_tflite_lib.convert_tflite_model(small, "int8", params=tfm_params(),
+                                               calibration_steps=2)
+    batched = _hand_saved_model(tmp_path / "batched", tf.float32, ["logits", "probs"],
+                                shape=(8, 32, 32, 3))
+    with pytest.raises(ConfigError, match="takes batches of 8; --quant_type int8_full "
+                                          "calibrates one image at a time"):
+        export_tflite_lib.convert_tflite_model(batched, "int8_full", params=tfm_params())
 
 
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys):
