@@ -11,7 +11,8 @@ validation split as the evaluation pipeline preprocesses it (the normalised imag
 app hands the file); top-1 accuracy, file size and the file's input type are recorded, with
 the Keras model's own top-1 on the same images.
 
-    PYTHONPATH=$PWD python benchmarks/tflite_digits.py --output benchmarks/results/tflite_digits.json
+    PYTHONPATH=$PWD python benchmarks/tflite_digits.py \
+      --output benchmarks/results/tflite_digits.json
 """
 
 import argparse
