@@ -88,7 +88,7 @@ def _shipped_ab_summary(records, variants):
     return out
 # The docs whose benchmark figures are checked.
 DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_worker_faults.md",
-        "docs/detection.md",
+        "docs/detection.md", "docs/export.md",
         # A module's docstring is prose like a doc's (the float32 noise behind the tolerances).
         "tests/vision/fp32_noise.py")
 # The rendered blocks: (start marker, end marker).
@@ -1496,6 +1496,33 @@ CLAIMS += [
           lambda: (sci(noise("eigen")["retinanet"]["lite_vs_tfm"]["cls_3"]),
                    sci(noise("onednn")["retinanet"]["lite_vs_tfm"]["cls_3"]),
                    sci(load(FP32_NOISE)["onednn_vs_eigen"]["cls_3"]), FP32_NOISE)),
+]
+
+# --- The quantized .tflite files of the digits ResNet (benchmarks/tflite_digits.py) ----------
+
+EX = "docs/export.md"
+TFLITE_DIGITS = "2026-12-06-tflite-digits.json"
+
+
+def _tflite_row(quant_type):
+    record = load(TFLITE_DIGITS)
+    row, float_bytes = record["files"][quant_type], record["files"]["none"]["bytes"]
+    return (f"{row['bytes']:,}", f"{float_bytes / row['bytes']:.2f}x", row["input_dtype"],
+            f"{row['top1']:.4f}")
+
+
+CLAIMS += [
+    Claim(EX, "a ResNet-10 (depth multiplier 0.5, {} parameters) trained {} steps on the digits, "
+          "on its {} validation images",
+          lambda: (f"{load(TFLITE_DIGITS)['parameters']:,}",
+                   str(load(TFLITE_DIGITS)["train_steps"]),
+                   str(load(TFLITE_DIGITS)["validation_images"]))),
+    *(Claim(EX, f"| {label} | {{}} | {{}} | {{}} | {{}} |",
+            lambda q=quant_type: _tflite_row(q))
+      for label, quant_type in (("none", "none"), ("`fp16`", "fp16"), ("`default`", "default"),
+                                ("`int8`", "int8"), ("`int8_full`", "int8_full"))),
+    Claim(EX, "The Keras model's own top-1 there is {}.",
+          lambda: (f"{load(TFLITE_DIGITS)['keras_top1']:.4f}",)),
 ]
 
 def normalise(text: str) -> str:
