@@ -1,0 +1,197 @@
+"""The video input (vision/dataloaders/video_input.py, vision/ops/preprocess_ops_3d.py) against
+TFM 2.20's on the same SequenceExample records: tests/vision/data/
+make_tfm_video_input_reference.py (run in TFM's venv) wrote the records and TFM's outputs."""
+
+import dataclasses
+import json
+import os
+from typing import Optional, Tuple
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lite_launcher.errors import BAD_RECORD_MARKER, input_record_error
+from lite_launcher.vision.configs import common
+from lite_launcher.vision.dataloaders import video_input
+from lite_launcher.vision.ops import preprocess_ops_3d
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+RECORDS = os.path.join(DATA, "tfm_video_input_reference.tfrecord")
+REFERENCE = np.load(os.path.join(DATA, "tfm_video_input_reference.npz"))
+CONFIGS = json.loads(str(REFERENCE["configs"]))
+AUDIO_KEY = "audio/features"
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """TFM's video DataConfig fields the input reads, with TFM's defaults (a TensorFlow-free
+    stand-in for vision.configs.video_classification.DataConfig in these tests)."""
+
+    input_path: str = ""
+    tfds_name: str = ""
+    file_type: str = "tfrecord"
+    is_training: bool = True
+    global_batch_size: int = 2
+    feature_shape: Tuple[int, ...] = (64, 224, 224, 3)
+    temporal_stride: int = 1
+    random_stride_range: int = 0
+    num_test_clips: int = 1
+    num_test_crops: int = 1
+    num_classes: int = -1
+    dtype: str = "float32"
+    label_dtype: str = "int32"
+    one_hot: bool = True
+    min_image_size: int = 256
+    zero_centering_image: bool = False
+    is_multilabel: bool = False
+    output_audio: bool = False
+    audio_feature: str = ""
+    audio_feature_shape: Tuple[int, ...] = (-1,)
+    aug_min_aspect_ratio: float = 0.5
+    aug_max_aspect_ratio: float = 2.0
+    aug_min_area_ratio: float = 0.49
+    aug_max_area_ratio: float = 1.0
+    aug_random_rotation: bool = False
+    aug_type: Optional[common.Augmentation] = None
+    image_field_key: str = "image/encoded"
+    label_field_key: str = "clip/label/index"
+    input_image_format: str = "jpeg"
+    # InputReader's fields.
+    shuffle_buffer_size: int = 4
+    cache: bool = False
+    cycle_length: Optional[int] = None
+    block_length: int = 1
+    deterministic: Optional[bool] = None
+    drop_remainder: bool = False
+    sharding: bool = True
+    seed: Optional[int] = None
+    prefetch_buffer_size: Optional[int] = None
+
+
+def config(fields, **overrides):
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+    values.update(overrides)
+    return DataConfig(**values)
+
+
+def records():
+    return [r.numpy() for r in tf.data.TFRecordDataset(RECORDS)]
+
+
+def tfm_frames(key, cfg):
+    """TFM's float frames from the stored pixels (see the generator's `to_pixels`)."""
+    pixels = REFERENCE[key].astype(np.float32)
+    return pixels * (2.0 / 255.0) - 1.0 if cfg.zero_centering_image else pixels / 255.0
+
+
+def decoder_for(cfg):
+    return video_input.make_decoder(cfg, cfg.output_audio, cfg.audio_feature)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS["eval"]))
+def test_eval_clips_equal_tfm(name):
+    cfg = config(CONFIGS["eval"][name], is_training=False)
+    decode = decoder_for(cfg)
+    parse = video_input.Parser(cfg).parse_fn(False)
+    for index, record in enumerate(records()):
+        features, label = parse(decode(tf.constant(record)))
+        expected = tfm_frames(f"eval/{name}/{index}/pixels", cfg)
+        assert features["image"].shape == expected.shape
+        np.testing.assert_allclose(features["image"].numpy(), expected, rtol=0, atol=1e-6)
+        tfm_label = REFERENCE[f"eval/{name}/{index}/label"]
+        assert label.dtype.as_numpy_dtype == tfm_label.dtype
+        np.testing.assert_array_equal(label.numpy(), tfm_label)
+        if cfg.output_audio:
+            np.testing.assert_array_equal(features["audio"].numpy(),
+                                          REFERENCE[f"eval/{name}/{index}/audio"])
+
+
+@pytest.mark.parametrize("name", ["centre_audio", "three_by_three"])
+def test_batched_views_equal_tfm_post_batch(name, tmp_path):
+    """The dataset (InputReader) batches the clips and moves the views into the batch."""
+    cfg = config(CONFIGS["eval"][name], is_training=False, input_path=RECORDS,
+                 global_batch_size=3)
+    features, label = next(iter(video_input.build_dataset(cfg)))
+    expected = tfm_frames(f"eval/{name}/batch/pixels", cfg)
+    views = cfg.num_test_clips * cfg.num_test_crops
+    assert features["image"].shape == (3 * views,) + tuple(cfg.feature_shape)
+    np.testing.assert_allclose(features["image"].numpy(), expected, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(label.numpy(), REFERENCE[f"eval/{name}/batch/label"])
+
+
+def _train_draws(cfg, record, count):
+    decode = decoder_for(cfg)
+    parse = tf.function(video_input.Parser(cfg).parse_fn(True))
+    decoded = decode(tf.constant(record))
+    return [parse(decoded) for _ in range(count)]
+
+
+def _match(pixels, candidates):
+    return [i for i, c in enumerate(candidates) if np.array_equal(c, pixels)]
+
+
+def test_train_clips_are_tfm_outputs():
+    """With the crop pinned to the whole frame, every training clip is one of TFM's outputs
+    for some start frame and flip, and the draws reach many of them (both flips)."""
+    cfg = config(CONFIGS["train"], is_training=True)
+    for index, record in enumerate(records()):
+        candidates = REFERENCE[f"train/{index}/candidates"]
+        seen = set()
+        for features, label in _train_draws(cfg, record, 30):
+            pixels = np.round(features["image"].numpy() * 255).astype(np.uint8)
+            match = _match(pixels, candidates)
+            assert match, f"clip {index}: a training clip that TFM's parser cannot give"
+            seen.add(match[0])
+        np.testing.assert_array_equal(label.numpy(), REFERENCE[f"train/{index}/label"])
+        # Candidates alternate (start, no flip), (start, flip).
+        assert {i % 2 for i in seen} == {0, 1} and len(seen) >= len(candidates) // 2
+
+
+def test_train_rotation_turns_tfm_outputs():
+    """aug_random_rotation: each clip is a quarter-turn of one of TFM's clips, all four turns
+    drawn (square frames keep their shape)."""
+    cfg = config(CONFIGS["train"], is_training=True, aug_random_rotation=True)
+    candidates = REFERENCE["train/0/candidates"]
+    turns = set()
+    for features, _ in _train_draws(cfg, records()[0], 24):
+        pixels = np.round(features["image"].numpy() * 255).astype(np.uint8)
+        for k in range(4):
+            # rot90 by k counter-clockwise; undo it.
+            if _match(np.rot90(pixels, -k, axes=(1, 2)), candidates):
+                turns.add(k)
+                break
+        else:
+            pytest.fail("a rotated clip that is no quarter-turn of a TFM clip")
+    assert turns == {0, 1, 2, 3}
+
+
+def test_random_strides_are_tfm_strides():
+    """stride 2, random_stride_range 1: TFM draws from {1, 2} (its upper bound is excluded)."""
+    cfg = config(CONFIGS["stride_train"], is_training=True)
+    frames = [tf.io.encode_png(tf.fill((8, 8, 3), tf.constant(10 * i, tf.uint8)))
+              for i in range(24)]
+    decoded = {"image/encoded": tf.stack(frames),
+               "clip/label/index": tf.constant([0], tf.int64)}
+    parse = tf.function(video_input.Parser(cfg).parse_fn(True))
+    strides = set()
+    for _ in range(40):
+        first = np.round(parse(decoded)[0]["image"].numpy()[:, 0, 0, 0] * 255 / 10)
+        strides.add(int(first[1] - first[0]))
+    assert strides == set(REFERENCE["train/strides"].tolist())
+
+
+@pytest.mark.parametrize("name", ["single_one_hot", "multi_one_hot", "one_class",
+                                  "sparse_int64", "scalar_one_hot"])
+def test_process_label_equals_tfm(name):
+    cases = {"single_one_hot": ([3], dict(one_hot_label=True, num_classes=5)),
+             "multi_one_hot": ([0, 4, 4], dict(one_hot_label=True, num_classes=5)),
+             "one_class": ([0], dict(one_hot_label=True, num_classes=1)),
+             "sparse_int64": ([2, 1], dict(one_hot_label=False, num_classes=5,
+                                           label_dtype=tf.int64)),
+             "scalar_one_hot": (4, dict(one_hot_label=True, num_classes=6))}
+    label, kwargs = cases[name]
+    result = video_input.process_label(tf.constant(label, tf.int64), **kwargs).numpy()
+    expected = REFERENCE[f"label/{name}"]
+    assert result.dtype == expected.dtype
+    np.testing.assert_array_equal(result, expected)
