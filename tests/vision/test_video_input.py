@@ -195,3 +195,98 @@ def test_process_label_equals_tfm(name):
     expected = REFERENCE[f"label/{name}"]
     assert result.dtype == expected.dtype
     np.testing.assert_array_equal(result, expected)
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input: one line naming the clip (errors.BAD_RECORD_MARKER), or TFM's behaviour.
+# ------------------------------------------------------------------------------------------
+
+def _record(frames, labels=(1,), path=b"bad/clip.mp4", key="image/encoded"):
+    example = tf.train.SequenceExample()
+    example.context.feature["clip/label/index"].int64_list.value[:] = list(labels)
+    example.context.feature["clip/data_path"].bytes_list.value[:] = [path]
+    frame_list = example.feature_lists.feature_list[key]
+    for frame in frames:
+        frame_list.feature.add().bytes_list.value[:] = [frame]
+    return example.SerializeToString()
+
+
+def _png(value, size=(8, 8)):
+    return tf.io.encode_png(tf.fill(size + (3,), tf.constant(value, tf.uint8))).numpy()
+
+
+def _parse_error(record, is_training=False, **overrides):
+    """The one line the driver would print for `record` (via errors.input_record_error)."""
+    cfg = config(dict(feature_shape=(2, 8, 8, 3), min_image_size=8, num_classes=3),
+                 is_training=is_training, **overrides)
+    dataset = tf.data.Dataset.from_tensors(record).map(video_input.make_decoder(cfg)).map(
+        video_input.Parser(cfg).parse_fn(is_training))
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        next(iter(dataset))
+    return caught.value.message, input_record_error(caught.value.message)
+
+
+@pytest.mark.parametrize("is_training", [False, True])
+def test_record_without_frames_is_one_line(is_training):
+    record = _record([_png(0)], key="frames/elsewhere")
+    _, error = _parse_error(record, is_training)
+    assert error is not None, "TensorFlow's own 'Feature list ... is required' error"
+    text = str(error)
+    assert "\n" not in text and "bad/clip.mp4" in text and "image/encoded" in text
+    assert "make_video_tfrecords" in text
+
+
+def test_label_out_of_range_is_one_line():
+    _, error = _parse_error(_record([_png(0), _png(1)], labels=(1, 7)))
+    assert error is not None, "TFM gives an all-zero one-hot label silently"
+    text = str(error)
+    assert "bad/clip.mp4" in text and "7" in text and "num_classes 3" in text
+
+
+def test_negative_label_is_one_line_without_one_hot():
+    _, error = _parse_error(_record([_png(0)], labels=(-1,)), one_hot=False)
+    assert error is not None and "-1" in str(error)
+
+
+def test_frame_that_is_no_image_is_one_line():
+    _, error = _parse_error(_record([_png(0), b"not an image at all", _png(2)]))
+    assert error is not None, "TensorFlow's own decode error"
+    text = str(error)
+    assert "bad/clip.mp4" in text and "frames 1 " in text and "re-encode" in text
+
+
+def test_truncated_jpeg_frame_fails_as_tfm():
+    """A frame cut short past its header: TensorFlow's decode error, as TFM's (no hang)."""
+    jpeg = tf.io.encode_jpeg(tf.fill((8, 8, 3), tf.constant(9, tf.uint8))).numpy()
+    message, error = _parse_error(_record([jpeg, jpeg[:len(jpeg) // 2]]))
+    assert error is None and "jpeg" in message.lower()
+
+
+def test_short_clip_wraps_around_as_tfm():
+    """3 frames, a window of 4 every 2 frames: TFM repeats the clip, frames 0, 2, 1, 0 (the
+    centred window starts at max(0, (3 - 8) // 2) = 0); in training the start is uniform in
+    [0, 3) and the window wraps the same way."""
+    frames = [_png(40 * i) for i in range(3)]
+    cfg = config(dict(feature_shape=(4, 8, 8, 3), temporal_stride=2, min_image_size=8,
+                      num_classes=3, aug_min_area_ratio=1.0), is_training=False)
+    decoded = video_input.make_decoder(cfg)(tf.constant(_record(frames)))
+    image = video_input.Parser(cfg).parse_fn(False)(decoded)[0]["image"].numpy()
+    np.testing.assert_array_equal(np.round(image[:, 0, 0, 0] * 255 / 40), [0, 2, 1, 0])
+    cfg.is_training = True
+    parse = tf.function(video_input.Parser(cfg).parse_fn(True))
+    windows = set()
+    for _ in range(30):
+        first = np.round(parse(decoded)[0]["image"].numpy()[:, 0, 0, 0] * 255 / 40)
+        windows.add(tuple(int(i) for i in first))
+    assert windows == {(0, 2, 1, 0), (1, 0, 2, 1), (2, 1, 0, 2)}
+
+
+def test_bad_parameters_are_refused_before_tensorflow_runs():
+    with pytest.raises(ValueError, match="num_test_crops"):
+        video_input.Parser(config({}, num_test_crops=2, num_classes=3))
+    with pytest.raises(ValueError, match="input_image_format 'gif'"):
+        video_input.Parser(config({}, input_image_format="gif", num_classes=3))
+    with pytest.raises(ValueError, match="num_classes"):
+        video_input.Parser(config({}))
+    with pytest.raises(ValueError, match="random_stride_range"):
+        video_input.Parser(config({}, random_stride_range=-1, num_classes=3))
