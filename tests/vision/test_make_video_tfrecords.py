@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from lite_launcher.vision.data import make_video_tfrecords as tool
 from lite_launcher.vision.dataloaders import video_input
+from video_clips import config
 
 
 def _frames(seed, count, height=12, width=16):
@@ -83,21 +84,10 @@ def test_records_parse_as_video_clips(clips_dir, tmp_path):
     assert skipped == ["run/broken"]
     assert all(f[:3] == b"\xff\xd8\xff" for f in _read(paths)["walk/a"][3])
 
-    class Config:  # the DataConfig fields build_dataset reads
-        input_path, tfds_name, file_type, is_training = paths[0], "", "tfrecord", False
-        global_batch_size, drop_remainder, feature_shape = 3, False, (4, 8, 8, 3)
-        temporal_stride, random_stride_range, num_test_clips, num_test_crops = 1, 0, 2, 1
-        num_classes, dtype, label_dtype, one_hot, min_image_size = 2, "float32", "int32", \
-            True, 8
-        zero_centering_image, output_audio, audio_feature = False, False, ""
-        aug_min_aspect_ratio, aug_max_aspect_ratio, aug_min_area_ratio = 0.5, 2.0, 0.49
-        aug_max_area_ratio, aug_random_rotation, aug_type = 1.0, False, None
-        image_field_key, label_field_key = "image/encoded", "clip/label/index"
-        input_image_format, shuffle_buffer_size, cache, cycle_length = "jpeg", 4, False, None
-        block_length, deterministic, sharding, seed, prefetch_buffer_size = 1, None, True, \
-            None, None
-
-    features, labels = next(iter(video_input.build_dataset(Config())))
+    cfg = config(dict(feature_shape=(4, 8, 8, 3), num_test_clips=2, num_classes=2,
+                      min_image_size=8), is_training=False, input_path=paths[0],
+                 global_batch_size=3)
+    features, labels = next(iter(video_input.build_dataset(cfg)))
     assert features["image"].shape == (6, 4, 8, 8, 3)
     assert sorted(labels.numpy().argmax(axis=1).tolist()) == [0, 1, 1]
 

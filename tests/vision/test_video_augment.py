@@ -11,6 +11,7 @@ import tensorflow as tf
 from lite_launcher.vision.configs import common
 from lite_launcher.vision.dataloaders import video_input
 from lite_launcher.vision.ops import augment
+from video_clips import CONFIGS, config, records
 
 REFERENCE = np.load(os.path.join(os.path.dirname(__file__), "data",
                                  "tfm_video_augment_reference.npz"))
@@ -91,8 +92,6 @@ def test_one_policy_draw_for_all_frames(augmenter):
 def test_video_parser_augments_training_clips():
     """aug_type in the DataConfig: the training parser distorts the clips (same shapes and
     range; other clips than without it from the same random state)."""
-    from tests.vision.test_video_input import CONFIGS, config, records  # pylint: disable=import-outside-toplevel
-
     augmentation = common.Augmentation(
         type="randaug", randaug=common.RandAugment(magnitude=9, exclude_ops=EXCLUDED))
     fields = dict(CONFIGS["train"], aug_type=augmentation)

@@ -686,7 +686,7 @@ class AutoAugment(ImageAugment):
         return image, boxes
 
     def distort(self, image):
-        """Applies one uniformly chosen sub-policy to an `[H, W, 3]` image or clip; keeps the dtype."""
+        """Applies one uniformly chosen sub-policy to an `[H, W, 3]` image or clip (same dtype)."""
         _refuse_box_ops([step[0] for sub in self.policies for step in sub], "AutoAugment")
         return self.distort_with_boxes(image, None)[0]
 
