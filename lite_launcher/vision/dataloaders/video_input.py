@@ -371,22 +371,40 @@ def make_decoder(params, output_audio: bool = False, audio_feature: str = ""):
     return decoder.decode
 
 
+def make_mixup_and_cutmix(params):
+    """The batch-level MixUp / CutMix of `params.mixup_and_cutmix` (None when unset), as TFM's
+    video task builds it (`num_classes` from `params`)."""
+    config = getattr(params, "mixup_and_cutmix", None)
+    if config is None:
+        return None
+    from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
+    return augment.MixupAndCutmix(
+        mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha, prob=config.prob,
+        switch_prob=config.switch_prob, label_smoothing=config.label_smoothing,
+        num_classes=params.num_classes)
+
+
 def build_dataset(params, input_context: Optional[tf.distribute.InputContext] = None,
-                  train_data=None, postprocess_fn=None) -> tf.data.Dataset:
+                  train_data=None) -> tf.data.Dataset:
     """The batched dataset of `params` (a video DataConfig), as TFM's task builds it: the
-    decoder, `Parser`, then `PostBatchProcessor` (and `postprocess_fn`, e.g. MixUp, after it)
-    through lite's `InputReader`. `train_data` (default `params`) gives `output_audio` /
-    `audio_feature`, which TFM reads from the task's train_data for both splits."""
+    decoder, `Parser`, then `PostBatchProcessor` and, with `mixup_and_cutmix`, MixUp / CutMix
+    on each batch of clips, through lite's `InputReader`. `train_data` (default `params`)
+    gives `output_audio` / `audio_feature`, which TFM reads from the task's train_data for
+    both splits."""
     train_data = params if train_data is None else train_data
     decoder_fn = make_decoder(params, train_data.output_audio, train_data.audio_feature)
     parser = Parser(params, image_key=params.image_field_key,
                     label_key=params.label_field_key)
     post_batch = PostBatchProcessor(params)
-    if postprocess_fn is None:
+    mixer = make_mixup_and_cutmix(params)
+    if mixer is None:
         batch_fn = post_batch
     else:
+        @do_not_convert
         def batch_fn(features, label):
-            return postprocess_fn(*post_batch(features, label))
+            features, label = post_batch(features, label)
+            features["image"], label = mixer(features["image"], label)
+            return features, label
     reader = InputReader(params, dataset_fn=pick_dataset_fn(params.file_type),
                          decoder_fn=decoder_fn, parser_fn=parser.parse_fn(params.is_training),
                          postprocess_fn=batch_fn)

@@ -783,8 +783,11 @@ def _sample_beta(alpha, shape):
 class MixupAndCutmix:
     """Mixup (https://arxiv.org/abs/1710.09412) or Cutmix (https://arxiv.org/abs/1905.04899).
 
-    Called on a float batch `[B, H, W, C]` and int labels `[B]`; returns the mixed images and
-    label-smoothed one-hot labels `[B, num_classes]`. With probability `prob` the batch is
+    Called on a float batch `[B, H, W, C]` (or of clips, `[B, T, H, W, C]`: each clip mixed
+    as a whole, the cutmix box the same on all its frames, as TFM's) and int labels `[B]` (or
+    one-hot / multi-hot float labels `[B, num_classes]`, which the video parser gives and are
+    smoothed as they are); returns the mixed images and label-smoothed labels
+    `[B, num_classes]`. With probability `prob` the batch is
     mixed, else only the labels are smoothed. A mixed batch uses cutmix with probability
     `switch_prob`, else mixup. Image i is mixed with image B-1-i (the flipped batch) with its
     own weight lam_i ~ Beta(alpha, alpha), and its label is
@@ -831,9 +834,10 @@ class MixupAndCutmix:
         if not images.dtype.is_floating:
             raise TypeError(f"MixupAndCutmix needs float images, got {images.dtype.name}; cast "
                             "(and normalise) the batch first")
-        if images.shape.rank != 4:
-            raise ValueError(f"MixupAndCutmix needs a [B, H, W, C] batch, got shape {images.shape}")
-        one_hot = self._smooth_labels(tf.reshape(labels, [-1]))
+        if images.shape.rank not in (4, 5):
+            raise ValueError(f"MixupAndCutmix needs a [B, H, W, C] batch or a [B, T, H, W, C] "
+                             f"batch of clips, got shape {images.shape}")
+        one_hot = self._smooth_labels(labels)
 
         def mix():
             use_cutmix = tf.random.uniform([]) < self.switch_prob
@@ -845,19 +849,24 @@ class MixupAndCutmix:
         return tf.cond(tf.random.uniform([]) < self.mix_prob, mix, lambda: (images, one_hot))
 
     def _smooth_labels(self, labels):
+        labels = tf.convert_to_tensor(labels)
         off_value = self.label_smoothing / self.num_classes
+        if labels.dtype.is_floating and labels.shape.rank == 2:
+            # Already (multi-)hot: the same smoothing as of a one-hot vector.
+            return tf.cast(labels, tf.float32) * (1.0 - self.label_smoothing) + off_value
         on_value = 1.0 - self.label_smoothing + off_value
-        return tf.one_hot(labels, self.num_classes, on_value=on_value, off_value=off_value)
+        return tf.one_hot(tf.reshape(labels, [-1]), self.num_classes, on_value=on_value,
+                          off_value=off_value)
 
     def _mixup(self, images):
         lam = _sample_beta(self.mixup_alpha, tf.shape(images)[:1])
-        weight = tf.cast(lam[:, None, None, None], images.dtype)
+        weight = tf.cast(tf.reshape(lam, [-1] + [1] * (images.shape.rank - 1)), images.dtype)
         mixed = weight * images + (1.0 - weight) * tf.reverse(images, [0])
         return mixed, lam
 
     def _cutmix(self, images):
         batch = tf.shape(images)[0]
-        height, width = tf.shape(images)[1], tf.shape(images)[2]
+        height, width = tf.shape(images)[-3], tf.shape(images)[-2]
         lam = _sample_beta(self.cutmix_alpha, [batch])
         ratio = tf.sqrt(1.0 - lam)
         half_h = tf.cast(ratio * tf.cast(height, tf.float32), tf.int32) // 2
@@ -867,6 +876,8 @@ class MixupAndCutmix:
         top, bottom = tf.maximum(center_y - half_h, 0), tf.minimum(center_y + half_h, height)
         left, right = tf.maximum(center_x - half_w, 0), tf.minimum(center_x + half_w, width)
         mask = _box_mask(height, width, top, bottom, left, right)
+        if images.shape.rank == 5:
+            mask = mask[:, None]  # the same box on every frame of a clip
         mixed = tf.where(mask, tf.reverse(images, [0]), images)
         # The label weight is the share of pixels that stay the image's own (box clipped).
         pasted = tf.cast((bottom - top) * (right - left), tf.float32)
