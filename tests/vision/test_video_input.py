@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from lite_launcher.errors import input_record_error
 from lite_launcher.vision.dataloaders import video_input
+from lite_launcher.vision.ops import preprocess_ops_3d
 from video_clips import CONFIGS, RECORDS, REFERENCE, config, records
 
 def tfm_frames(key, cfg):
@@ -221,3 +222,63 @@ def test_bad_parameters_are_refused_before_tensorflow_runs():
         video_input.Parser(config({}))
     with pytest.raises(ValueError, match="random_stride_range"):
         video_input.Parser(config({}, random_stride_range=-1, num_classes=3))
+
+
+# ------------------------------------------------------------------------------------------
+# The clip ops on frame indices, and the TFDS path.
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", CONFIGS["linspace"], ids=str)
+def test_sample_linspace_sequence_equals_tfm(case):
+    length, windows, steps, stride = case
+    out = preprocess_ops_3d.sample_linspace_sequence(tf.range(length), windows, steps, stride)
+    np.testing.assert_array_equal(
+        out.numpy(), REFERENCE[f"ops/linspace/{length}_{windows}_{steps}_{stride}"])
+
+
+@pytest.mark.parametrize("case", CONFIGS["centre"], ids=str)
+def test_centred_sample_sequence_equals_tfm(case):
+    length, steps, stride = case
+    out = preprocess_ops_3d.sample_sequence(tf.range(length), steps, False, stride)
+    np.testing.assert_array_equal(out.numpy(), REFERENCE[f"ops/centre/{length}_{steps}_{stride}"])
+
+
+@pytest.mark.parametrize("case", CONFIGS["segment"], ids=str)
+def test_sample_segment_sequence_equals_tfm(case):
+    """Evaluation: the middle of each segment; training: each position takes the values TFM's
+    draws took (one frame uniform in its segment)."""
+    length, frames = case
+    out = preprocess_ops_3d.sample_segment_sequence(tf.range(length), frames, False)
+    np.testing.assert_array_equal(out.numpy(), REFERENCE[f"ops/segment_eval/{length}_{frames}"])
+    sample = tf.function(lambda: preprocess_ops_3d.sample_segment_sequence(
+        tf.range(length), frames, True))
+    draws = np.stack([sample().numpy() for _ in range(60)])
+    expected = REFERENCE[f"ops/segment_train/{length}_{frames}"]
+    for position in range(frames):
+        tfm_values = set(expected[position].tolist()) - {-1}
+        assert set(draws[:, position].tolist()) == tfm_values
+
+
+def test_decode_jpeg_equals_tfm():
+    encoded = video_input.Decoder().decode(tf.constant(records()[0]))["image/encoded"]
+    np.testing.assert_array_equal(preprocess_ops_3d.decode_jpeg(encoded[:2], 3).numpy(),
+                                  REFERENCE["ops/decode_jpeg"])
+
+
+def test_tfds_videos_equal_tfm():
+    """VideoTfdsDecoder: decoded uint8 frames and a scalar label, parsed as TFM's."""
+    fields = {k: v for k, v in CONFIGS["eval"]["centre_audio"].items() if "audio" not in k}
+    cfg = config(fields, is_training=False, tfds_name="ucf101")
+    decode = video_input.make_decoder(cfg)
+    parse = video_input.Parser(cfg).parse_fn(False)
+    labels = [2, 0, 1]  # each clip's first label
+    for index, record in enumerate(records()):
+        encoded = video_input.Decoder().decode(tf.constant(record))["image/encoded"]
+        video = preprocess_ops_3d.decode_image(encoded, 3)
+        features, label = parse(decode({"video": video, "label": tf.constant(labels[index],
+                                                                             tf.int64)}))
+        np.testing.assert_allclose(features["image"].numpy(),
+                                   tfm_frames(f"tfds/{index}/pixels", cfg), rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(label.numpy(), REFERENCE[f"tfds/{index}/label"])
+    with pytest.raises(ValueError, match="no label feature"):
+        decode({"video": video})

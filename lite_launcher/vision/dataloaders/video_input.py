@@ -162,10 +162,11 @@ def _checked_label(label, num_classes: Optional[int], clip_name, label_key):
     if not num_classes or num_classes < 1:
         return label
     label = tf.convert_to_tensor(label)
-    bad = (label < 0) | (label >= num_classes)
+    ids = tf.reshape(label, [-1])  # a TFDS label is a scalar
+    bad = (ids < 0) | (ids >= num_classes)
     check = utils.record_assert(
         tf.logical_not(tf.reduce_any(bad)),
-        [BAD_RECORD_MARKER, "clip", clip_name, "has label ids", tf.boolean_mask(label, bad),
+        [BAD_RECORD_MARKER, "clip", clip_name, "has label ids", tf.boolean_mask(ids, bad),
          "in", label_key, "outside 0 ..", num_classes - 1, "(num_classes", num_classes,
          "): raise num_classes or fix the labels."], summarize=8)
     with tf.control_dependencies([check]):
