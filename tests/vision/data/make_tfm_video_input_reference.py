@@ -46,6 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDS = os.path.join(HERE, "tfm_video_input_reference.tfrecord")
 OUTPUT = os.path.join(HERE, "tfm_video_input_reference.npz")
 AUDIO_KEY = "audio/features"
+# TFM's own index rule for a window at a given start (the training parser draws the start).
+window_indices = preprocess_ops_3d._sample_or_pad_sequence_indices  # pylint: disable=protected-access
 
 CLIPS = [
     dict(frames=12, height=40, width=48, format="jpeg", labels=[2], audio_steps=10),
@@ -172,8 +174,7 @@ def train_candidates(records, out):
         max_offset = length - span if length > span else length
         candidates = []
         for offset in range(max_offset):
-            indices = preprocess_ops_3d._sample_or_pad_sequence_indices(  # pylint: disable=protected-access
-                encoded, num_frames, stride, tf.constant(offset))
+            indices = window_indices(encoded, num_frames, stride, tf.constant(offset))
             frames = preprocess_ops_3d.decode_image(tf.gather(encoded, indices), channels)
             frames = preprocess_ops_3d.random_crop_resize(
                 frames, height, width, num_frames, channels,
