@@ -115,15 +115,13 @@ def brightness(image, factor):
 
 
 def _per_frame_conv(pixels, kernel, padding):
-    """Depthwise 3x3 `kernel` over every frame of a float `[..., H, W, C]` (one image or a
-    clip: TFM runs the same kernel on each frame of a clip)."""
+    """Depthwise 3x3 `kernel` on each frame of a float `[..., H, W, C]` image or clip."""
     shape = tf.shape(pixels)
     frames = tf.reshape(pixels, tf.concat([[-1], shape[-3:]], axis=0))
     if padding != "VALID":
         frames = tf.pad(frames, [[0, 0], [1, 1], [1, 1], [0, 0]], mode=padding)
     out = tf.nn.depthwise_conv2d(frames, kernel, strides=[1, 1, 1, 1], padding="VALID")
-    out_shape = tf.concat([shape[:-3], tf.shape(out)[1:]], axis=0)
-    return tf.reshape(out, out_shape)
+    return tf.reshape(out, tf.concat([shape[:-3], tf.shape(out)[1:]], axis=0))
 
 
 def sharpness(image, factor):
@@ -244,32 +242,25 @@ def cutout(image, pad_size, replace=0):
 
 
 def cutout_video(video, mask_shape=None, replace=0):
-    """Paints a random box of a `[T, H, W, C]` clip with `replace` (TFM's cutout of a clip).
-
-    The box is centred on a uniformly random (frame, row, column); its half-sizes are
-    `mask_shape // 2` (at least 1) when given as (frames, height, width), else drawn uniformly
-    from [max(1, H // 4), max(2, H // 2)) rows, the same of W for columns and
-    [1, max(2, T // 4)) frames. It is clipped at the clip's borders.
-    """
+    """Paints a random box of a `[T, H, W, C]` clip with `replace` (TFM's cutout of a clip):
+    centred on a uniform (frame, row, column), clipped at the borders, of half-sizes
+    `mask_shape // 2` (at least 1) for (frames, rows, columns), or drawn uniformly from
+    [1, max(2, T // 4)), [max(1, H // 4), max(2, H // 2)) and likewise for W."""
     video = tf.convert_to_tensor(video)
-    shape = tf.shape(video)
-    depth, height, width = shape[0], shape[1], shape[2]
-    center_y = tf.random.uniform([], 0, height, dtype=tf.int32)
-    center_x = tf.random.uniform([], 0, width, dtype=tf.int32)
-    center_t = tf.random.uniform([], 0, depth, dtype=tf.int32)
+    size = tf.shape(video)[:3]
+
+    def uniform(low, high):  # integers in [low, high), one per dimension
+        return low + tf.cast(tf.random.uniform([3]) * tf.cast(high - low, tf.float32), tf.int32)
+
+    center = uniform(tf.zeros([3], tf.int32), size)
     if mask_shape is not None:
         half = tf.maximum(1, tf.cast(mask_shape, tf.int32) // 2)
-        half_t, half_y, half_x = half[0], half[1], half[2]
     else:
-        def half_of(size):
-            return tf.random.uniform([], tf.maximum(1, size // 4), tf.maximum(2, size // 2),
-                                     dtype=tf.int32)
-        half_y, half_x = half_of(height), half_of(width)
-        half_t = tf.random.uniform([], 1, tf.maximum(2, depth // 4), dtype=tf.int32)
-    mask = _box_mask(height, width, center_y - half_y, center_y + half_y,
-                     center_x - half_x, center_x + half_x)
-    in_time = _in_range(depth, center_t - half_t, center_t + half_t)
-    mask = mask[None] & in_time[:, None, None, None]
+        half = uniform(tf.concat([[1], tf.maximum(1, size[1:] // 4)], 0),
+                       tf.maximum(2, tf.concat([size[:1] // 4, size[1:] // 2], 0)))
+    start, stop = center - half, center + half
+    mask = _box_mask(size[1], size[2], start[1], stop[1], start[2], stop[2])
+    mask = mask[None] & _in_range(size[0], start[0], stop[0])[:, None, None, None]
     fill = tf.cast(tf.broadcast_to(replace, tf.shape(video)), video.dtype)
     return tf.where(mask, fill, video)
 
