@@ -282,3 +282,20 @@ def test_tfds_videos_equal_tfm():
         np.testing.assert_array_equal(label.numpy(), REFERENCE[f"tfds/{index}/label"])
     with pytest.raises(ValueError, match="no label feature"):
         decode({"video": video})
+
+
+def test_training_clips_build_under_deterministic_ops():
+    """runtime.deterministic_ops turns op determinism on: the crop-box op then needs a seed
+    (TFM's has none and stops there); every training augmentation still runs."""
+    from tensorflow.python.framework import config as tf_config  # pylint: disable=import-outside-toplevel
+
+    cfg = config(CONFIGS["train"], is_training=True, input_path=RECORDS,
+                 aug_min_area_ratio=0.3, aug_random_rotation=True, random_stride_range=1)
+    tf.random.set_seed(1)  # the driver seeds TensorFlow with deterministic_ops
+    tf.config.experimental.enable_op_determinism()
+    try:
+        features, labels = next(iter(video_input.build_dataset(cfg)))
+    finally:
+        # Process-wide: the tests after this one run as before (TensorFlow has no public off).
+        tf_config.disable_op_determinism()
+    assert features["image"].shape == (2, 4, 16, 16, 3) and labels.shape == (2, 5)
