@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.errors import input_record_error
+from lite_launcher.common.errors import input_record_error
 from lite_launcher.vision.dataloaders import video_input
 from lite_launcher.vision.ops import preprocess_ops_3d
 from video_clips import CONFIGS, RECORDS, REFERENCE, config, records
