@@ -66,6 +66,7 @@ def _match(pixels, candidates):
 def test_train_clips_are_tfm_outputs():
     """With the crop pinned to the whole frame, every training clip is one of TFM's outputs
     for some start frame and flip, and the draws reach many of them (both flips)."""
+    tf.random.set_seed(11)  # draws independent of the tests run before
     cfg = config(CONFIGS["train"], is_training=True)
     for index, record in enumerate(records()):
         candidates = REFERENCE[f"train/{index}/candidates"]
@@ -83,6 +84,7 @@ def test_train_clips_are_tfm_outputs():
 def test_train_rotation_turns_tfm_outputs():
     """aug_random_rotation: each clip is a quarter-turn of one of TFM's clips, all four turns
     drawn (square frames keep their shape)."""
+    tf.random.set_seed(12)  # draws independent of the tests run before
     cfg = config(CONFIGS["train"], is_training=True, aug_random_rotation=True)
     candidates = REFERENCE["train/0/candidates"]
     turns = set()
@@ -100,6 +102,7 @@ def test_train_rotation_turns_tfm_outputs():
 
 def test_random_strides_are_tfm_strides():
     """stride 2, random_stride_range 1: TFM draws from {1, 2} (its upper bound is excluded)."""
+    tf.random.set_seed(13)  # draws independent of the tests run before
     cfg = config(CONFIGS["stride_train"], is_training=True)
     frames = [tf.io.encode_png(tf.fill((8, 8, 3), tf.constant(10 * i, tf.uint8)))
               for i in range(24)]
@@ -198,6 +201,7 @@ def test_short_clip_wraps_around_as_tfm():
     """3 frames, a window of 4 every 2 frames: TFM repeats the clip, frames 0, 2, 1, 0 (the
     centred window starts at max(0, (3 - 8) // 2) = 0); in training the start is uniform in
     [0, 3) and the window wraps the same way."""
+    tf.random.set_seed(14)  # draws independent of the tests run before
     frames = [_png(40 * i) for i in range(3)]
     cfg = config(dict(feature_shape=(4, 8, 8, 3), temporal_stride=2, min_image_size=8,
                       num_classes=3, aug_min_area_ratio=1.0), is_training=False)
@@ -247,6 +251,7 @@ def test_centred_sample_sequence_equals_tfm(case):
 def test_sample_segment_sequence_equals_tfm(case):
     """Evaluation: the middle of each segment; training: each position takes the values TFM's
     draws took (one frame uniform in its segment)."""
+    tf.random.set_seed(15)  # draws independent of the tests run before
     length, frames = case
     out = preprocess_ops_3d.sample_segment_sequence(tf.range(length), frames, False)
     np.testing.assert_array_equal(out.numpy(), REFERENCE[f"ops/segment_eval/{length}_{frames}"])
