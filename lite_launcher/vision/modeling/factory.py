@@ -29,6 +29,8 @@ BUILDERS = {
     "build_segmentation_model": "lite_launcher.vision.modeling.segmentation_model",
     "build_retinanet": "lite_launcher.vision.modeling.retinanet_model",
     "build_maskrcnn": "lite_launcher.vision.modeling.maskrcnn_model",
+    "build_video_classification_model":
+        "lite_launcher.vision.modeling.video_classification_model",
 }
 
 

@@ -1,0 +1,211 @@
+"""Video classification configs and models against TFM 2.20: the six experiments' values, every
+config class's defaults, parameter counts of every experiment and every 3D ResNet model id,
+and TFM-written checkpoints restored to TFM's logits (tests/vision/data/
+make_tfm_video_reference.py wrote the numbers in TFM's venv)."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import lite_launcher as ll
+from lite_launcher.base_config import ConfigError
+from lite_launcher.vision.configs import backbones_3d
+from lite_launcher.vision.configs import video_classification as configs
+from tfm_compare import as_plain_dict, differences
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data")
+with open(os.path.join(DATA, "tfm_video_reference.json")) as _f:
+    TFM = json.load(_f)
+VIDEO = os.path.join(DATA, "tfm_video")
+with open(os.path.join(VIDEO, "index.json")) as _f:
+    SMALL = json.load(_f)
+EXPERIMENTS = sorted(TFM["experiments"])
+
+
+def test_the_six_experiments_are_registered_and_listed():
+    assert len(EXPERIMENTS) == 6
+    assert set(EXPERIMENTS) <= set(ll.registered_experiments())
+    from lite_launcher import builtin_experiments
+    assert all(builtin_experiments.BUILTIN_EXPERIMENTS[name] ==
+               "lite_launcher.vision.configs.video_classification" for name in EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_values_are_tfm_s(name):
+    config = ll.get_exp_config(name)
+    config.validate() if config.task.train_data.num_classes > 0 else None
+    missing, different = differences(TFM["experiments"][name],
+                                     as_plain_dict(config, "task", "trainer", "runtime"))
+    assert not missing, missing
+    assert not different, different
+
+
+DEFAULTS = {
+    "DataConfig": configs.DataConfig, "VideoClassificationModel":
+    configs.VideoClassificationModel, "Losses": configs.Losses, "Metrics": configs.Metrics,
+    "VideoClassificationTask": configs.VideoClassificationTask,
+    "ResNet3DBlock": backbones_3d.ResNet3DBlock, "ResNet3D": backbones_3d.ResNet3D,
+    "ResNet3D50": backbones_3d.ResNet3D50, "ResNet3DRS": backbones_3d.ResNet3DRS,
+    "Backbone3D/resnet_3d": lambda: backbones_3d.Backbone3D(type="resnet_3d"),
+    "Backbone3D/resnet_3d_rs": lambda: backbones_3d.Backbone3D(type="resnet_3d_rs"),
+}
+
+
+def test_every_config_class_has_tfm_s_fields_and_defaults():
+    assert sorted(DEFAULTS) == sorted(TFM["defaults"])
+    for name, make in DEFAULTS.items():
+        tfm = TFM["defaults"][name]
+        lite = json.loads(json.dumps(make().as_dict(), default=list))
+        missing, different = differences(tfm, lite, name)
+        assert not missing and not different, (missing, different)
+        # No field TFM lacks (the task's base fields are TFM's TaskConfig's too).
+        assert set(lite) <= set(tfm), sorted(set(lite) - set(tfm))
+
+
+def test_a_general_experiment_without_num_classes_is_refused_in_one_line():
+    from lite_launcher.vision.configs.video_classification import check_buildable
+    config = ll.get_exp_config("video_classification")
+    config.validate()
+    with pytest.raises(ConfigError, match=r"task.train_data.num_classes \(-1\)"):
+        check_buildable(config.task)
+
+
+@pytest.mark.parametrize("override, match", [
+    ({"train_data": {"num_classes": 3}}, "must be equal"),
+    ({"model": {"backbone": {"resnet_3d": {"block_specs": [
+        {"temporal_kernel_sizes": [3]}] * 4}}}}, r"block_specs\[0\].temporal_kernel_sizes has 1"),
+    ({"model": {"backbone": {"resnet_3d": {"model_id": 34}}}}, "model_id 34 is not one of"),
+    ({"model": {"require_endpoints": ["6"]}}, "endpoints are '2', '3', '4', '5'"),
+    ({"validation_data": {"num_test_crops": 2}}, "num_test_crops"),
+    ({"train_data": {"compressed_input": True}}, "compressed_input = True is not implemented"),
+    ({"train_data": {"file_type": "tfrecord_compressed"}}, "file_type"),
+])
+def test_bad_values_are_refused_naming_the_field(override, match):
+    config = ll.get_exp_config("video_classification_kinetics400")
+    config.task.override(override)
+    with pytest.raises(ConfigError, match=match):
+        config.validate()
+
+
+# ----- parameter counts ---------------------------------------------------------------------
+
+
+def _counts(model):
+    return {"params": model.count_params(),
+            "trainable_params": sum(int(np.prod(w.shape)) for w in model.trainable_weights),
+            "backbone_params": model.backbone.count_params(), "l2_terms": len(model.losses)}
+
+
+@pytest.fixture(scope="module")
+def kinetics_backbone():
+    """ResNet3D-50 with the Kinetics experiments' norm and L2 (all five ResNet3D-50
+    experiments share it: they differ in the number of classes only)."""
+    from lite_launcher.vision.modeling import video_classification_model as vcm
+    config = ll.get_exp_config("video_classification_kinetics400")
+    model = vcm.build_video_classification_model(
+        vcm.feature_shape(config.task), config.task.model, 400,
+        config.task.losses.l2_weight_decay)
+    return model
+
+
+def test_kinetics400_model_has_tfm_s_counts(kinetics_backbone):
+    assert _counts(kinetics_backbone) == TFM["counts"]["video_classification_kinetics400"]
+
+
+@pytest.mark.parametrize("name", [n for n in EXPERIMENTS if n != "video_classification"])
+def test_every_resnet3d50_experiment_has_tfm_s_counts(name, kinetics_backbone):
+    """The head on the shared backbone for each experiment's classes and input."""
+    from lite_launcher.vision.modeling import video_classification_model as vcm
+    config = ll.get_exp_config(name)
+    task = config.task
+    model = vcm.VideoClassificationModel(
+        kinetics_backbone.backbone, task.train_data.num_classes, vcm.feature_shape(task),
+        dropout_rate=task.model.dropout_rate,
+        kernel_regularizer=keras.regularizers.L2(task.losses.l2_weight_decay / 2))
+    assert _counts(model) == TFM["counts"][name]
+
+
+def _block_sum(config, repeat_kernel_sizes, input_channels=3):
+    """The parameters of a 3D ResNet from its stem and block plan: each distinct block built
+    once (on its input width, never called) and counted per use."""
+    from lite_launcher.vision.modeling.backbones import resnet_3d
+    from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
+    settings = NormSettings(momentum=0.99, epsilon=1e-3)
+    inputs = keras.Input((None, None, None, input_channels))
+    total = keras.Model(inputs, resnet_3d.stem(inputs, config, settings)).count_params()
+    channels, built = 64, _block_sum.cache
+    for _, _, block_cls, kwargs in resnet_3d.block_plan(config, repeat_kernel_sizes):
+        key = (channels, tuple(sorted(kwargs.items())))
+        if key not in built:
+            block = block_cls(settings=settings, **kwargs)
+            block.build((None, None, None, None, channels))
+            built[key] = block.count_params()
+        total += built[key]
+        channels = 4 * kwargs["filters"]
+    return total
+
+
+_block_sum.cache = {}
+
+
+def test_every_model_id_of_both_backbones_has_tfm_s_count():
+    ids = sorted(configs.RESNET_3D_MODEL_IDS)
+    assert [f"resnet_3d/{i}" for i in ids] == sorted(
+        k for k in TFM["backbones"] if k.startswith("resnet_3d/"))
+    for model_id in ids:
+        plan = [configs.ResNet3DBlock(**spec) for spec in TFM["backbone_overrides"][
+            str(model_id)]]
+        plain = configs.ResNet3D50(model_id=model_id, block_specs=tuple(plan))
+        plain.check("resnet_3d")
+        assert _block_sum(plain, False) == TFM["backbones"][f"resnet_3d/{model_id}"], model_id
+        rs = configs.ResNet3DRS(model_id=model_id)
+        rs.check("resnet_3d_rs", True)
+        assert _block_sum(rs, True) == TFM["backbones"][f"resnet_3d_rs/{model_id}"], model_id
+
+
+def test_the_block_sum_counts_a_built_backbone(kinetics_backbone):
+    """The per-block count above adds up to the whole built ResNet3D-50 (so it counts what a
+    build makes)."""
+    config = ll.get_exp_config("video_classification_kinetics400").task.model.backbone
+    assert _block_sum(config.resnet_3d, False) == kinetics_backbone.backbone.count_params()
+
+
+# ----- TFM checkpoints ----------------------------------------------------------------------
+
+
+def small_config(name, monkeypatch):
+    """The experiment of SMALL[name] with its overrides, TFM's tiny model id registered."""
+    from lite_launcher.vision.modeling.backbones import resnet_3d
+    entry = SMALL[name]
+    for model_id, specs in entry["resnet_3d_specs"].items():
+        monkeypatch.setitem(resnet_3d.RESNET_SPECS, int(model_id), [tuple(s) for s in specs])
+        monkeypatch.setitem(backbones_3d.RESNET_3D_REPEATS, int(model_id),
+                            tuple(s[2] for s in specs))
+    config = ll.get_exp_config(entry["experiment"])
+    config.task.override(entry["task"], is_strict=True)
+    data = {"num_classes": entry["num_classes"], "feature_shape": entry["clip"]}
+    config.task.override({"train_data": data,
+                          "validation_data": dict(data, num_test_clips=2)}, is_strict=True)
+    config.task.init_checkpoint = os.path.join(VIDEO, name)
+    config.validate()
+    return config
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_tfm_checkpoint_restores_to_tfm_s_logits_and_features(name, monkeypatch):
+    from lite_launcher.vision.tasks.video_classification import VideoClassificationTask
+    config = small_config(name, monkeypatch)
+    task = VideoClassificationTask(config.task)
+    model = task.build_model()
+    assert model.count_params() == SMALL[name]["params"]
+    task.initialize(model)
+    ref = np.load(os.path.join(VIDEO, name, "reference.npz"))
+    logits = model({"image": ref["clips"]}, training=False)
+    np.testing.assert_allclose(logits, ref["logits"], atol=1e-5, rtol=1e-5)
+    features = model.backbone(ref["clips"], training=False)
+    for level in "2345":
+        np.testing.assert_allclose(features[level], ref[f"features_{level}"], atol=1e-5)
