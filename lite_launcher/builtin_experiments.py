@@ -56,6 +56,8 @@ TASK_MODULES: Dict[str, str] = {
         "lite_launcher.vision.tasks.semantic_segmentation",
     "lite_launcher.vision.configs.retinanet": "lite_launcher.vision.tasks.retinanet",
     "lite_launcher.vision.configs.maskrcnn": "lite_launcher.vision.tasks.maskrcnn",
+    "lite_launcher.vision.configs.video_classification":
+        "lite_launcher.vision.tasks.video_classification",
 }
 
 

@@ -154,8 +154,8 @@ _block_sum.cache = {}
 
 def test_every_model_id_of_both_backbones_has_tfm_s_count():
     ids = sorted(configs.RESNET_3D_MODEL_IDS)
-    assert [f"resnet_3d/{i}" for i in ids] == sorted(
-        k for k in TFM["backbones"] if k.startswith("resnet_3d/"))
+    assert ids == sorted(int(k.split("/")[1]) for k in TFM["backbones"]
+                         if k.startswith("resnet_3d/"))
     for model_id in ids:
         plan = [configs.ResNet3DBlock(**spec) for spec in TFM["backbone_overrides"][
             str(model_id)]]

@@ -70,8 +70,8 @@ class DataConfig(BaseDataConfig):
     input_image_format: str = "jpeg"
 
     # TFM fields that lite_launcher does not implement (their defaults are accepted):
-    # compressed (GZIP) records and channels-first clips; audio features beside the frames.
-    UNIMPLEMENTED = ("compressed_input", "output_audio", "audio_feature")
+    # compressed (GZIP) records; MixUp / CutMix of clips (lite's is for image batches).
+    UNIMPLEMENTED = ("compressed_input", "mixup_and_cutmix")
 
     def check(self, path: str) -> None:
         """Raises ConfigError naming `path` (task.train_data, ...) for a value TFM's input

@@ -21,7 +21,6 @@ import keras
 import tensorflow as tf
 
 from lite_launcher import checkpoints
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.registry import register_task_cls
 from lite_launcher.task import Task, _split_inputs, is_loss_scale_optimizer
 from lite_launcher.vision.configs import video_classification as configs
@@ -64,25 +63,23 @@ class VideoClassificationTask(Task):
         checkpoints.read_weights(items, path)
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
-        """TFM's video input: the SequenceExample (or TFDS) decoder, the clip parser of
-        `params` and the post-batch reshape of evaluation views."""
+        """TFM's video input (`video_input.build_dataset`): the SequenceExample (or TFDS)
+        decoder, the clip parser of `params` and the post-batch reshape of evaluation views;
+        audio as `train_data` says, as TFM's task reads it."""
         # The input modules load only with a run that reads data (serving needs neither).
-        from lite_launcher.vision.dataloaders import video_input  # noqa: E501  pylint: disable=import-outside-toplevel
+        from lite_launcher.vision.dataloaders import video_input  # pylint: disable=import-outside-toplevel
         configs.check_buildable(self.task_config)
-        keys = params
-        if params.tfds_name:
-            decoder = video_input.VideoTfdsDecoder(image_key=keys.image_field_key,
-                                                   label_key=keys.label_field_key)
-        else:
-            decoder = video_input.Decoder(image_key=keys.image_field_key,
-                                          label_key=keys.label_field_key)
-        parser = video_input.Parser(input_params=params, image_key=keys.image_field_key,
-                                    label_key=keys.label_field_key)
-        reader = InputReader(params, dataset_fn=pick_dataset_fn(params.file_type),
-                             decoder_fn=decoder.decode,
-                             parser_fn=parser.parse_fn(params.is_training),
-                             postprocess_fn=video_input.PostBatchProcessor(params))
-        return reader.read(input_context)
+        return video_input.build_dataset(params, input_context,
+                                         train_data=self.task_config.train_data)
+
+    @staticmethod
+    @tf.autograph.experimental.do_not_convert
+    def _model_inputs(features):
+        """What the model takes of the parsed features: the clips (TFM's model reads
+        `image` only; `audio`, when the data outputs it, is not its input)."""
+        if isinstance(features, dict):
+            return {"image": features["image"]}
+        return {"image": features}
 
     # ----- losses and metrics on probabilities (TFM's) ------------------------------------
 
@@ -144,7 +141,7 @@ class VideoClassificationTask(Task):
         probabilities as the outputs the metrics read."""
         features, labels = _split_inputs(inputs)
         with tf.GradientTape() as tape:
-            probs = self._probabilities(model(features, training=True))
+            probs = self._probabilities(model(self._model_inputs(features), training=True))
             loss = self.build_losses(labels, probs, aux_losses=model.losses)
             num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
             scaled_loss = loss / num_replicas if num_replicas > 1 else loss
@@ -156,7 +153,7 @@ class VideoClassificationTask(Task):
     @tf.autograph.experimental.do_not_convert
     def inference_step(self, inputs, model: keras.Model):
         """The probabilities of each clip, averaged over its evaluation views (TFM's)."""
-        probs = self._probabilities(model(inputs, training=False))
+        probs = self._probabilities(model(self._model_inputs(inputs), training=False))
         views = self._num_test_views()
         if views > 1:
             probs = tf.reduce_mean(tf.reshape(probs, [-1, views, probs.shape[-1]]), axis=1)
