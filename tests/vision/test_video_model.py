@@ -209,3 +209,54 @@ def test_tfm_checkpoint_restores_to_tfm_s_logits_and_features(name, monkeypatch)
     features = model.backbone(ref["clips"], training=False)
     for level in "2345":
         np.testing.assert_allclose(features[level], ref[f"features_{level}"], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_losses_metrics_and_view_averaging_equal_tfm_s(name, monkeypatch):
+    """On the restored model: TFM's task loss (softmax, label smoothing, L2 terms), its sparse
+    loss, its multi-label per-clip losses (summed: what TFM differentiates) and its
+    `inference_step` averaging 2 clips x 1 crop."""
+    import tensorflow as tf
+    from lite_launcher.vision.tasks.video_classification import VideoClassificationTask
+    config = small_config(name, monkeypatch)
+    task = VideoClassificationTask(config.task)
+    model = task.build_model()
+    task.initialize(model)
+    ref = np.load(os.path.join(VIDEO, name, "reference.npz"))
+    probs = tf.nn.softmax(ref["logits"])
+    one_hot = tf.one_hot(ref["labels"], SMALL[name]["num_classes"])
+    loss = task.build_losses(one_hot, probs, aux_losses=model.losses)
+    np.testing.assert_allclose(loss, ref["loss"], rtol=1e-5)
+    assert len(model.losses) > 0  # the L2 terms are in it
+    np.testing.assert_allclose(task.inference_step({"image": ref["clips"]}, model),
+                               ref["views_probs"], atol=1e-6)
+    sparse = VideoClassificationTask(config.task.replace(losses={"one_hot": False}))
+    np.testing.assert_allclose(sparse.build_losses(ref["labels"], probs), ref["sparse_loss"],
+                               rtol=1e-5)
+    multilabel = VideoClassificationTask(config.task.replace(
+        train_data={"is_multilabel": True}))
+    np.testing.assert_allclose(
+        multilabel.build_losses(ref["multi_labels"], tf.sigmoid(ref["logits"])),
+        ref["multilabel_loss"].sum(), rtol=1e-5)
+    names = [m.name for m in multilabel.build_metrics()]
+    assert names == ["accuracy", "top_1_accuracy", "top_5_accuracy", "ROC-AUC",
+                     "RecallAtPrecision95", "PR-AUC"]
+    assert [m.name for m in sparse.build_metrics()] == names[:3]
+
+
+def test_freeze_backbone_and_backbone_only_init(monkeypatch):
+    """`freeze_backbone` leaves the dense layer trainable alone; `init_checkpoint_modules:
+    backbone` restores the backbone's TFM weights and leaves the head's initial ones."""
+    from lite_launcher.vision.tasks.video_classification import VideoClassificationTask
+    config = small_config("resnet3d_tiny", monkeypatch)
+    frozen = VideoClassificationTask(config.task.replace(freeze_backbone=True)).build_model()
+    assert [w.path for w in frozen.trainable_weights] == ["logits/kernel", "logits/bias"]
+    task = VideoClassificationTask(config.task.replace(init_checkpoint_modules="backbone"))
+    model = task.build_model()
+    head = [w.numpy() for w in model.get_layer("logits").weights]
+    task.initialize(model)
+    ref = np.load(os.path.join(VIDEO, "resnet3d_tiny", "reference.npz"))
+    features = model.backbone(ref["clips"], training=False)
+    np.testing.assert_allclose(features["5"], ref["features_5"], atol=1e-5)
+    for before, after in zip(head, model.get_layer("logits").weights):
+        np.testing.assert_array_equal(before, after.numpy())

@@ -28,7 +28,12 @@ entropy with label smoothing, plus the L2 terms; `sparse_loss`: the sparse loss)
 `views_probs`: TFM's `inference_step` with 2 test clips x 1 crop (the 4 clips as 2 x 2 views).
 `index.json` lists the models with the overrides both sides build from.
 
-`--defaults_only` rewrites `defaults` alone (no model is built).
+`yaml`: TFM's only video YAML (k400_resnet3drs_50_tpu.yaml, in this folder as shipped)
+applied by TFM's loader to `video_classification_kinetics400`: `shipped_error` (what TFM
+raises on the file as shipped: it sets `num_channels`, no DataConfig field) and, with the
+`num_channels` and `file_type` lines removed (`STRIPPED`), the task, trainer and runtime.
+
+`--defaults_only` / `--yaml_only` rewrite `defaults` / `yaml` alone (no model is built).
 """
 
 import json
@@ -197,17 +202,43 @@ def defaults():
                                  default=list))
 
 
+YAML = os.path.join(HERE, "k400_resnet3drs_50_tpu.yaml")
+STRIPPED = ("num_channels:", "file_type:")
+
+
+def yaml_reference():
+    import tempfile  # pylint: disable=import-outside-toplevel
+    try:
+        config_of("video_classification_kinetics400", [YAML])
+        shipped_error = None
+    except Exception as e:  # pylint: disable=broad-except
+        shipped_error = f"{type(e).__name__}: {e}"
+    lines = [line for line in open(YAML).read().splitlines(keepends=True)
+             if not line.strip().startswith(STRIPPED)]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("".join(lines))
+    config = config_of("video_classification_kinetics400", [f.name])
+    os.unlink(f.name)
+    return {"shipped_error": shipped_error, "stripped": json.loads(json.dumps(
+        {k: getattr(config, k).as_dict() for k in ("task", "trainer", "runtime")},
+        default=list))}
+
+
 def main():
     path = os.path.join(HERE, "tfm_video_reference.json")
-    if "--defaults_only" in sys.argv:
+    if "--defaults_only" in sys.argv or "--yaml_only" in sys.argv:
         with open(path) as f:
             reference = json.load(f)
-        reference["defaults"] = defaults()
+        if "--defaults_only" in sys.argv:
+            reference["defaults"] = defaults()
+        else:
+            reference["yaml"] = yaml_reference()
         with open(path, "w") as f:
             json.dump(reference, f, indent=1, sort_keys=True)
             f.write("\n")
         return
-    reference = {"experiments": {}, "counts": {}, "defaults": defaults()}
+    reference = {"experiments": {}, "counts": {}, "defaults": defaults(),
+                 "yaml": yaml_reference()}
     for name in EXPERIMENTS:
         config = config_of(name)
         reference["experiments"][name] = json.loads(json.dumps(
