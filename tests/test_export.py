@@ -1,4 +1,4 @@
-"""`lite-export` (lite_launcher/export.py): trained checkpoints as SavedModels, served by
+"""`lite-export` (lite_launcher/commands/export.py): trained checkpoints as SavedModels, served by
 TensorFlow alone.
 
 digits_mlp and a ResNet-10 `resnet_imagenet` (32x32, 5 classes) are trained a few steps
@@ -26,9 +26,9 @@ import yaml
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
-import lite_launcher as ll
-from lite_launcher import export as export_lib
 from lite_launcher import optimization
+import lite_launcher as ll
+from lite_launcher.commands import export as export_lib
 
 from test_modes import ROOT, subprocess_env
 
@@ -45,7 +45,7 @@ RESNET_SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_
 
 
 def lite_export(*args, expect_rc=0):
-    result = subprocess.run([sys.executable, "-m", "lite_launcher.export"] + [str(a) for a in args],
+    result = subprocess.run([sys.executable, "-m", "lite_launcher.commands.export"] + [str(a) for a in args],
                             cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                             timeout=TIMEOUT)
     assert result.returncode == expect_rc, result.stderr[-4000:]
@@ -428,7 +428,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     (dict(checkpoint_path="{root}/nothing"), "is neither a checkpoint directory nor"),
     (dict(checkpoint_path="{root}"), "is a directory with no checkpoint"),
     (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE,
-          checkpoint_path="{root}/digits"), "does not fit the experiment's model"),
+          checkpoint_path="{root}/digits"), "does not fit the model's model weights"),
     (dict(export_dir="{root}/digits_export"), "already holds an export (saved_model.pb, "
                                               "variables, assets, fingerprint.pb, "
                                               "checkpoint, params.yaml)"),
@@ -438,7 +438,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     (dict(batch_size=0), "--batch_size (0) must be a positive integer"),
     (dict(params_override="trainer.nope=1"), "nope"),
     (dict(params_override="{trainer: {optimizer_config: {ema: {average_decay: 0.9}}}}"),
-     "does not fit the experiment's optimizer with EMA"),
+     "does not fit the model's optimizer weights"),
     (dict(input_type="image_bytes"), "--input_type 'image_bytes' is not served by "
                                      "DigitsClassificationTask; valid: tensor."),
     (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE, input_type="tensor",

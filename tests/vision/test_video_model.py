@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs import backbones_3d
 from lite_launcher.vision.configs import video_classification as configs
 from tfm_compare import as_plain_dict, differences
@@ -29,7 +29,7 @@ EXPERIMENTS = sorted(TFM["experiments"])
 def test_the_six_experiments_are_registered_and_listed():
     assert len(EXPERIMENTS) == 6
     assert set(EXPERIMENTS) <= set(ll.registered_experiments())
-    from lite_launcher import builtin_experiments
+    from lite_launcher.common import builtin_experiments
     assert all(builtin_experiments.BUILTIN_EXPERIMENTS[name] ==
                "lite_launcher.vision.configs.video_classification" for name in EXPERIMENTS)
 

@@ -114,8 +114,8 @@ def trained(records, tmp_path, tiny_id):
 
 def test_a_tiny_3d_resnet_learns_the_clips_in_bfloat16_and_exports(trained, records, tmp_path):
     import lite_launcher as ll
-    from lite_launcher import export
-    from lite_launcher.base_config import load_config_file
+    from lite_launcher.core import export_lib
+    from lite_launcher.core.base_config import load_config_file
     config_file, model_dir, run = trained
     params = yaml.safe_load(open(os.path.join(model_dir, "params.yaml")))
     assert params["runtime"]["mixed_precision_dtype"] == "bfloat16"
@@ -125,7 +125,7 @@ def test_a_tiny_3d_resnet_learns_the_clips_in_bfloat16_and_exports(trained, reco
     config = ll.get_exp_config("video_classification_kinetics400")
     config.override(load_config_file(config_file))
     config.validate()
-    exported = export.export_saved_model(
+    exported = export_lib.export_saved_model(
         config, model_dir, str(tmp_path / "export"),
         function_keys={"image_tensor": "serving_default", "tf_example": "serve_examples"},
         input_image_size=[FRAMES, SIZE + 8, SIZE + 8])

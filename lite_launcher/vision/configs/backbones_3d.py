@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Tuple
 
-from lite_launcher.base_config import Config, ConfigError, OneOfConfig
+from lite_launcher.core.base_config import Config, ConfigError, OneOfConfig
 
 # The depths of TFM's 3D ResNet (resnet_3d.RESNET_SPECS): block repeats of the four groups.
 RESNET_3D_REPEATS = {

@@ -11,17 +11,18 @@ TensorFlow-free.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
-from lite_launcher.base_config import Config, ConfigError
-from lite_launcher.config import DataConfig as BaseDataConfig
-from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
-from lite_launcher.registry import register_config_factory
+from lite_launcher.core.base_config import Config, ConfigError
+from lite_launcher.core.config_definitions import DataConfig as BaseDataConfig
+from lite_launcher.core.config_definitions import (
+    ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig)
+from lite_launcher.core.registry import register_config_factory
 from lite_launcher.vision.configs.backbones_3d import (  # noqa: F401  (re-exported)
     RESNET_3D_MODEL_IDS, RESNET_3D_REPEATS, Backbone3D, ResNet3D, ResNet3D50, ResNet3DBlock,
     ResNet3DRS)
 from lite_launcher.vision.configs.common import (
-    Augmentation, MixupAndCutmix, NormActivation, check_data_config)
+    Augmentation, MixupAndCutmix, NormActivation, check_data_config, init_modules)
 
 
 @dataclasses.dataclass
@@ -199,6 +200,12 @@ class VideoClassificationTask(TaskConfig):
     train_input_partition_dims: Optional[Tuple[int, ...]] = None
     eval_input_partition_dims: Optional[Tuple[int, ...]] = None
 
+    INIT_CHECKPOINT_MODULES = ("all", "backbone")
+
+    def init_modules(self) -> List[str]:
+        """`init_checkpoint_modules` as a list (`configs.common.init_modules`)."""
+        return init_modules(self)
+
     def _validate(self):
         super()._validate()
         if self.train_input_partition_dims or self.eval_input_partition_dims:
@@ -207,9 +214,7 @@ class VideoClassificationTask(TaskConfig):
                               "lite_launcher; remove them.")
         self.train_data.check("task.train_data")
         self.validation_data.check("task.validation_data")
-        if self.init_checkpoint_modules not in ("all", "backbone"):
-            raise ConfigError(f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} "
-                              f"must be 'all' or 'backbone'.")
+        init_modules(self)
         model = self.model
         if model.model_type != "video_classification":
             raise ConfigError(f"task.model.model_type {model.model_type!r} must be "

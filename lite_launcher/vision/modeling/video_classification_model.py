@@ -62,6 +62,11 @@ class VideoClassificationModel(keras.Model):
         """Saved in checkpoints besides the model, as TFM's: `backbone`."""
         return {"backbone": self._backbone}
 
+    def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, keras.Model]:
+        """The items `task.init_checkpoint_modules` restores, as TFM's task: 'all' reads the
+        checkpoint's `model`, 'backbone' its `backbone`."""
+        return {"model": self} if "all" in modules else {"backbone": self._backbone}
+
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable,
                 "backbone": keras.saving.serialize_keras_object(self._backbone),

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.serving import export_base
 
 INPUT_TYPES = ("image_tensor", "tf_example", "serve_examples")

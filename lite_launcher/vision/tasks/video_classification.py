@@ -20,12 +20,12 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher import checkpoints
-from lite_launcher.registry import register_task_cls
-from lite_launcher.task import Task, _split_inputs, is_loss_scale_optimizer
+from lite_launcher.core.base_task import Task, _split_inputs, is_loss_scale_optimizer
+from lite_launcher.core.registry import register_task_cls
 from lite_launcher.vision.configs import video_classification as configs
 from lite_launcher.vision.modeling import video_classification_model
 from lite_launcher.vision.serving import video_classification as serving
+from lite_launcher.vision.tasks import common
 
 
 @register_task_cls(configs.VideoClassificationTask)
@@ -55,12 +55,7 @@ class VideoClassificationTask(Task):
     def initialize(self, model: keras.Model) -> None:
         """Restores `init_checkpoint`: the whole model ('all') or its backbone ('backbone');
         a TFM-written checkpoint is mapped onto it by `tfm_checkpoint`."""
-        path = self.task_config.init_checkpoint
-        if not path:
-            return
-        items = ({"model": model} if self.task_config.init_checkpoint_modules == "all"
-                 else {"backbone": model.backbone})
-        checkpoints.read_weights(items, path)
+        common.restore_init_checkpoint(model, self.task_config)
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's video input (`video_input.build_dataset`): the SequenceExample (or TFDS)
