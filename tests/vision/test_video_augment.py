@@ -106,3 +106,60 @@ def test_video_parser_augments_training_clips():
     for image in outputs[1]:
         assert image.shape == (4, 16, 16, 3) and 0.0 <= image.min() and image.max() <= 1.0
     assert any(not np.array_equal(a, b) for a, b in zip(*outputs))
+
+
+def _constant_clips(values, frames=3, size=12):
+    return np.stack([np.full((frames, size, size, 3), v, np.float32) for v in values])
+
+
+def test_mixup_of_clips_mixes_whole_clips_with_hot_labels():
+    """Clips [B, T, H, W, C] with the parser's one-hot labels: one weight per clip, the label
+    weights those of the pixels."""
+    values = [1.0, 2.0, 4.0, 8.0]
+    mixer = augment.MixupAndCutmix(cutmix_alpha=0.0, label_smoothing=0.0, num_classes=4)
+    images, labels = mixer(_constant_clips(values), tf.one_hot([0, 1, 2, 3], 4))
+    images, labels = images.numpy(), labels.numpy()
+    for i, value in enumerate(values):
+        partner = values[3 - i]
+        lam = (images[i, 0, 0, 0, 0] - partner) / (value - partner)
+        np.testing.assert_allclose(images[i], images[i, 0, 0, 0, 0])  # all frames alike
+        np.testing.assert_allclose(labels[i, [i, 3 - i]], [lam, 1.0 - lam], atol=1e-5)
+    assert (labels.max(axis=1) < 1.0).any()
+
+
+def test_cutmix_of_clips_pastes_one_box_through_time():
+    values = [1.0, 2.0, 4.0, 8.0]
+    mixer = augment.MixupAndCutmix(mixup_alpha=0.0, label_smoothing=0.2, num_classes=5)
+    tf.random.set_seed(2)
+    saw_a_box = False
+    for _ in range(4):
+        images, labels = mixer(_constant_clips(values), tf.one_hot([0, 1, 2, 3], 5))
+        images, labels = images.numpy(), labels.numpy()
+        for i in range(4):
+            pasted = images[i, ..., 0] == values[3 - i]
+            for t in range(1, 3):
+                np.testing.assert_array_equal(pasted[t], pasted[0])
+            saw_a_box |= bool(pasted.any())
+            share = pasted[0].mean()
+            # Smoothing 0.2 over 5 classes: a one-hot 1 becomes 0.84, a 0 becomes 0.04.
+            np.testing.assert_allclose(labels[i, i], (1 - share) * 0.8 + 0.04, atol=1e-5)
+            np.testing.assert_allclose(labels[i, 3 - i], share * 0.8 + 0.04, atol=1e-5)
+        np.testing.assert_allclose(labels.sum(axis=1), 1.0, rtol=1e-6)
+    assert saw_a_box
+
+
+def test_video_dataset_mixes_batches_of_clips():
+    """mixup_and_cutmix in the DataConfig: batches of training clips come out mixed, their
+    labels smoothed (TFM's task applies it after batching)."""
+    from video_clips import RECORDS  # pylint: disable=import-outside-toplevel
+
+    cfg = config(CONFIGS["train"], is_training=True, input_path=RECORDS, global_batch_size=3,
+                 mixup_and_cutmix=common.MixupAndCutmix(label_smoothing=0.1))
+    features, labels = next(iter(video_input.build_dataset(cfg)))
+    assert features["image"].shape == (3, 4, 16, 16, 3)
+    labels = labels.numpy()
+    assert labels.shape == (3, 5) and labels.min() >= 0.1 / 5 - 1e-6
+    # A smoothed one-hot row sums to 1, clip 1's two-hot row to 2 * 0.9 + 0.1; a mixed row
+    # lies in between.
+    sums = labels.sum(axis=1)
+    assert (sums > 1.0 - 1e-5).all() and (sums < 1.9 + 1e-5).all()

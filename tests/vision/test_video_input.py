@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.errors import input_record_error
+from lite_launcher.common.errors import input_record_error
 from lite_launcher.vision.dataloaders import video_input
+from lite_launcher.vision.ops import preprocess_ops_3d
 from video_clips import CONFIGS, RECORDS, REFERENCE, config, records
 
 def tfm_frames(key, cfg):
@@ -65,6 +66,7 @@ def _match(pixels, candidates):
 def test_train_clips_are_tfm_outputs():
     """With the crop pinned to the whole frame, every training clip is one of TFM's outputs
     for some start frame and flip, and the draws reach many of them (both flips)."""
+    tf.random.set_seed(11)  # draws independent of the tests run before
     cfg = config(CONFIGS["train"], is_training=True)
     for index, record in enumerate(records()):
         candidates = REFERENCE[f"train/{index}/candidates"]
@@ -82,6 +84,7 @@ def test_train_clips_are_tfm_outputs():
 def test_train_rotation_turns_tfm_outputs():
     """aug_random_rotation: each clip is a quarter-turn of one of TFM's clips, all four turns
     drawn (square frames keep their shape)."""
+    tf.random.set_seed(12)  # draws independent of the tests run before
     cfg = config(CONFIGS["train"], is_training=True, aug_random_rotation=True)
     candidates = REFERENCE["train/0/candidates"]
     turns = set()
@@ -99,6 +102,7 @@ def test_train_rotation_turns_tfm_outputs():
 
 def test_random_strides_are_tfm_strides():
     """stride 2, random_stride_range 1: TFM draws from {1, 2} (its upper bound is excluded)."""
+    tf.random.set_seed(13)  # draws independent of the tests run before
     cfg = config(CONFIGS["stride_train"], is_training=True)
     frames = [tf.io.encode_png(tf.fill((8, 8, 3), tf.constant(10 * i, tf.uint8)))
               for i in range(24)]
@@ -197,6 +201,7 @@ def test_short_clip_wraps_around_as_tfm():
     """3 frames, a window of 4 every 2 frames: TFM repeats the clip, frames 0, 2, 1, 0 (the
     centred window starts at max(0, (3 - 8) // 2) = 0); in training the start is uniform in
     [0, 3) and the window wraps the same way."""
+    tf.random.set_seed(14)  # draws independent of the tests run before
     frames = [_png(40 * i) for i in range(3)]
     cfg = config(dict(feature_shape=(4, 8, 8, 3), temporal_stride=2, min_image_size=8,
                       num_classes=3, aug_min_area_ratio=1.0), is_training=False)
@@ -221,3 +226,81 @@ def test_bad_parameters_are_refused_before_tensorflow_runs():
         video_input.Parser(config({}))
     with pytest.raises(ValueError, match="random_stride_range"):
         video_input.Parser(config({}, random_stride_range=-1, num_classes=3))
+
+
+# ------------------------------------------------------------------------------------------
+# The clip ops on frame indices, and the TFDS path.
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", CONFIGS["linspace"], ids=str)
+def test_sample_linspace_sequence_equals_tfm(case):
+    length, windows, steps, stride = case
+    out = preprocess_ops_3d.sample_linspace_sequence(tf.range(length), windows, steps, stride)
+    np.testing.assert_array_equal(
+        out.numpy(), REFERENCE[f"ops/linspace/{length}_{windows}_{steps}_{stride}"])
+
+
+@pytest.mark.parametrize("case", CONFIGS["centre"], ids=str)
+def test_centred_sample_sequence_equals_tfm(case):
+    length, steps, stride = case
+    out = preprocess_ops_3d.sample_sequence(tf.range(length), steps, False, stride)
+    np.testing.assert_array_equal(out.numpy(), REFERENCE[f"ops/centre/{length}_{steps}_{stride}"])
+
+
+@pytest.mark.parametrize("case", CONFIGS["segment"], ids=str)
+def test_sample_segment_sequence_equals_tfm(case):
+    """Evaluation: the middle of each segment; training: each position takes the values TFM's
+    draws took (one frame uniform in its segment)."""
+    tf.random.set_seed(15)  # draws independent of the tests run before
+    length, frames = case
+    out = preprocess_ops_3d.sample_segment_sequence(tf.range(length), frames, False)
+    np.testing.assert_array_equal(out.numpy(), REFERENCE[f"ops/segment_eval/{length}_{frames}"])
+    sample = tf.function(lambda: preprocess_ops_3d.sample_segment_sequence(
+        tf.range(length), frames, True))
+    draws = np.stack([sample().numpy() for _ in range(60)])
+    expected = REFERENCE[f"ops/segment_train/{length}_{frames}"]
+    for position in range(frames):
+        tfm_values = set(expected[position].tolist()) - {-1}
+        assert set(draws[:, position].tolist()) == tfm_values
+
+
+def test_decode_jpeg_equals_tfm():
+    encoded = video_input.Decoder().decode(tf.constant(records()[0]))["image/encoded"]
+    np.testing.assert_array_equal(preprocess_ops_3d.decode_jpeg(encoded[:2], 3).numpy(),
+                                  REFERENCE["ops/decode_jpeg"])
+
+
+def test_tfds_videos_equal_tfm():
+    """VideoTfdsDecoder: decoded uint8 frames and a scalar label, parsed as TFM's."""
+    fields = {k: v for k, v in CONFIGS["eval"]["centre_audio"].items() if "audio" not in k}
+    cfg = config(fields, is_training=False, tfds_name="ucf101")
+    decode = video_input.make_decoder(cfg)
+    parse = video_input.Parser(cfg).parse_fn(False)
+    labels = [2, 0, 1]  # each clip's first label
+    for index, record in enumerate(records()):
+        encoded = video_input.Decoder().decode(tf.constant(record))["image/encoded"]
+        video = preprocess_ops_3d.decode_image(encoded, 3)
+        features, label = parse(decode({"video": video, "label": tf.constant(labels[index],
+                                                                             tf.int64)}))
+        np.testing.assert_allclose(features["image"].numpy(),
+                                   tfm_frames(f"tfds/{index}/pixels", cfg), rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(label.numpy(), REFERENCE[f"tfds/{index}/label"])
+    with pytest.raises(ValueError, match="no label feature"):
+        decode({"video": video})
+
+
+def test_training_clips_build_under_deterministic_ops():
+    """runtime.deterministic_ops turns op determinism on: the crop-box op then needs a seed
+    (TFM's has none and stops there); every training augmentation still runs."""
+    from tensorflow.python.framework import config as tf_config  # pylint: disable=import-outside-toplevel
+
+    cfg = config(CONFIGS["train"], is_training=True, input_path=RECORDS,
+                 aug_min_area_ratio=0.3, aug_random_rotation=True, random_stride_range=1)
+    tf.random.set_seed(1)  # the driver seeds TensorFlow with deterministic_ops
+    tf.config.experimental.enable_op_determinism()
+    try:
+        features, labels = next(iter(video_input.build_dataset(cfg)))
+    finally:
+        # Process-wide: the tests after this one run as before (TensorFlow has no public off).
+        tf_config.disable_op_determinism()
+    assert features["image"].shape == (2, 4, 16, 16, 3) and labels.shape == (2, 5)

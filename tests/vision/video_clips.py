@@ -49,6 +49,7 @@ class DataConfig:
     aug_max_area_ratio: float = 1.0
     aug_random_rotation: bool = False
     aug_type: Optional[common.Augmentation] = None
+    mixup_and_cutmix: Optional[common.MixupAndCutmix] = None
     image_field_key: str = "image/encoded"
     label_field_key: str = "clip/label/index"
     input_image_format: str = "jpeg"

@@ -32,8 +32,8 @@ import random
 import sys
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from lite_launcher import atomic_write
-from lite_launcher.errors import MissingExtraError, import_extra
+from lite_launcher.common import atomic_write
+from lite_launcher.common.errors import MissingExtraError, import_extra
 from lite_launcher.vision.data.make_tfrecords import USER_ERROR_EXIT_CODE, InputError
 
 FRAME_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")

@@ -28,9 +28,9 @@ from typing import Dict, Optional, Tuple, Union
 from absl import logging
 import tensorflow as tf
 
-from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
-from lite_launcher.vision.dataloaders import utils
+from lite_launcher.common.errors import BAD_RECORD_MARKER, ConfigError
+from lite_launcher.core.input_reader import InputReader, pick_dataset_fn
+from lite_launcher.vision.dataloaders import decoder, parser, utils
 from lite_launcher.vision.ops import preprocess_ops_3d
 
 IMAGE_KEY = "image/encoded"
@@ -162,17 +162,18 @@ def _checked_label(label, num_classes: Optional[int], clip_name, label_key):
     if not num_classes or num_classes < 1:
         return label
     label = tf.convert_to_tensor(label)
-    bad = (label < 0) | (label >= num_classes)
+    ids = tf.reshape(label, [-1])  # a TFDS label is a scalar
+    bad = (ids < 0) | (ids >= num_classes)
     check = utils.record_assert(
         tf.logical_not(tf.reduce_any(bad)),
-        [BAD_RECORD_MARKER, "clip", clip_name, "has label ids", tf.boolean_mask(label, bad),
+        [BAD_RECORD_MARKER, "clip", clip_name, "has label ids", tf.boolean_mask(ids, bad),
          "in", label_key, "outside 0 ..", num_classes - 1, "(num_classes", num_classes,
          "): raise num_classes or fix the labels."], summarize=8)
     with tf.control_dependencies([check]):
         return tf.identity(label)
 
 
-class Decoder:
+class Decoder(decoder.Decoder):
     """Parses one serialized `tf.train.SequenceExample` into a dict: the context's `label_key`
     (int64 ids, dense), the feature list `image_key` ([T] strings), and `clip/data_path` (""
     when absent) to name the clip in errors. `add_feature` / `add_context` read more
@@ -207,7 +208,7 @@ class Decoder:
                 for key, value in result.items()}
 
 
-class VideoTfdsDecoder:
+class VideoTfdsDecoder(decoder.Decoder):
     """A TFDS video dataset's element (`video` uint8 [T, H, W, 3], `label`; e.g. ucf101) under
     the keys the parser reads."""
 
@@ -226,7 +227,7 @@ class VideoTfdsDecoder:
         return {self._image_key: features["video"], self._label_key: features["label"]}
 
 
-class Parser:
+class Parser(parser.Parser):
     """Turns decoded clips into ({'image': frames[, 'audio': ...]}, label), as TFM's Parser,
     from a video `DataConfig` (`input_params`: feature_shape, temporal_stride,
     random_stride_range, num_test_clips, num_test_crops, min_image_size, zero_centering_image,
@@ -328,10 +329,6 @@ class Parser:
     _parse_train_data = parse_train_data
     _parse_eval_data = parse_eval_data
 
-    def parse_fn(self, is_training: bool):
-        """The map function for a training or an evaluation dataset."""
-        return self.parse_train_data if is_training else self.parse_eval_data
-
 
 class PostBatchProcessor:
     """Maps a batch: evaluation clips with several views become one example per view."""
@@ -357,37 +354,55 @@ def make_decoder(params, output_audio: bool = False, audio_feature: str = ""):
     with `output_audio` it also reads `audio_feature` (float, any length per step), as TFM's
     task does from `train_data`."""
     if getattr(params, "tfds_name", ""):
-        decoder = VideoTfdsDecoder(params.image_field_key, params.label_field_key)
+        clip_decoder = VideoTfdsDecoder(params.image_field_key, params.label_field_key)
     else:
-        decoder = Decoder(params.image_field_key, params.label_field_key)
+        clip_decoder = Decoder(params.image_field_key, params.label_field_key)
     if output_audio:
         if not audio_feature:
             raise ConfigError("output_audio is set but audio_feature is empty: name the "
                               "records' audio feature list.")
-        if isinstance(decoder, VideoTfdsDecoder):
+        if isinstance(clip_decoder, VideoTfdsDecoder):
             raise ConfigError("output_audio reads a feature list of SequenceExample records; "
                               "it is not supported with tfds_name.")
-        decoder.add_feature(audio_feature, tf.io.VarLenFeature(dtype=tf.float32))
-    return decoder.decode
+        clip_decoder.add_feature(audio_feature, tf.io.VarLenFeature(dtype=tf.float32))
+    return clip_decoder.decode
+
+
+def make_mixup_and_cutmix(params):
+    """The batch-level MixUp / CutMix of `params.mixup_and_cutmix` (None when unset), as TFM's
+    video task builds it (`num_classes` from `params`)."""
+    config = getattr(params, "mixup_and_cutmix", None)
+    if config is None:
+        return None
+    from lite_launcher.vision.ops import augment  # pylint: disable=import-outside-toplevel
+    return augment.MixupAndCutmix(
+        mixup_alpha=config.mixup_alpha, cutmix_alpha=config.cutmix_alpha, prob=config.prob,
+        switch_prob=config.switch_prob, label_smoothing=config.label_smoothing,
+        num_classes=params.num_classes)
 
 
 def build_dataset(params, input_context: Optional[tf.distribute.InputContext] = None,
-                  train_data=None, postprocess_fn=None) -> tf.data.Dataset:
+                  train_data=None) -> tf.data.Dataset:
     """The batched dataset of `params` (a video DataConfig), as TFM's task builds it: the
-    decoder, `Parser`, then `PostBatchProcessor` (and `postprocess_fn`, e.g. MixUp, after it)
-    through lite's `InputReader`. `train_data` (default `params`) gives `output_audio` /
-    `audio_feature`, which TFM reads from the task's train_data for both splits."""
+    decoder, `Parser`, then `PostBatchProcessor` and, with `mixup_and_cutmix`, MixUp / CutMix
+    on each batch of clips, through lite's `InputReader`. `train_data` (default `params`)
+    gives `output_audio` / `audio_feature`, which TFM reads from the task's train_data for
+    both splits."""
     train_data = params if train_data is None else train_data
     decoder_fn = make_decoder(params, train_data.output_audio, train_data.audio_feature)
-    parser = Parser(params, image_key=params.image_field_key,
+    clip_parser = Parser(params, image_key=params.image_field_key,
                     label_key=params.label_field_key)
     post_batch = PostBatchProcessor(params)
-    if postprocess_fn is None:
+    mixer = make_mixup_and_cutmix(params)
+    if mixer is None:
         batch_fn = post_batch
     else:
+        @do_not_convert
         def batch_fn(features, label):
-            return postprocess_fn(*post_batch(features, label))
+            features, label = post_batch(features, label)
+            features["image"], label = mixer(features["image"], label)
+            return features, label
     reader = InputReader(params, dataset_fn=pick_dataset_fn(params.file_type),
-                         decoder_fn=decoder_fn, parser_fn=parser.parse_fn(params.is_training),
+                         decoder_fn=decoder_fn, parser_fn=clip_parser.parse_fn(params.is_training),
                          postprocess_fn=batch_fn)
     return reader.read(input_context)

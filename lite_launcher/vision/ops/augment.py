@@ -115,15 +115,13 @@ def brightness(image, factor):
 
 
 def _per_frame_conv(pixels, kernel, padding):
-    """Depthwise 3x3 `kernel` over every frame of a float `[..., H, W, C]` (one image or a
-    clip: TFM runs the same kernel on each frame of a clip)."""
+    """Depthwise 3x3 `kernel` on each frame of a float `[..., H, W, C]` image or clip."""
     shape = tf.shape(pixels)
     frames = tf.reshape(pixels, tf.concat([[-1], shape[-3:]], axis=0))
     if padding != "VALID":
         frames = tf.pad(frames, [[0, 0], [1, 1], [1, 1], [0, 0]], mode=padding)
     out = tf.nn.depthwise_conv2d(frames, kernel, strides=[1, 1, 1, 1], padding="VALID")
-    out_shape = tf.concat([shape[:-3], tf.shape(out)[1:]], axis=0)
-    return tf.reshape(out, out_shape)
+    return tf.reshape(out, tf.concat([shape[:-3], tf.shape(out)[1:]], axis=0))
 
 
 def sharpness(image, factor):
@@ -244,32 +242,25 @@ def cutout(image, pad_size, replace=0):
 
 
 def cutout_video(video, mask_shape=None, replace=0):
-    """Paints a random box of a `[T, H, W, C]` clip with `replace` (TFM's cutout of a clip).
-
-    The box is centred on a uniformly random (frame, row, column); its half-sizes are
-    `mask_shape // 2` (at least 1) when given as (frames, height, width), else drawn uniformly
-    from [max(1, H // 4), max(2, H // 2)) rows, the same of W for columns and
-    [1, max(2, T // 4)) frames. It is clipped at the clip's borders.
-    """
+    """Paints a random box of a `[T, H, W, C]` clip with `replace` (TFM's cutout of a clip):
+    centred on a uniform (frame, row, column), clipped at the borders, of half-sizes
+    `mask_shape // 2` (at least 1) for (frames, rows, columns), or drawn uniformly from
+    [1, max(2, T // 4)), [max(1, H // 4), max(2, H // 2)) and likewise for W."""
     video = tf.convert_to_tensor(video)
-    shape = tf.shape(video)
-    depth, height, width = shape[0], shape[1], shape[2]
-    center_y = tf.random.uniform([], 0, height, dtype=tf.int32)
-    center_x = tf.random.uniform([], 0, width, dtype=tf.int32)
-    center_t = tf.random.uniform([], 0, depth, dtype=tf.int32)
+    size = tf.shape(video)[:3]
+
+    def uniform(low, high):  # integers in [low, high), one per dimension
+        return low + tf.cast(tf.random.uniform([3]) * tf.cast(high - low, tf.float32), tf.int32)
+
+    center = uniform(tf.zeros([3], tf.int32), size)
     if mask_shape is not None:
         half = tf.maximum(1, tf.cast(mask_shape, tf.int32) // 2)
-        half_t, half_y, half_x = half[0], half[1], half[2]
     else:
-        def half_of(size):
-            return tf.random.uniform([], tf.maximum(1, size // 4), tf.maximum(2, size // 2),
-                                     dtype=tf.int32)
-        half_y, half_x = half_of(height), half_of(width)
-        half_t = tf.random.uniform([], 1, tf.maximum(2, depth // 4), dtype=tf.int32)
-    mask = _box_mask(height, width, center_y - half_y, center_y + half_y,
-                     center_x - half_x, center_x + half_x)
-    in_time = _in_range(depth, center_t - half_t, center_t + half_t)
-    mask = mask[None] & in_time[:, None, None, None]
+        half = uniform(tf.concat([[1], tf.maximum(1, size[1:] // 4)], 0),
+                       tf.maximum(2, tf.concat([size[:1] // 4, size[1:] // 2], 0)))
+    start, stop = center - half, center + half
+    mask = _box_mask(size[1], size[2], start[1], stop[1], start[2], stop[2])
+    mask = mask[None] & _in_range(size[0], start[0], stop[0])[:, None, None, None]
     fill = tf.cast(tf.broadcast_to(replace, tf.shape(video)), video.dtype)
     return tf.where(mask, fill, video)
 
@@ -783,8 +774,11 @@ def _sample_beta(alpha, shape):
 class MixupAndCutmix:
     """Mixup (https://arxiv.org/abs/1710.09412) or Cutmix (https://arxiv.org/abs/1905.04899).
 
-    Called on a float batch `[B, H, W, C]` and int labels `[B]`; returns the mixed images and
-    label-smoothed one-hot labels `[B, num_classes]`. With probability `prob` the batch is
+    Called on a float batch `[B, H, W, C]` (or of clips, `[B, T, H, W, C]`: each clip mixed
+    as a whole, the cutmix box the same on all its frames, as TFM's) and int labels `[B]` (or
+    one-hot / multi-hot float labels `[B, num_classes]`, which the video parser gives and are
+    smoothed as they are); returns the mixed images and label-smoothed labels
+    `[B, num_classes]`. With probability `prob` the batch is
     mixed, else only the labels are smoothed. A mixed batch uses cutmix with probability
     `switch_prob`, else mixup. Image i is mixed with image B-1-i (the flipped batch) with its
     own weight lam_i ~ Beta(alpha, alpha), and its label is
@@ -831,9 +825,10 @@ class MixupAndCutmix:
         if not images.dtype.is_floating:
             raise TypeError(f"MixupAndCutmix needs float images, got {images.dtype.name}; cast "
                             "(and normalise) the batch first")
-        if images.shape.rank != 4:
-            raise ValueError(f"MixupAndCutmix needs a [B, H, W, C] batch, got shape {images.shape}")
-        one_hot = self._smooth_labels(tf.reshape(labels, [-1]))
+        if images.shape.rank not in (4, 5):
+            raise ValueError(f"MixupAndCutmix needs a [B, H, W, C] batch or a [B, T, H, W, C] "
+                             f"batch of clips, got shape {images.shape}")
+        one_hot = self._smooth_labels(labels)
 
         def mix():
             use_cutmix = tf.random.uniform([]) < self.switch_prob
@@ -845,19 +840,24 @@ class MixupAndCutmix:
         return tf.cond(tf.random.uniform([]) < self.mix_prob, mix, lambda: (images, one_hot))
 
     def _smooth_labels(self, labels):
+        labels = tf.convert_to_tensor(labels)
         off_value = self.label_smoothing / self.num_classes
+        if labels.dtype.is_floating and labels.shape.rank == 2:
+            # Already (multi-)hot: the same smoothing as of a one-hot vector.
+            return tf.cast(labels, tf.float32) * (1.0 - self.label_smoothing) + off_value
         on_value = 1.0 - self.label_smoothing + off_value
-        return tf.one_hot(labels, self.num_classes, on_value=on_value, off_value=off_value)
+        return tf.one_hot(tf.reshape(labels, [-1]), self.num_classes, on_value=on_value,
+                          off_value=off_value)
 
     def _mixup(self, images):
         lam = _sample_beta(self.mixup_alpha, tf.shape(images)[:1])
-        weight = tf.cast(lam[:, None, None, None], images.dtype)
+        weight = tf.cast(tf.reshape(lam, [-1] + [1] * (images.shape.rank - 1)), images.dtype)
         mixed = weight * images + (1.0 - weight) * tf.reverse(images, [0])
         return mixed, lam
 
     def _cutmix(self, images):
         batch = tf.shape(images)[0]
-        height, width = tf.shape(images)[1], tf.shape(images)[2]
+        height, width = tf.shape(images)[-3], tf.shape(images)[-2]
         lam = _sample_beta(self.cutmix_alpha, [batch])
         ratio = tf.sqrt(1.0 - lam)
         half_h = tf.cast(ratio * tf.cast(height, tf.float32), tf.int32) // 2
@@ -867,6 +867,8 @@ class MixupAndCutmix:
         top, bottom = tf.maximum(center_y - half_h, 0), tf.minimum(center_y + half_h, height)
         left, right = tf.maximum(center_x - half_w, 0), tf.minimum(center_x + half_w, width)
         mask = _box_mask(height, width, top, bottom, left, right)
+        if images.shape.rank == 5:
+            mask = mask[:, None]  # the same box on every frame of a clip
         mixed = tf.where(mask, tf.reverse(images, [0]), images)
         # The label weight is the share of pixels that stay the image's own (box clipped).
         pasted = tf.cast((bottom - top) * (right - left), tf.float32)

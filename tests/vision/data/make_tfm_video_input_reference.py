@@ -23,7 +23,12 @@ Keys:
     as uint8 (outputs x 255, exact: TFM divides uint8 pixels by 255);
   `train/strides`: the strides TFM's training parser draws (stride 2, random_stride_range 1),
     read off 64 draws on a clip whose frames carry their index;
-  `label/<case>`: process_label on a few label vectors.
+  `label/<case>`: process_label on a few label vectors;
+  `ops/...`: TFM's samplers on `tf.range(L)` (frame indices): `linspace/L_k_n_s`,
+    `centre/L_n_s`, `segment_eval/L_n`, `segment_train/L_n` (the values each position took in
+    200 draws, padded with -1); `ops/decode_jpeg`: clip 0's first two frames decoded;
+  `tfds/<clip>/pixels`, `tfds/<clip>/label`: VideoTfdsDecoder + the evaluation parser
+    (config `centre_audio` without audio) on the clips' decoded frames and first label.
 """
 
 import io
@@ -41,6 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RECORDS = os.path.join(HERE, "tfm_video_input_reference.tfrecord")
 OUTPUT = os.path.join(HERE, "tfm_video_input_reference.npz")
 AUDIO_KEY = "audio/features"
+# TFM's own index rule for a window at a given start (the parser draws the start).
+window_indices = getattr(preprocess_ops_3d, "_sample_or_pad_sequence_indices")
 
 CLIPS = [
     dict(frames=12, height=40, width=48, format="jpeg", labels=[2], audio_steps=10),
@@ -167,8 +174,7 @@ def train_candidates(records, out):
         max_offset = length - span if length > span else length
         candidates = []
         for offset in range(max_offset):
-            indices = preprocess_ops_3d._sample_or_pad_sequence_indices(  # pylint: disable=protected-access
-                encoded, num_frames, stride, tf.constant(offset))
+            indices = window_indices(encoded, num_frames, stride, tf.constant(offset))
             frames = preprocess_ops_3d.decode_image(tf.gather(encoded, indices), channels)
             frames = preprocess_ops_3d.random_crop_resize(
                 frames, height, width, num_frames, channels,
@@ -216,15 +222,59 @@ def labels(out):
             tf.constant(label, tf.int64), **kwargs).numpy()
 
 
+LINSPACE = [(12, 3, 4, 1), (12, 2, 3, 3), (5, 3, 4, 2), (30, 4, 8, 2), (7, 5, 2, 1)]
+CENTRE = [(12, 4, 2), (5, 4, 2), (13, 3, 3), (3, 4, 1)]
+SEGMENT = [(12, 4), (30, 8), (5, 4), (3, 4)]
+
+
+def samplers(records, out):
+    for length, windows, steps, stride in LINSPACE:
+        out[f"ops/linspace/{length}_{windows}_{steps}_{stride}"] = (
+            preprocess_ops_3d.sample_linspace_sequence(tf.range(length), windows, steps,
+                                                       stride).numpy())
+    for length, steps, stride in CENTRE:
+        out[f"ops/centre/{length}_{steps}_{stride}"] = preprocess_ops_3d.sample_sequence(
+            tf.range(length), steps, False, stride).numpy()
+    for length, frames in SEGMENT:
+        out[f"ops/segment_eval/{length}_{frames}"] = (
+            preprocess_ops_3d.sample_segment_sequence(tf.range(length), frames, False).numpy())
+        draws = np.stack([preprocess_ops_3d.sample_segment_sequence(
+            tf.range(length), frames, True).numpy() for _ in range(200)])
+        values = [sorted(set(draws[:, i].tolist())) for i in range(frames)]
+        width = max(len(v) for v in values)
+        out[f"ops/segment_train/{length}_{frames}"] = np.array(
+            [v + [-1] * (width - len(v)) for v in values])
+    encoded = video_input.Decoder().decode(tf.constant(records[0]))["image/encoded"]
+    out["ops/decode_jpeg"] = preprocess_ops_3d.decode_jpeg(encoded[:2], 3).numpy()
+
+
+def tfds_outputs(records, out):
+    fields = {k: v for k, v in EVAL["centre_audio"].items() if "audio" not in k}
+    config = exp_cfg.DataConfig(is_training=False, **fields)
+    decoder = video_input.VideoTfdsDecoder()
+    parse = video_input.Parser(config).parse_fn(False)
+    for index, record in enumerate(records):
+        encoded = video_input.Decoder().decode(tf.constant(record))["image/encoded"]
+        video = preprocess_ops_3d.decode_image(encoded, 3)
+        decoded = decoder.decode({"video": video,
+                                  "label": tf.constant(CLIPS[index]["labels"][0], tf.int64)})
+        features, label = parse(decoded)
+        out[f"tfds/{index}/pixels"] = to_pixels(features["image"], config)
+        out[f"tfds/{index}/label"] = label.numpy()
+
+
 def main():
     records = make_records()
     out = {}
+    samplers(records, out)
+    tfds_outputs(records, out)
     eval_outputs(records, out)
     train_candidates(records, out)
     train_strides(out)
     labels(out)
     out["configs"] = np.array(json.dumps({"eval": EVAL, "train": TRAIN,
-                                          "stride_train": STRIDE_TRAIN}))
+                                          "stride_train": STRIDE_TRAIN, "linspace": LINSPACE,
+                                          "centre": CENTRE, "segment": SEGMENT}))
     np.savez_compressed(OUTPUT, **out)
     print(f"wrote {RECORDS} ({os.path.getsize(RECORDS)} bytes) and {OUTPUT} "
           f"({os.path.getsize(OUTPUT)} bytes), {len(out)} arrays; strides "
