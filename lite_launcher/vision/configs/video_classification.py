@@ -71,8 +71,8 @@ class DataConfig(BaseDataConfig):
     input_image_format: str = "jpeg"
 
     # TFM fields that lite_launcher does not implement (their defaults are accepted):
-    # compressed (GZIP) records; MixUp / CutMix of clips (lite's is for image batches).
-    UNIMPLEMENTED = ("compressed_input", "mixup_and_cutmix")
+    # compressed (GZIP) records.
+    UNIMPLEMENTED = ("compressed_input",)
 
     def check(self, path: str) -> None:
         """Raises ConfigError naming `path` (task.train_data, ...) for a value TFM's input
