@@ -260,3 +260,65 @@ def test_freeze_backbone_and_backbone_only_init(monkeypatch):
     np.testing.assert_allclose(features["5"], ref["features_5"], atol=1e-5)
     for before, after in zip(head, model.get_layer("logits").weights):
         np.testing.assert_array_equal(before, after.numpy())
+
+
+# ----- TFM's YAML ---------------------------------------------------------------------------
+
+TFM_YAML = os.path.join(DATA, "k400_resnet3drs_50_tpu.yaml")
+
+
+def _stripped_yaml(tmp_path):
+    """TFM's YAML without its `num_channels` and `file_type` lines (see tfm_video_reference)."""
+    lines = [line for line in open(TFM_YAML).read().splitlines(keepends=True)
+             if not line.strip().startswith(("num_channels:", "file_type:"))]
+    path = tmp_path / "k400_resnet3drs_50.yaml"
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def test_tfm_yaml_without_its_two_stray_keys_loads_with_tfm_s_values(tmp_path):
+    from lite_launcher.core.base_config import load_config_file
+    config = ll.get_exp_config("video_classification_kinetics400")
+    config.override(load_config_file(_stripped_yaml(tmp_path)), is_strict=True)
+    config.validate()
+    assert config.task.train_data.feature_shape == (32, 224, 224, 3)  # !!python/tuple
+    assert isinstance(config.task.validation_data.feature_shape, tuple)
+    missing, different = differences(TFM["yaml"]["stripped"],
+                                     as_plain_dict(config, "task", "trainer", "runtime"))
+    assert not missing and not different, (missing, different)
+
+
+def test_tfm_yaml_as_shipped_is_refused_in_one_line_naming_the_key(tmp_path):
+    """TFM 2.20 stops on it with a KeyError traceback (`num_channels`); lite with exit 2."""
+    from cli import run_lite_train_in_process
+    assert "num_channels" in TFM["yaml"]["shipped_error"]
+    run = run_lite_train_in_process(
+        "--experiment", "video_classification_kinetics400", "--config_file", TFM_YAML,
+        "--mode", "train", "--model_dir", str(tmp_path / "model"))
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "num_channels" in lines[0], run.stderr
+    # Without num_channels, its file_type (sstable) is the next refusal, also one line.
+    text = open(TFM_YAML).read().replace("    num_channels: 3\n", "")
+    (tmp_path / "no_channels.yaml").write_text(text)
+    run = run_lite_train_in_process(
+        "--experiment", "video_classification_kinetics400", "--config_file",
+        str(tmp_path / "no_channels.yaml"), "--mode", "train",
+        "--model_dir", str(tmp_path / "model"))
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and "file_type 'sstable'" in lines[0], lines
+    assert not os.path.exists(tmp_path / "model" / "checkpoint")
+
+
+def test_other_python_yaml_tags_are_refused_in_one_line_and_never_run(tmp_path):
+    from cli import run_lite_train_in_process
+    marker = tmp_path / "ran"
+    config = tmp_path / "evil.yaml"
+    config.write_text(f"task: !!python/object/apply:os.system ['touch {marker}']\n")
+    run = run_lite_train_in_process(
+        "--experiment", "video_classification_kinetics400", "--config_file", str(config),
+        "--mode", "train", "--model_dir", str(tmp_path / "model"))
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, run.stderr
+    assert "!!python/object/apply:os.system is refused" in lines[0]
+    assert not marker.exists()
