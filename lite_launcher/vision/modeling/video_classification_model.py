@@ -11,18 +11,18 @@ builds it from a config (TFM's factory_3d function). Layers follow the global dt
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Optional, Sequence
 
 import keras
 
 from lite_launcher.vision.configs.video_classification import VideoClassificationModel
 from lite_launcher.vision.modeling.backbones.factory import build_backbone
-from lite_launcher.vision.modeling.factory import model_from_config, norm_settings
+from lite_launcher.vision.modeling.factory import BackboneHead, norm_settings
 from lite_launcher.vision.modeling.layers.nn_layers import register_serializable, serialize_value
 
 
 @register_serializable
-class VideoClassificationModel(keras.Model):
+class VideoClassificationModel(BackboneHead, keras.Model):
     """backbone -> pooled endpoint(s) -> dropout -> dense (TFM's video classifier)."""
 
     def __init__(self, backbone: keras.Model, num_classes: int, input_shape,
@@ -51,35 +51,6 @@ class VideoClassificationModel(keras.Model):
             kernel_initializer=serialize_value(kernel_initializer),
             kernel_regularizer=serialize_value(kernel_regularizer),
             require_endpoints=list(require_endpoints) if require_endpoints else None)
-
-    @property
-    def backbone(self) -> keras.Model:
-        """The backbone (restored alone by `init_checkpoint_modules: backbone`)."""
-        return self._backbone
-
-    @property
-    def checkpoint_items(self) -> Dict[str, keras.Model]:
-        """Saved in checkpoints besides the model, as TFM's: `backbone`."""
-        return {"backbone": self._backbone}
-
-    def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, keras.Model]:
-        """The items `task.init_checkpoint_modules` restores, as TFM's task: 'all' reads the
-        checkpoint's `model`, 'backbone' its `backbone`."""
-        return {"model": self} if "all" in modules else {"backbone": self._backbone}
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "backbone": keras.saving.serialize_keras_object(self._backbone),
-                **self._head_config}
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        for key, deserialize in (("kernel_regularizer", keras.regularizers.deserialize),
-                                 ("kernel_initializer", keras.initializers.deserialize)):
-            if isinstance(config.get(key), dict):
-                config[key] = deserialize(config[key])
-        return model_from_config(cls, config, ("backbone",), custom_objects)
 
 
 def feature_shape(task_config) -> list:

@@ -93,12 +93,8 @@ class VideoClassificationModule(export_base.ExportModule):
 
     def outputs(self, images, preprocessed_extras) -> dict:
         del preprocessed_extras
-        logits = tf.cast(self.model({"image": images}, training=False), tf.float32)
-        if self.config.train_data.is_multilabel:
-            probs = tf.math.sigmoid(logits)
-        else:
-            probs = tf.nn.softmax(logits)
-        return {"logits": logits, "probs": probs}
+        return export_base.classifier_outputs(self.model({"image": images}, training=False),
+                                              self.config.train_data.is_multilabel)
 
 
 def build_serving_fn(task, model: keras.Model, input_type: str, batch_size: Optional[int] = None,
