@@ -345,3 +345,22 @@ def test_keras_file_round_trips_the_video_model(monkeypatch, tmp_path):
     np.testing.assert_allclose(loaded({"image": ref["clips"]}, training=False),
                                model({"image": ref["clips"]}, training=False), atol=1e-6)
     assert loaded.count_params() == model.count_params()
+
+
+def test_input_image_size_takes_frames_height_width_for_video_only(monkeypatch):
+    from lite_launcher.commands.export import parse_image_size
+    from lite_launcher.vision.serving import video_classification as serving
+    from lite_launcher.vision.tasks.video_classification import VideoClassificationTask
+    assert parse_image_size("16,224,224") == [16, 224, 224]
+    with pytest.raises(ConfigError, match="or three for video, frames,height,width"):
+        parse_image_size("16,224,224,3")
+    task = VideoClassificationTask(small_config("resnet3d_tiny", monkeypatch).task)
+    module = serving.VideoClassificationModule(task, None, "image_tensor",
+                                               input_image_size=[16, 40, 48])
+    assert module.input_spec().shape.as_list() == [None, 16, 40, 48, 3]
+    assert serving.VideoClassificationModule(task, None, "tf_example").input_spec().shape \
+        .as_list() == [None]
+    with pytest.raises(ConfigError, match="must be three positive integers for video"):
+        serving.VideoClassificationModule(task, None, "image_tensor", input_image_size=[40, 48])
+    with pytest.raises(ConfigError, match="'image_bytes' is not served by video"):
+        serving.VideoClassificationModule(task, None, "image_bytes")
