@@ -66,7 +66,7 @@ def tiny_id(monkeypatch):
                         tuple(s[2] for s in TINY_SPECS))
 
 
-def _yaml(tmp_path, records, steps=30):
+def _yaml(tmp_path, records, steps=24):
     train, valid = records
     data = {"num_classes": NUM_CLASSES, "feature_shape": [FRAMES // 2, SIZE, SIZE, 3],
             "temporal_stride": 2, "min_image_size": SIZE + 2}
@@ -83,7 +83,7 @@ def _yaml(tmp_path, records, steps=30):
             "losses": {"label_smoothing": 0.1},
             "train_data": dict(data, input_path=train, global_batch_size=8,
                                shuffle_buffer_size=64, seed=1),
-            "validation_data": dict(data, input_path=valid, global_batch_size=8,
+            "validation_data": dict(data, input_path=valid, global_batch_size=12,
                                     num_test_clips=2, num_test_crops=1)},
         "trainer": {
             "train_steps": steps, "steps_per_loop": steps, "summary_interval": steps,
