@@ -419,7 +419,8 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
                          "--export_dir", export_dir, "--input_image_size", "224", expect_rc=2)
     assert result.stderr.strip().splitlines() == [
         "lite-export: error: --input_image_size '224' must be two positive integers, "
-        "height,width (e.g. 224,224)."]
+        "height,width (e.g. 224,224), or three for video, frames,height,width (e.g. "
+        "16,224,224)."]
     assert os.listdir(tmp_path) == []
 
 

@@ -81,7 +81,8 @@ def define_flags() -> None:
                         "tflite; other tasks tensor (the model's own input).")
     flags.DEFINE_integer("batch_size", None, "The batch size of the signature (default: any).")
     flags.DEFINE_string("input_image_size", None, "height,width of the served image, e.g. "
-                        "224,224 (default: the task's model.input_size).")
+                        "224,224 (default: the task's model.input_size); video: "
+                        "frames,height,width of the served clips.")
     flags.DEFINE_string("export_checkpoint_subdir", CHECKPOINT_SUBDIR, "The subdirectory for "
                         "the exported checkpoint (empty: none).")
     flags.DEFINE_string("export_saved_model_subdir", SAVED_MODEL_SUBDIR, "The subdirectory for "
@@ -101,16 +102,18 @@ def define_flags() -> None:
 
 
 def parse_image_size(text: Optional[str]) -> Optional[List[int]]:
-    """`'224,224'` -> [224, 224]; None or empty -> None."""
+    """`'224,224'` -> [224, 224] (video: `'16,224,224'`, frames first); None or empty ->
+    None. The task checks the count it serves."""
     if not text:
         return None
     try:
         size = [int(part) for part in text.split(",")]
     except ValueError:
         size = []
-    if len(size) != 2 or min(size) < 1:
+    if len(size) not in (2, 3) or min(size) < 1:
         raise ConfigError(f"--input_image_size {text!r} must be two positive integers, "
-                          f"height,width (e.g. 224,224).")
+                          f"height,width (e.g. 224,224), or three for video, "
+                          f"frames,height,width (e.g. 16,224,224).")
     return size
 
 

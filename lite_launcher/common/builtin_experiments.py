@@ -41,6 +41,12 @@ BUILTIN_EXPERIMENTS: Dict[str, str] = {
     "maskrcnn_spinenet_coco": "lite_launcher.vision.configs.maskrcnn",
     "cascadercnn_spinenet_coco": "lite_launcher.vision.configs.maskrcnn",
     "maskrcnn_mobilenet_coco": "lite_launcher.vision.configs.maskrcnn",
+    "video_classification": "lite_launcher.vision.configs.video_classification",
+    "video_classification_ucf101": "lite_launcher.vision.configs.video_classification",
+    "video_classification_kinetics400": "lite_launcher.vision.configs.video_classification",
+    "video_classification_kinetics600": "lite_launcher.vision.configs.video_classification",
+    "video_classification_kinetics700": "lite_launcher.vision.configs.video_classification",
+    "video_classification_kinetics700_2020": "lite_launcher.vision.configs.video_classification",
 }
 
 # The module registering the task of a module's experiments, where it is another module.
@@ -51,6 +57,8 @@ TASK_MODULES: Dict[str, str] = {
         "lite_launcher.vision.tasks.semantic_segmentation",
     "lite_launcher.vision.configs.retinanet": "lite_launcher.vision.tasks.retinanet",
     "lite_launcher.vision.configs.maskrcnn": "lite_launcher.vision.tasks.maskrcnn",
+    "lite_launcher.vision.configs.video_classification":
+        "lite_launcher.vision.tasks.video_classification",
 }
 
 

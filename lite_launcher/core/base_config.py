@@ -655,6 +655,23 @@ _YamlLoader.add_implicit_resolver(
     list("-+.0123456789"))
 
 
+def _python_tuple(loader, node):
+    return tuple(loader.construct_sequence(node, deep=True))
+
+
+def _refuse_python_tag(loader, suffix, node):
+    del loader
+    raise yaml.constructor.ConstructorError(
+        None, None, f"the tag !!python/{suffix} is refused: config files hold plain values "
+        f"(of the python tags only !!python/tuple is read)", node.start_mark)
+
+
+# TFM's own YAMLs write tuples as `!!python/tuple [...]` (its video experiment's
+# feature_shape): read as a tuple. Every other python tag could run code: refused.
+_YamlLoader.add_constructor("tag:yaml.org,2002:python/tuple", _python_tuple)
+_YamlLoader.add_multi_constructor("tag:yaml.org,2002:python/", _refuse_python_tag)
+
+
 def load_yaml(text: str):
     """Parses YAML (or JSON) text the way config files and overrides are read."""
     return yaml.load(text, Loader=_YamlLoader)  # nosec: a SafeLoader subclass

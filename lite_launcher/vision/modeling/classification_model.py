@@ -10,19 +10,19 @@ logits come out in the policy's compute dtype (the task casts them to float32).
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Optional
 
 import keras
 
 from lite_launcher.vision.configs.image_classification import ImageClassificationModel
 from lite_launcher.vision.modeling.backbones.factory import build_backbone
-from lite_launcher.vision.modeling.factory import norm_settings
+from lite_launcher.vision.modeling.factory import BackboneHead, norm_settings
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, register_serializable, serialize_value)
 
 
 @register_serializable
-class ClassificationModel(keras.Model):
+class ClassificationModel(BackboneHead, keras.Model):
     """backbone -> [BN] -> global average pooling -> dropout -> dense logits (TFM's head)."""
 
     def __init__(self, backbone: keras.Model, num_classes: int, input_shape,
@@ -51,40 +51,6 @@ class ClassificationModel(keras.Model):
             kernel_initializer=serialize_value(kernel_initializer),
             kernel_regularizer=serialize_value(kernel_regularizer),
             add_head_batch_norm=add_head_batch_norm, norm_settings=norm_settings.get_config())
-
-    @property
-    def backbone(self) -> keras.Model:
-        """The backbone (restored alone by `init_checkpoint_modules: backbone`)."""
-        return self._backbone
-
-    @property
-    def checkpoint_items(self) -> Dict[str, keras.Model]:
-        """Saved in checkpoints besides the model, as TFM's: `backbone`."""
-        return {"backbone": self._backbone}
-
-    def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, keras.Model]:
-        """The items `task.init_checkpoint_modules` restores, as TFM's task: 'all' reads the
-        checkpoint's `model`, 'backbone' its `backbone`."""
-        return {"model": self} if "all" in modules else {"backbone": self._backbone}
-
-    def get_config(self):
-        return {"name": self.name, "trainable": self.trainable,
-                "backbone": keras.saving.serialize_keras_object(self._backbone),
-                **self._head_config}
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(
-            config["backbone"], custom_objects=custom_objects)
-        for key, deserialize in (("kernel_regularizer", keras.regularizers.deserialize),
-                                 ("kernel_initializer", keras.initializers.deserialize)):
-            if isinstance(config.get(key), dict):
-                config[key] = deserialize(config[key])
-        trainable = config.pop("trainable", True)
-        model = cls(**config)
-        model.trainable = trainable
-        return model
 
 
 def build_classification_model(model_config: ImageClassificationModel,

@@ -29,6 +29,8 @@ BUILDERS = {
     "build_segmentation_model": "lite_launcher.vision.modeling.segmentation_model",
     "build_retinanet": "lite_launcher.vision.modeling.retinanet_model",
     "build_maskrcnn": "lite_launcher.vision.modeling.maskrcnn_model",
+    "build_video_classification_model":
+        "lite_launcher.vision.modeling.video_classification_model",
 }
 
 
@@ -72,6 +74,43 @@ def select_init_checkpoint_items(checkpoint_items: Dict[str, Any],
                 f"have; use 'all' or {' / '.join(has)}.")
         items[module] = item
     return items
+
+
+class BackboneHead:
+    """What a backbone -> head classifier shows (a mixin for the Functional `keras.Model`
+    subclasses that set `_backbone` and `_head_config`, their constructor's other arguments):
+    its backbone, the checkpoint items TFM saves, the items `init_checkpoint_modules` restores,
+    and `get_config` / `from_config` (the backbone serialised, the head's initializer and
+    regularizer deserialised)."""
+
+    @property
+    def backbone(self) -> keras.Model:
+        """The backbone (restored alone by `init_checkpoint_modules: backbone`)."""
+        return self._backbone
+
+    @property
+    def checkpoint_items(self) -> Dict[str, Any]:
+        """Saved in checkpoints besides the model, as TFM's: `backbone`."""
+        return {"backbone": self._backbone}
+
+    def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, Any]:
+        """The items `task.init_checkpoint_modules` restores, as TFM's task: 'all' reads the
+        checkpoint's `model`, 'backbone' its `backbone`."""
+        return {"model": self} if "all" in modules else {"backbone": self._backbone}
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "backbone": keras.saving.serialize_keras_object(self._backbone),
+                **self._head_config}
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        for key, deserialize in (("kernel_regularizer", keras.regularizers.deserialize),
+                                 ("kernel_initializer", keras.initializers.deserialize)):
+            if isinstance(config.get(key), dict):
+                config[key] = deserialize(config[key])
+        return model_from_config(cls, config, ("backbone",), custom_objects)
 
 
 class BackboneDecoderHead:

@@ -28,6 +28,14 @@ from lite_launcher.vision.ops.preprocess_ops import decode_image
 INPUT_TYPES = ("image_tensor", "image_bytes", "tf_example", "tflite")
 
 
+def classifier_outputs(logits, is_multilabel: bool) -> dict:
+    """What the classification families serve: float32 `logits` and `probs` (softmax, or
+    sigmoid for multi-label data), as TFM's modules."""
+    logits = tf.cast(logits, tf.float32)
+    probs = tf.math.sigmoid(logits) if is_multilabel else tf.nn.softmax(logits)
+    return {"logits": logits, "probs": probs}
+
+
 class ExportModule:
     """One serving signature of `task` and `model` for `input_type` (see the module docstring).
 

@@ -88,12 +88,8 @@ class ClassificationModule(export_base.ExportModule):
                        lambda: self._any_format.parse_eval_image(encoded))
 
     def outputs(self, images, preprocessed_extras) -> dict:
-        logits = tf.cast(self.task.inference_step(images, self.served), tf.float32)
-        if self.config.train_data.is_multilabel:
-            probs = tf.math.sigmoid(logits)
-        else:
-            probs = tf.nn.softmax(logits)
-        return {"logits": logits, "probs": probs}
+        return export_base.classifier_outputs(self.task.inference_step(images, self.served),
+                                              self.config.train_data.is_multilabel)
 
 
 def build_serving_fn(task, model: keras.Model, input_type: str, batch_size: Optional[int] = None,

@@ -31,6 +31,8 @@ BACKBONE_MODULES = {
     "spinenet": "lite_launcher.vision.modeling.backbones.spinenet",
     "spinenet_mobile": "lite_launcher.vision.modeling.backbones.spinenet_mobile",
     "mobiledet": "lite_launcher.vision.modeling.backbones.mobiledet",
+    "resnet_3d": "lite_launcher.vision.modeling.backbones.resnet_3d",
+    "resnet_3d_rs": "lite_launcher.vision.modeling.backbones.resnet_3d",
 }
 _BACKBONE_BUILDERS: Dict[str, Callable[..., keras.Model]] = {}
 
