@@ -127,7 +127,7 @@ def overrides(model, input_glob, steps, dtype=None, eval_steps=0):
 def lite_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0):
     """lite_launcher's (params, task), the policy set as lite-train sets it."""
     import lite_launcher as ll
-    from lite_launcher import strategy as strategy_lib
+    from lite_launcher.common import distribute_utils as strategy_lib
 
     params = ll.get_exp_config(MODELS[model][0])
     params.override(overrides(model, input_glob, steps, dtype, eval_steps))

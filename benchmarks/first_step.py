@@ -83,7 +83,7 @@ def overrides(model, input_glob, steps=STEPS):
 def lite_command(python):
     """`lite-train` as its console script runs it, in `python` (works in any venv)."""
     return [python, "-c", "import sys; sys.argv[0] = 'lite-train'; "
-            "from lite_launcher.main import run; run()"]
+            "from lite_launcher.commands.train import run; run()"]
 
 
 def tfm_command(python):

@@ -71,7 +71,7 @@ VISION_ROW = "vision"
 # What `lite-train`'s console script runs, for a given interpreter: with `-c`, lite_launcher is
 # imported from the working directory (the repository root) first, so the TFM venv runs this
 # checkout, whatever its editable install points at.
-_LITE_TRAIN = ("import sys; from lite_launcher.main import run; sys.argv[0] = 'lite-train'; "
+_LITE_TRAIN = ("import sys; from lite_launcher.commands.train import run; sys.argv[0] = 'lite-train'; "
                "sys.exit(run())")
 # Both frameworks log this after each inner loop (Orbit's wording, kept by lite_launcher).
 _STEP_LINE = re.compile(r"train \| step:\s*(\d+) \| steps/sec")

@@ -135,7 +135,7 @@ def _command(experiment: str, mode: str, model_dir: str, train_steps: int,
     if task is not None:
         override["task"] = task
         name = "resnet_imagenet"
-    return [sys.executable, "-m", "lite_launcher.main", "--experiment", name, "--mode", mode,
+    return [sys.executable, "-m", "lite_launcher.commands.train", "--experiment", name, "--mode", mode,
             "--model_dir", model_dir, "--params_override", json.dumps(override)]
 
 

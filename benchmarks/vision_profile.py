@@ -95,7 +95,7 @@ def _run_side(side, model, input_glob, steps_per_loop, window, xla, dtype=None):
     loops = window.loops  # timed loops after the warm-up ones
     if side == "lite":
         import lite_launcher as ll
-        from lite_launcher import strategy as strategy_lib
+        from lite_launcher.common import distribute_utils as strategy_lib
 
         params = vision_rows.make_config(model, input_glob, steps_per_loop, loops, xla, dtype)
         strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)

@@ -287,7 +287,7 @@ def lite_params_and_task(model, input_glob, steps_per_loop, loops, xla, model_di
     """lite_launcher's (params, task) of `model` with `overrides`, the dtype policy set as
     lite-train sets it (before the model is built)."""
     import lite_launcher as ll
-    from lite_launcher import strategy as strategy_lib
+    from lite_launcher.common import distribute_utils as strategy_lib
 
     params = make_config(model, input_glob, steps_per_loop, loops, xla, dtype, num_gpus,
                          eval_steps)
@@ -347,7 +347,7 @@ def measure_raw(model, input_glob, steps_per_loop, loops, xla, dtype=None):
     import tensorflow as tf
 
     import lite_launcher as ll
-    from lite_launcher import strategy as strategy_lib
+    from lite_launcher.common import distribute_utils as strategy_lib
 
     params = make_config(model, input_glob, steps_per_loop, loops, xla, dtype)
     strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
@@ -443,7 +443,7 @@ def main(argv=None):
     parser.add_argument("--as_shipped", action="store_true",
                         help="each launcher's defaults: runtime.enable_xla as the experiment "
                         "says (--xla ignored) and, on the lite side, lite-train's oneDNN "
-                        "choice (lite_launcher.onednn) before TensorFlow loads; TFM: "
+                        "choice (lite_launcher.common.onednn) before TensorFlow loads; TFM: "
                         "TensorFlow's own")
     parser.add_argument("--data_dir", default=None,
                         help="where the synthetic TFRecords are (written if missing)")
@@ -492,7 +492,7 @@ def main(argv=None):
         return
     xla = None if args.as_shipped else args.xla
     if args.as_shipped and args.side == "lite":
-        from lite_launcher import onednn  # pylint: disable=import-outside-toplevel
+        from lite_launcher.common import onednn  # pylint: disable=import-outside-toplevel
         onednn.enable_by_default()  # what lite-train does, before TensorFlow loads
     input_glob = write_synthetic_tfrecords(data_dir, num_images=num_images)
     for model in args.model:

@@ -11,7 +11,7 @@ order is reversed. Settings:
 
 | setting       | side      | environment                                  | runtime.enable_xla      |
 |---------------|-----------|----------------------------------------------|-------------------------|
-| as shipped    | lite, tfm | TF_ENABLE_ONEDNN_OPTS unset: lite-train's choice (lite_launcher.onednn) / TensorFlow's own | the experiment's |
+| as shipped    | lite, tfm | TF_ENABLE_ONEDNN_OPTS unset: lite-train's choice (lite_launcher.common.onednn) / TensorFlow's own | the experiment's |
 | like for like | lite, tfm | TF_ENABLE_ONEDNN_OPTS=1                      | false                   |
 | raw           | raw       | TF_ENABLE_ONEDNN_OPTS=1 (`--raw_models`)      | false                   |
 | input         | lite, tfm | TF_ENABLE_ONEDNN_OPTS=1 (`--input_models`): the training dataset alone, images/s | — |

@@ -23,11 +23,11 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 import lite_launcher as ll
-from lite_launcher.atomic_write import write_text
-from lite_launcher.checkpoints import worker_save_dir
-from lite_launcher.strategy import should_write
-from lite_launcher.modes import mode_trains
-from lite_launcher.trainer import after_inputs
+from lite_launcher.checkpointing.checkpoints import worker_save_dir
+from lite_launcher.common.atomic_write import write_text
+from lite_launcher.common.distribute_utils import should_write
+from lite_launcher.core.base_trainer import after_inputs
+from lite_launcher.core.modes import mode_trains
 
 BEST_INFO = "best.json"
 

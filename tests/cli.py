@@ -15,12 +15,12 @@ _DRIVER_ENVIRONMENT = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPP_MIN_LOG_LEVEL")
 
 
 def lite_train_command(*args, installed: bool = False) -> List[str]:
-    """`python -m lite_launcher.main ARGS` with this Python (each argument as text); with
+    """`python -m lite_launcher.commands.train ARGS` with this Python (each argument as text); with
     `installed`, the `lite-train` console script next to this Python where it exists (the
     entry point a user runs)."""
     script = os.path.join(os.path.dirname(sys.executable), "lite-train")
     command = ([script] if installed and os.path.exists(script)
-               else [sys.executable, "-m", "lite_launcher.main"])
+               else [sys.executable, "-m", "lite_launcher.commands.train"])
     return command + [str(a) for a in args]
 
 
@@ -28,7 +28,7 @@ def reset_driver_flags() -> None:
     """The driver's flags back to their defaults: absl keeps parsed values in the process, so
     a flag one in-process run parsed was read again by the next run that did not give it."""
     from absl import flags as absl_flags
-    for flag in absl_flags.FLAGS.get_flags_for_module("lite_launcher.flags"):
+    for flag in absl_flags.FLAGS.get_flags_for_module("lite_launcher.common.flags"):
         if flag.present:
             flag.unparse()
 
@@ -61,7 +61,7 @@ def run_lite_train_in_process(*args) -> InProcessRun:
     import keras
     from absl import logging as absl_logging
     import tensorflow as tf
-    from lite_launcher import main as main_lib
+    from lite_launcher.commands import train as main_lib
 
     policy = keras.mixed_precision.global_policy()
     enable_determinism, determinism_calls = tf.config.experimental.enable_op_determinism, []

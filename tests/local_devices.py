@@ -9,7 +9,7 @@ from typing import Any, List
 
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 
 # In-process `tf.distribute.Server`s deadlock `ClusterCoordinator.join()` on small machines
 # with too few inter-op threads; 3 or more avoid it.

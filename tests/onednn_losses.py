@@ -8,7 +8,7 @@ import json
 import sys
 
 import lite_launcher as ll
-from lite_launcher import main as driver
+from lite_launcher.commands import train as driver
 
 
 def run(steps, model_dir):

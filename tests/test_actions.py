@@ -1,4 +1,4 @@
-"""Tests for lite_launcher.actions: EMA checkpoints, loss recovery, preemption checkpoints."""
+"""Tests for lite_launcher.core.actions: EMA checkpoints, loss recovery, preemption checkpoints."""
 
 import os
 import signal
@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 import keras
 
-from lite_launcher import actions
 from lite_launcher import optimization
-from lite_launcher.base_config import ConfigError
-from lite_launcher.config import ExperimentConfig
+from lite_launcher.core import actions
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.config_definitions import ExperimentConfig
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -23,6 +23,23 @@ def _module_level(tree):
             pending.extend(ast.iter_child_nodes(node))
 
 
+def _is_lite_module(name):
+    """Whether `name` (lite_launcher.a.b) is a module or package of lite's source."""
+    path = os.path.join(PACKAGE, *name.split(".")[1:])
+    return os.path.isfile(path + ".py") or os.path.isfile(os.path.join(path, "__init__.py"))
+
+
+def _from_import_names(node):
+    """The modules an `ImportFrom` names: its module, and each imported name that is a lite
+    module itself (`from lite_launcher.checkpointing import checkpoints`)."""
+    if node.module.split(".")[0] != "lite_launcher":
+        return {node.module}
+    modules = {f"{node.module}.{alias.name}" for alias in node.names
+               if _is_lite_module(f"{node.module}.{alias.name}")}
+    # A package whose names are all its submodules counts as those alone.
+    return modules if len(modules) == len(node.names) else modules | {node.module}
+
+
 def _imports(relative_path):
     """The modules a file imports when it is imported (lite_launcher ones by full name)."""
     with open(os.path.join(PACKAGE, relative_path)) as f:
@@ -32,9 +49,7 @@ def _imports(relative_path):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            if node.module == "lite_launcher":
-                names.update(f"lite_launcher.{alias.name}" for alias in node.names)
+            names.update(_from_import_names(node))
     return names
 
 
@@ -112,32 +127,35 @@ def test_no_import_circle_among_lites_modules_counting_function_level_imports():
 def test_the_cycle_scan_sees_an_import_inside_a_function(tmp_path):
     # The circle round three removed, as it stood: checkpoints imported tfm_checkpoint inside
     # two functions, tfm_checkpoint imported checkpoints at the top.
-    (tmp_path / "checkpoints.py").write_text(
-        "def read_weights():\n    from lite_launcher import tfm_checkpoint\n")
-    (tmp_path / "tfm_checkpoint.py").write_text("from lite_launcher import checkpoints\n")
+    (tmp_path / "checkpointing").mkdir()
+    (tmp_path / "checkpointing" / "checkpoints.py").write_text(
+        "def read_weights():\n    from lite_launcher.checkpointing import tfm_checkpoint\n")
+    (tmp_path / "checkpointing" / "tfm_checkpoint.py").write_text(
+        "from lite_launcher.checkpointing import checkpoints\n")
     (tmp_path / "errors.py").write_text("")
     graph = import_graph(str(tmp_path))
-    assert import_cycles(graph) == [["lite_launcher.checkpoints",
-                                     "lite_launcher.tfm_checkpoint"]]
+    assert import_cycles(graph) == [["lite_launcher.checkpointing.checkpoints",
+                                     "lite_launcher.checkpointing.tfm_checkpoint"]]
 
 
 def test_loops_only_repeat_what_they_are_given():
     # The runner layer knows neither the Trainer nor the Task: it calls only the step and
     # loop functions handed to it, so a step is followed trainer.py -> task.py.
-    assert _lite_modules("loops.py") <= {"lite_launcher.base_config"}
+    assert _lite_modules("orbit/loops.py") <= {"lite_launcher.core.base_config",
+                                                "lite_launcher.common.tf_adapter"}
 
 
 def test_one_way_data_flow_between_the_layers():
-    assert "lite_launcher.controller" not in _lite_modules("trainer.py")
-    assert "lite_launcher.trainer" not in _lite_modules("task.py")
-    for module in ("task.py", "trainer.py", "loops.py"):
-        assert "lite_launcher.experiment" not in _lite_modules(module)
+    assert "lite_launcher.orbit.controller" not in _lite_modules("core/base_trainer.py")
+    assert "lite_launcher.core.base_trainer" not in _lite_modules("core/base_task.py")
+    for module in ("core/base_task.py", "core/base_trainer.py", "orbit/loops.py"):
+        assert "lite_launcher.core.train_lib" not in _lite_modules(module)
     # The registry registers nothing itself: registry_imports loads the built-ins.
-    assert not {n for n in _lite_modules("registry.py") if "experiments" in n}
+    assert not {n for n in _lite_modules("core/registry.py") if "experiments" in n}
 
 
-@pytest.mark.parametrize("module", ["errors.py", "base_config.py", "config.py", "modes.py",
-                                    "atomic_write.py", "optimization/configs.py"])
+@pytest.mark.parametrize("module", ["common/errors.py", "core/base_config.py", "core/config_definitions.py", "core/modes.py",
+                                    "common/atomic_write.py", "optimization/configs.py"])
 def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
     assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
 
@@ -162,15 +180,16 @@ def _module_aliases(tree, module):
     """The names a file binds to `lite_launcher.<module>` anywhere (function bodies too), and
     the names it imports from it."""
     aliases, imported = set(), set()
+    package, _, name = f"lite_launcher.{module}".rpartition(".")
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == f"lite_launcher.{module}" and alias.asname:
                     aliases.add(alias.asname)
         elif isinstance(node, ast.ImportFrom):
-            if node.module == "lite_launcher":
+            if node.module == package:
                 aliases.update(alias.asname or alias.name for alias in node.names
-                               if alias.name == module)
+                               if alias.name == name)
             elif node.module == f"lite_launcher.{module}":
                 imported.update(alias.name for alias in node.names)
     return aliases, imported
@@ -191,16 +210,16 @@ def _private_names_used(relative_path, module):
 def test_the_two_drivers_are_thin_on_the_driver_library_not_on_each_other():
     # lite-train and lite-export share train_utils (config, input checks, exit codes) and
     # flags; neither reaches into the other.
-    assert not _private_names_used("export.py", "main")
-    assert not _private_names_used("main.py", "export")
-    assert "lite_launcher.main" not in _all_lite_imports("export.py")
-    assert "lite_launcher.export" not in _all_lite_imports("main.py")
+    assert not _private_names_used("commands/export.py", "commands.train")
+    assert not _private_names_used("commands/train.py", "commands.export")
+    assert "lite_launcher.commands.train" not in _all_lite_imports("commands/export.py")
+    assert "lite_launcher.commands.export" not in _all_lite_imports("commands/train.py")
     # lite-convert too: the three commands share flags.py and train_utils, none another.
-    commands = {"lite_launcher.main", "lite_launcher.export", "lite_launcher.convert"}
-    for command in ("main.py", "export.py", "convert.py"):
+    commands = {"lite_launcher.commands.train", "lite_launcher.commands.export", "lite_launcher.commands.convert"}
+    for command in ("commands/train.py", "commands/export.py", "commands/convert.py"):
         assert not _all_lite_imports(command) & commands - {_module_name(command)}
     # The library they share is TensorFlow-free on import (the input checks run before TF).
-    for module in ("train_utils.py", "flags.py", "builtin_experiments.py", "registry.py"):
+    for module in ("core/train_utils.py", "common/flags.py", "common/builtin_experiments.py", "core/registry.py"):
         assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
 
 
@@ -211,9 +230,7 @@ def _all_lite_imports(relative_path):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith("lite_launcher"))
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lite_launcher"):
-            names.add(node.module)
-            if node.module == "lite_launcher":
-                names.update(f"lite_launcher.{a.name}" for a in node.names)
+            names.update(_from_import_names(node))
     return names
 
 
@@ -231,7 +248,7 @@ def _lock_calls(relative_path):
     """The calls of `model_dir_lock.hold` / `release` / `locked` (or of those names imported)
     in a file, one entry per call site."""
     tree = _tree(relative_path)
-    aliases, imported = _module_aliases(tree, "model_dir_lock")
+    aliases, imported = _module_aliases(tree, "common.model_dir_lock")
     calls = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -251,9 +268,9 @@ def test_one_module_takes_the_model_dir_lock():
     # holds the lock through one context, entered at one place, that releases it itself. The
     # driver only asks (refuse_if_held) before TF loads.
     takers = {path for path in _package_files()
-              if path != "model_dir_lock.py" and _lock_calls(path)}
-    assert takers == {"experiment.py"}
-    assert _lock_calls("experiment.py") == ["locked"]
+              if path != "common/model_dir_lock.py" and _lock_calls(path)}
+    assert takers == {"core/train_lib.py"}
+    assert _lock_calls("core/train_lib.py") == ["locked"]
 def _names_in(node):
     return ({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
             | {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)})
@@ -318,16 +335,16 @@ def test_dilated_resnet_builds_on_resnets_stem_and_blocks():
 
 
 # ---------------------------------------------------------------------------------------------
-# The checkpoint lifecycle has one home: lite_launcher/checkpoints.py.
+# The checkpoint lifecycle has one home: lite_launcher/checkpointing/checkpoints.py.
 # ---------------------------------------------------------------------------------------------
 
-CHECKPOINTS_HOME = "checkpoints.py"
+CHECKPOINTS_HOME = "checkpointing/checkpoints.py"
 # Modules that delete, move or rename files, and why none of them is a checkpoint's file.
 FILE_REMOVERS = {
-    "atomic_write.py": "its own temporary file, then the rename into place",
-    "export.py": "its own unfinished export, written beside the export directory",
-    "convert.py": "its own unfinished conversion, written beside the output directory",
-    "model_dir_lock.py": "the empty directories a run refused while being built created "
+    "common/atomic_write.py": "its own temporary file, then the rename into place",
+    "core/export_lib.py": "its own unfinished export, written beside the export directory",
+    "commands/convert.py": "its own unfinished conversion, written beside the output directory",
+    "common/model_dir_lock.py": "the empty directories a run refused while being built created "
                          "(os.rmdir removes empty directories only)",
 }
 _WRITE_METHODS = {"save", "write", "save_checkpoint_if_preempted"}
@@ -391,7 +408,7 @@ def _scan_outside(home, scan):
 
 def test_only_the_checkpoints_home_writes_or_deletes_checkpoint_files():
     found = _scan_outside(CHECKPOINTS_HOME, checkpoint_file_writes)
-    assert not found, "write or delete checkpoint files through lite_launcher.checkpoints:\n" + \
+    assert not found, "write or delete checkpoint files through lite_launcher.checkpointing.checkpoints:\n" + \
         "\n".join(found)
 
 
@@ -409,19 +426,19 @@ def test_only_the_checkpoints_home_writes_or_deletes_checkpoint_files():
 ])
 def test_the_checkpoint_write_scan_finds_each_kind_of_violation(violation):
     # Each line the scan must catch, as main's modules wrote them before the home existed.
-    assert checkpoint_file_writes(ast.parse(violation), "actions.py")
+    assert checkpoint_file_writes(ast.parse(violation), "core/actions.py")
 
 
 def test_the_checkpoint_write_scan_lets_ordinary_writes_through():
     ordinary = ("checkpoints.save(manager, step)\nf.write(text)\nwriter.write(example)\n"
                 "summary_manager.write_summaries(output)\narchive.write_out(path)\n"
                 "params.save_yaml(path)\natomic_write.write_text(path, text)")
-    assert checkpoint_file_writes(ast.parse(ordinary), "actions.py") == []
+    assert checkpoint_file_writes(ast.parse(ordinary), "core/actions.py") == []
 
 
 # Restores not yet through `checkpoints.restore` (each a partial `Checkpoint.read`); the reader
 # of TFM checkpoints routes these through the home.
-DIRECT_CHECKPOINT_READS = {"export.py": "the checkpoint to export"}
+DIRECT_CHECKPOINT_READS = {}
 
 
 def checkpoint_reads(tree, relative_path):
@@ -447,7 +464,7 @@ def test_restores_go_through_the_checkpoints_home():
             direct.update([relative_path] if reads else [])
         else:
             found += reads
-    assert not found, "restore checkpoints with lite_launcher.checkpoints.restore:\n" + \
+    assert not found, "restore checkpoints with lite_launcher.checkpointing.checkpoints.restore:\n" + \
         "\n".join(found)
     # An entry whose module now restores through the home goes from the list.
     assert direct == set(DIRECT_CHECKPOINT_READS)
@@ -468,20 +485,20 @@ def _public_names(relative_path):
 
 
 def test_the_controller_uses_only_the_checkpoints_homes_public_api():
-    lite_modules = _lite_modules("controller.py")
-    assert "lite_launcher.checkpoints" in lite_modules
+    lite_modules = _lite_modules("orbit/controller.py")
+    assert "lite_launcher.checkpointing.checkpoints" in lite_modules
     assert "lite_launcher.checkpoint_recovery" not in lite_modules
     public = _public_names(CHECKPOINTS_HOME)
     used = set()
-    for node in ast.walk(_parse("controller.py")):
+    for node in ast.walk(_parse("orbit/controller.py")):
         if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "checkpoints":
             used.add(node.attr)
-        elif isinstance(node, ast.ImportFrom) and node.module == "lite_launcher.checkpoints":
+        elif isinstance(node, ast.ImportFrom) and node.module == "lite_launcher.checkpointing.checkpoints":
             used.update(alias.name for alias in node.names)
     assert used and used <= public, f"not public in checkpoints.py: {sorted(used - public)}"
 
 
-def checkpoint_internals_used(tree, relative_path="controller.py"):
+def checkpoint_internals_used(tree, relative_path="orbit/controller.py"):
     """Where a module finds, restores or saves checkpoints itself, or reads another object's
     private attributes (a manager's `_last_checkpoint_step`, ...)."""
     found = []
@@ -507,7 +524,7 @@ def checkpoint_internals_used(tree, relative_path="controller.py"):
 
 def test_the_controller_touches_no_checkpoint_files_or_manager_internals():
     # Finding, restoring and saving checkpoints is the home's work: the Controller says when.
-    found = checkpoint_internals_used(_parse("controller.py"))
+    found = checkpoint_internals_used(_parse("orbit/controller.py"))
     assert not found, "\n".join(found)
 
 
@@ -515,16 +532,141 @@ def test_the_controller_schedules_on_the_checkpoint_and_summary_homes_alone():
     # Orbit's seam: the Controller drives any object with train(n) / evaluate(n); what it may
     # reach is the checkpoint home (when to save / restore), summaries (what to write) and the
     # error types. A rule on what it touches, not on its length.
-    assert _all_lite_imports("controller.py") - {"lite_launcher"} <= {
-        "lite_launcher.checkpoints", "lite_launcher.summaries", "lite_launcher.errors"}
-    names = _names_in(_parse("controller.py"))
+    assert _all_lite_imports("orbit/controller.py") - {"lite_launcher"} <= {
+        "lite_launcher.checkpointing.checkpoints", "lite_launcher.orbit.summaries", "lite_launcher.common.errors"}
+    names = _names_in(_parse("orbit/controller.py"))
     assert not names & {"Trainer", "Task", "ExperimentRunner", "build_model", "model_dir_lock"}
 
 
-def test_no_module_of_lite_is_over_900_lines():
-    long = {path: n for path in _package_files()
-            for n in [len(open(os.path.join(PACKAGE, path)).read().splitlines())] if n > 900}
-    assert not long, f"split by role: {long}"
+# ---------------------------------------------------------------------------------------------
+# The core is laid out by role, as TFM's official/core, official/common and Orbit, in floors
+# that import only downwards (function-level imports count). A rule on what a module may
+# import, not on its length.
+# ---------------------------------------------------------------------------------------------
+
+CORE_FLOORS = {"common": 0, "optimization": 1, "checkpointing": 2, "orbit": 3, "core": 4,
+               "experiments": 5, "vision": 5, "commands": 6}
+# Imported from every floor: the typed config machinery (TFM's hyperparams base_config),
+# TensorFlow-free, which itself imports only common.atomic_write.
+FOUNDATION = {"lite_launcher.core.base_config"}
+# common's command-line half (TFM's official/common/flags.py and registry_imports.py) stands
+# on core's driver library (train_utils, the registry), below the commands.
+COMMAND_LINE_COMMON = {"lite_launcher.common.flags", "lite_launcher.common.registry_imports"}
+
+
+def _floor_folder(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in CORE_FLOORS else None
+
+
+def core_layer_violations(graph):
+    """Imports from a folder up to a higher or sideways one (`CORE_FLOORS`), but for the
+    foundation and common's command-line half. `graph`: {module: {imported modules}}."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        source = _floor_folder(module)
+        for target in sorted(targets):
+            folder = _floor_folder(target)
+            if (source and folder and folder != source
+                    and CORE_FLOORS[folder] >= CORE_FLOORS[source]
+                    and target not in FOUNDATION and module not in COMMAND_LINE_COMMON):
+                found.append(f"{module} (floor {CORE_FLOORS[source]}) imports {target} "
+                             f"(floor {CORE_FLOORS[folder]})")
+    return found
+
+
+def test_the_core_is_laid_out_by_role():
+    for folder in ("core", "orbit", "common", "checkpointing", "commands"):
+        assert os.path.isfile(os.path.join(PACKAGE, folder, "__init__.py")), folder
+    # Nothing loose at the top but the package's front door and the old names' table.
+    loose = sorted(name for name in os.listdir(PACKAGE) if name.endswith(".py"))
+    assert loose == ["__init__.py", "legacy.py"], loose
+    assert set(CORE_FLOORS) <= set(os.listdir(PACKAGE))
+
+
+def test_core_modules_import_only_downwards():
+    found = core_layer_violations(import_graph())
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("module, imported", [
+    ("lite_launcher.vision.serving.export_saved_model_lib", "lite_launcher.commands.export"),
+    ("lite_launcher.core.train_lib", "lite_launcher.commands.train"),
+    ("lite_launcher.orbit.controller", "lite_launcher.core.base_trainer"),
+    ("lite_launcher.checkpointing.checkpoints", "lite_launcher.orbit.summaries"),
+    ("lite_launcher.common.errors", "lite_launcher.checkpointing.checkpoints"),
+    ("lite_launcher.vision.tasks.retinanet", "lite_launcher.experiments.workloads"),
+])
+def test_the_core_layer_scan_finds_each_kind_of_violation(module, imported):
+    assert core_layer_violations({module: {imported}})
+
+
+def test_no_library_imports_a_command():
+    # The commands parse flags and call the libraries; vision stands below them.
+    graph = import_graph()
+    found = [f"{module} imports {target}" for module, targets in sorted(graph.items())
+             for target in sorted(targets)
+             if target.startswith("lite_launcher.commands.")
+             and not module.startswith("lite_launcher.commands") and module != "lite_launcher"]
+    assert not found, "\n".join(found)
+
+
+def test_lite_imports_no_module_by_its_old_name():
+    # The old names are for users' code (lite_launcher.legacy); lite's own code names the
+    # modules where they are.
+    from lite_launcher import legacy  # pylint: disable=import-outside-toplevel
+
+    found = [f"{path} imports {name}" for path in _package_files()
+             for name in _all_lite_imports(path) if name in legacy.MOVED]
+    assert not found, "\n".join(found)
+
+
+# Private TensorFlow names: read only in lite_launcher/common/tf_adapter.py.
+TF_ADAPTER = "common/tf_adapter.py"
+_TF_PRIVATE_MODULES = ("tensorflow.python", "tensorflow.compiler", "tensorflow.core.function")
+
+
+def tf_private_uses(tree, relative_path):
+    """Where a module imports a private TensorFlow module, reads `tf.__internal__`, or reads a
+    private name the adapter owns (as an attribute or through getattr)."""
+    from lite_launcher.common import tf_adapter  # pylint: disable=import-outside-toplevel
+
+    owned = {name for owner, names in tf_adapter.PRIVATE_NAMES.items() if owner != "modules"
+             for name in names if name.startswith("_")}
+    found = []
+    for node in ast.walk(tree):
+        where = f"{relative_path}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                _TF_PRIVATE_MODULES):
+            found.append(f"{where} imports {node.module}")
+        elif isinstance(node, ast.Import) and any(
+                a.name.startswith(_TF_PRIVATE_MODULES) for a in node.names):
+            found.append(f"{where} imports {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Attribute) and (node.attr in owned
+                                                   or node.attr == "__internal__"):
+            found.append(f"{where} reads {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr")
+              and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+              and node.args[1].value in owned):
+            found.append(f"{where} {ast.unparse(node)}")
+    return found
+
+
+def test_private_tensorflow_names_only_in_the_adapter():
+    found = _scan_outside(TF_ADAPTER, tf_private_uses)
+    assert not found, "use lite_launcher.common.tf_adapter for private TensorFlow names:\n" + \
+        "\n".join(found)
+
+
+@pytest.mark.parametrize("violation", [
+    "from tensorflow.python.eager import context",
+    "import tensorflow.python.framework.ops as ops",
+    "ok = isinstance(it, tf.__internal__.tracking.Trackable)",
+    "return concrete._call_flat(inputs, concrete.captured_inputs)",
+    "resolver = getattr(strategy, '_cluster_resolver', None)",
+])
+def test_the_private_tensorflow_scan_finds_each_kind_of_use(violation):
+    assert tf_private_uses(ast.parse(violation), "x.py")
 
 
 @pytest.mark.parametrize("module", ["vision/modeling/decoders/aspp.py",
@@ -535,11 +677,11 @@ def test_no_module_of_lite_is_over_900_lines():
 def test_segmentation_model_pieces_know_no_task_data_or_metrics(module):
     # TFM's cut: the model pieces are reusable layers; only the task wires them to the input,
     # the loss and the metrics.
-    wiring = {"lite_launcher.task", "lite_launcher.vision.tasks.semantic_segmentation",
+    wiring = {"lite_launcher.core.base_task", "lite_launcher.vision.tasks.semantic_segmentation",
               "lite_launcher.vision.dataloaders.segmentation_input",
               "lite_launcher.vision.losses.segmentation_losses",
-              "lite_launcher.vision.evaluation.segmentation_metrics", "lite_launcher.input_reader",
-              "lite_launcher.trainer"}
+              "lite_launcher.vision.evaluation.segmentation_metrics", "lite_launcher.core.input_reader",
+              "lite_launcher.core.base_trainer"}
     assert not _vision_imports(module) & wiring
     assert not _lite_modules(module) & wiring
 
@@ -551,8 +693,8 @@ def test_vision_configs_load_without_tensorflow(module):
     path = f"vision/configs/{module}.py"
     assert not {n for n in _imports(path) if n.split(".")[0] in ("tensorflow", "keras")}
     assert not {n for n in _lite_modules(path)
-                if n not in ("lite_launcher.base_config", "lite_launcher.config",
-                             "lite_launcher.registry")
+                if n not in ("lite_launcher.core.base_config", "lite_launcher.core.config_definitions",
+                             "lite_launcher.core.registry")
                 and not n.startswith("lite_launcher.vision.configs")}
 
 
@@ -577,12 +719,13 @@ VISION_TASK_FAMILIES = {
         "modeling/segmentation_model.py", "modeling/heads/segmentation_heads.py",
         "losses/segmentation_losses.py", "evaluation/segmentation_metrics.py",
         "serving/semantic_segmentation.py", "tasks/semantic_segmentation.py"},
-    # One- and two-stage detection: Mask R-CNN builds on RetinaNet's configs, RPN head,
-    # serving and task. The detection ops, losses, decoders and COCO evaluator are shared.
+    # One- and two-stage detection: both tasks stand on tasks/detection.py; Mask R-CNN builds
+    # on RetinaNet's configs and RPN head. The detection ops, losses, decoders, serving and
+    # COCO evaluator are shared.
     "detection": {
         "configs/retinanet.py", "dataloaders/retinanet_input.py",
         "modeling/retinanet_model.py", "modeling/heads/dense_prediction_heads.py",
-        "serving/detection.py", "tasks/retinanet.py",
+        "serving/detection.py", "tasks/detection.py", "tasks/retinanet.py",
         "configs/maskrcnn.py", "dataloaders/maskrcnn_input.py", "modeling/maskrcnn_model.py",
         "modeling/heads/instance_heads.py", "tasks/maskrcnn.py"},
 }
@@ -640,10 +783,11 @@ def vision_layer_violations(imports_by_file):
 
 
 def _moved_module_names():
-    """The old module names the alias finder in vision/__init__.py serves (its `_MOVED`)."""
-    [table] = [node.value for node in _tree("vision/__init__.py").body
-               if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "_MOVED"]
-    return set(ast.literal_eval(table))
+    """The old module names under vision/ that the legacy finder serves (`legacy.MOVED`)."""
+    from lite_launcher import legacy  # pylint: disable=import-outside-toplevel
+
+    return {name.split(".")[2] for name in legacy.MOVED
+            if name.startswith("lite_launcher.vision.")}
 
 
 # Code inside vision/ imports the new names; only users' code relies on the old ones.
@@ -695,10 +839,10 @@ def test_the_vision_layer_scan_finds_each_kind_of_violation(path, imported):
 
 
 # ---------------------------------------------------------------------------------------------
-# Private Keras names: read, written or overridden only in lite_launcher/keras_adapter.py.
+# Private Keras names: read, written or overridden only in lite_launcher/common/keras_adapter.py.
 # ---------------------------------------------------------------------------------------------
 
-KERAS_ADAPTER = "keras_adapter.py"
+KERAS_ADAPTER = "common/keras_adapter.py"
 
 
 def _keras_private_names():
@@ -751,7 +895,7 @@ def test_private_keras_names_only_in_the_adapter():
     keras_names = _keras_private_names()
     found = _scan_outside(KERAS_ADAPTER, lambda tree, path: keras_private_uses(tree, path,
                                                                              keras_names))
-    assert not found, "use lite_launcher.keras_adapter for private Keras names:\n" + \
+    assert not found, "use lite_launcher.common.keras_adapter for private Keras names:\n" + \
         "\n".join(found)
 
 
@@ -779,6 +923,6 @@ def test_tests_build_the_lite_train_command_in_one_place():
             path = os.path.join(directory, name)
             if name.endswith(".py") and name != "cli.py" and path != os.path.abspath(__file__):
                 with open(path) as f:
-                    if '"-m", "lite_launcher.main"' in f.read():
+                    if '"-m", "lite_launcher.commands.train"' in f.read():
                         by_hand.append(os.path.relpath(path, tests_dir))
     assert not by_hand, f"use tests/cli.py's lite_train_command: {by_hand}"

@@ -1,4 +1,4 @@
-"""Tests of lite_launcher.atomic_write (write then rename) and lite_launcher.errors."""
+"""Tests of lite_launcher.common.atomic_write (write then rename) and lite_launcher.common.errors."""
 
 import os
 import subprocess
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from lite_launcher import atomic_write
-from lite_launcher import errors
+from lite_launcher.common import atomic_write
+from lite_launcher.common import errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,8 +39,8 @@ def test_a_write_into_a_missing_directory_raises_and_leaves_nothing(tmp_path):
 
 
 def test_atomic_write_and_errors_import_without_tensorflow():
-    code = ("import sys, lite_launcher.atomic_write, lite_launcher.errors, lite_launcher.main, "
-            "lite_launcher.export, lite_launcher.train_utils, lite_launcher.flags\n"
+    code = ("import sys, lite_launcher.common.atomic_write, lite_launcher.common.errors, lite_launcher.commands.train, "
+            "lite_launcher.commands.export, lite_launcher.core.train_utils, lite_launcher.common.flags\n"
             "print('tensorflow' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
@@ -49,8 +49,12 @@ def test_atomic_write_and_errors_import_without_tensorflow():
 
 
 def test_run_time_errors_keep_their_old_import_paths():
-    from lite_launcher import actions, checkpoints, controller, main, model_dir_lock
-    from lite_launcher import train_utils
+    from lite_launcher.core import actions
+    from lite_launcher.checkpointing import checkpoints
+    from lite_launcher.orbit import controller
+    from lite_launcher.commands import train as main
+    from lite_launcher.common import model_dir_lock
+    from lite_launcher.core import train_utils
     assert controller.CheckpointWriteError is errors.CheckpointWriteError
     assert actions.TrainingDivergedError is errors.TrainingDivergedError
     assert checkpoints.NoReadableCheckpointError is errors.NoReadableCheckpointError
@@ -69,7 +73,7 @@ def test_run_time_errors_keep_their_old_import_paths():
 ])
 def test_driver_turns_run_time_errors_into_one_line_and_exit_code(monkeypatch, capsys, error,
                                                                   exit_code):
-    from lite_launcher import main as main_lib
+    from lite_launcher.commands import train as main_lib
 
     def fail():
         raise error
@@ -84,7 +88,7 @@ def test_driver_turns_run_time_errors_into_one_line_and_exit_code(monkeypatch, c
 
 
 def test_driver_lets_other_runtime_errors_through(monkeypatch):
-    from lite_launcher import main as main_lib
+    from lite_launcher.commands import train as main_lib
 
     def fail():
         raise RuntimeError("a bug, not the environment")

@@ -1,4 +1,4 @@
-"""Tests for the checkpoint home (lite_launcher.checkpoints) itself.
+"""Tests for the checkpoint home (lite_launcher.checkpointing.checkpoints) itself.
 
 The Controller's use of it (saving, the continuous-eval watch, the record of evaluated steps,
 shape mismatches) is tested through the Controller in test_controller.py; start-time
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import actions, checkpoints
-from lite_launcher.controller import Controller
+from lite_launcher.checkpointing import checkpoints
+from lite_launcher.core import actions
+from lite_launcher.orbit.controller import Controller
 
 
 class CountingEvaluator:

@@ -11,12 +11,13 @@ import pytest
 import yaml
 
 import lite_launcher as ll
-from lite_launcher import registry
+from lite_launcher.core import registry
+from lite_launcher.core.base_config import (Config, ConfigError, OneOfConfig, load_config_file,
+                                            override_config, parse_params_override,
+                                            UnknownConfigKeyError)
+from lite_launcher.core.config_definitions import (DataConfig, ExperimentConfig, RuntimeConfig,
+                                                   TaskConfig, TrainerConfig)
 from lite_launcher.vision.configs.backbones import BUILT_BACKBONE_TYPES
-from lite_launcher.base_config import (Config, ConfigError, OneOfConfig, load_config_file,
-                                       override_config, parse_params_override, UnknownConfigKeyError)
-from lite_launcher.config import (DataConfig, ExperimentConfig, RuntimeConfig, TaskConfig,
-                                  TrainerConfig)
 
 # A representative set of TFM's defaults (official/core/config_definitions.py, TFM 2.20).
 TFM_DEFAULTS = {
@@ -96,7 +97,7 @@ def _tfm_fields(snapshot, name):
 
 
 def _lite_config_classes():
-    from lite_launcher import config as config_lib
+    from lite_launcher.core import config_definitions as config_lib
     from lite_launcher.optimization import configs as optimization_configs
     modules = (config_lib, optimization_configs)
     return {cls.__name__: cls for module in modules for cls in vars(module).values()
@@ -624,7 +625,7 @@ def test_from_yaml_reads_a_file_strictly(tmp_path):
 
 
 def test_yaml_on_off_yes_no_are_strings_only_true_false_are_booleans():
-    from lite_launcher import base_config
+    from lite_launcher.core import base_config
 
     parsed = base_config.parse_params_override(
         "runtime.distribution_strategy=off,trainer.train_tf_function=false")
@@ -758,7 +759,7 @@ def test_unknown_key_is_a_key_error_and_a_config_error_with_a_clean_message(caps
         ExperimentConfig().override({"trainer": {"bogus": 1}})
     assert isinstance(info.value, ConfigError)
     assert str(info.value).startswith("Unknown config key 'trainer.bogus'.")
-    from lite_launcher import train_utils
+    from lite_launcher.core import train_utils
     try:
         with pytest.raises(SystemExit) as exit_info:
             train_utils.exit_with_error(info.value)

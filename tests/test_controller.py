@@ -1,4 +1,4 @@
-"""Tests for the outer loop (lite_launcher.controller) and SummaryManager."""
+"""Tests for the outer loop (lite_launcher.orbit.controller) and SummaryManager."""
 
 import glob
 import json
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import checkpoints
-from lite_launcher.checkpoints import checkpoint_number
-from lite_launcher.controller import Controller, StepTimer
-from lite_launcher import summaries
-from lite_launcher.summaries import SummaryManager
+from lite_launcher.checkpointing import checkpoints
+from lite_launcher.checkpointing.checkpoints import checkpoint_number
+from lite_launcher.orbit import summaries
+from lite_launcher.orbit.controller import Controller, StepTimer
+from lite_launcher.orbit.summaries import SummaryManager
 
 
 # ------------------------------------------------------------------------------------------
@@ -504,7 +504,7 @@ def test_queued_rows_are_written_as_one_event_per_row(tmp_path):
 
 def test_the_training_writer_is_entered_once_per_train_call(tmp_path, monkeypatch):
     # Leaving `as_default` flushes the writer (an eager op): once per train call, not per loop.
-    from lite_launcher import controller as controller_module
+    from lite_launcher.orbit import controller as controller_module
 
     entered = []
     original = controller_module.default_writer

@@ -22,13 +22,13 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import main as main_lib
-from lite_launcher import strategy as strategy_lib
-from lite_launcher.experiment import ExperimentRunner
+from lite_launcher.commands import train as main_lib
+from lite_launcher.common import distribute_utils as strategy_lib
+from lite_launcher.core.base_task import Task
+from lite_launcher.core.base_trainer import ExactMean
+from lite_launcher.core.train_lib import ExperimentRunner
 from lite_launcher.experiments.digits import load_digits_split
-from lite_launcher.task import Task
-from lite_launcher.loops import split_steps
-from lite_launcher.trainer import ExactMean
+from lite_launcher.orbit.loops import split_steps
 
 import tiny
 import xla_checks

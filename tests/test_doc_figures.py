@@ -93,3 +93,56 @@ def test_check_fails_on_a_copy_of_the_docs_with_one_profile_figure_altered(tmp_p
     assert ("docs/benchmarks.md: expected \"Lite's step runs TFM's kernels (profiled 300 against "
             "375 ms a step).\"") in out
     assert out.strip().endswith("1 mismatch(es)")
+
+
+# Results files whose `file` field was set by hand after their run (written to another path,
+# then moved in). Kept as they were measured; no new file may join them.
+RENAMED_AFTER_THEIR_RUN = {
+    "2026-12-03-3fc34c2-eval-input-start.json", "2026-12-03-5595f55-step-vs-tfm-maskrcnn.json",
+    "2026-12-03-56c1cdd-step-vs-tfm-maskrcnn-profile.json",
+    "2026-12-03-90dc296-step-vs-tfm-retinanet-train-profile.json",
+    "2026-12-06-1d3825c-step-vs-tfm-retinanet-mobilenetv2-profile-by-name.json",
+    "2026-12-06-77e2a9d-step-vs-tfm-retinanet-focal-2.json",
+}
+
+
+def _recorded_out(command):
+    """The `--out` path a results file's recorded command wrote to (None if it names none)."""
+    if isinstance(command, str):
+        command = command.split()
+    if not isinstance(command, list):
+        return None
+    for i, arg in enumerate(command):
+        if arg == "--out" and i + 1 < len(command):
+            return command[i + 1]
+        if isinstance(arg, str) and arg.startswith("--out="):
+            return arg[len("--out="):]
+    return None
+
+
+def test_a_results_files_command_wrote_the_file_it_names():
+    # Results files are never edited after their run: the command a file records wrote to the
+    # path its `file` field names, and that is where the file is.
+    import json  # pylint: disable=import-outside-toplevel
+
+    results = os.path.join(doc_figures.REPO_ROOT, doc_figures.RESULTS)
+    disagree = []
+    for name in sorted(os.listdir(results)):
+        if not name.endswith(".json") or name in RENAMED_AFTER_THEIR_RUN:
+            continue
+        with open(os.path.join(results, name)) as f:
+            data = json.load(f)
+        out = _recorded_out(data.get("command")) if isinstance(data, dict) else None
+        if out is None:
+            continue
+        if os.path.normpath(out) != os.path.normpath(data.get("file") or "") or \
+                os.path.basename(out) != name:
+            disagree.append(f"{name}: command --out {out}, file {data.get('file')}")
+    assert not disagree, "\n".join(disagree)
+    assert RENAMED_AFTER_THEIR_RUN <= set(os.listdir(results))
+
+
+def test_the_results_file_check_sees_an_edited_file_field():
+    assert _recorded_out(["x.py", "--out", "/tmp/a.json"]) == "/tmp/a.json"
+    assert _recorded_out("x.py --out=benchmarks/results/b.json") == "benchmarks/results/b.json"
+    assert _recorded_out(None) is None

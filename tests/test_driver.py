@@ -1,4 +1,4 @@
-"""Tests of the `lite-train` driver (lite_launcher/main.py): --dry_run, gin, preemption retry.
+"""Tests of the `lite-train` driver (lite_launcher/commands/train.py): --dry_run, gin, preemption retry.
 
 `--dry_run` and the gin flags are the CLI's behaviour: they run the driver from its flags in
 this process (`cli.run_lite_train_in_process`; `--help`, whose exit code is the point, in a
@@ -18,9 +18,9 @@ import tensorflow as tf
 import yaml
 
 import lite_launcher as ll
-from lite_launcher import actions as actions_lib
-from lite_launcher import main as main_lib
-from lite_launcher import model_dir_lock
+from lite_launcher.commands import train as main_lib
+from lite_launcher.common import model_dir_lock
+from lite_launcher.core import actions as actions_lib
 
 from cli import run_lite_train_in_process
 from test_modes import checkpoint_files, lite_train, lite_train_here, mock_bias, overrides

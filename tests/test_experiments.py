@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.experiments import digits, workloads
 
 # Class counts of the UCI digits test set (optdigits.tes) that scikit-learn ships.
@@ -85,9 +85,9 @@ def _factories_registered_by(module_name):
 def test_registry_imports_registers_every_name_of_the_one_table():
     # The built-in names live in one table (builtin_experiments); the docstrings point at it.
     import lite_launcher.experiments as built_ins
-    import lite_launcher.registry_imports  # noqa: F401  (imports what the table names)
-    from lite_launcher import registry
-    from lite_launcher.builtin_experiments import BUILTIN_EXPERIMENTS
+    import lite_launcher.common.registry_imports  # noqa: F401  (imports what the table names)
+    from lite_launcher.core import registry
+    from lite_launcher.common.builtin_experiments import BUILTIN_EXPERIMENTS
 
     assert set(EXPERIMENTS) | {"resnet_imagenet", "retinanet_resnetfpn_coco"} <= set(
         BUILTIN_EXPERIMENTS)

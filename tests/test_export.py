@@ -1,4 +1,4 @@
-"""`lite-export` (lite_launcher/export.py): trained checkpoints as SavedModels, served by
+"""`lite-export` (lite_launcher/commands/export.py): trained checkpoints as SavedModels, served by
 TensorFlow alone.
 
 digits_mlp and a ResNet-10 `resnet_imagenet` (32x32, 5 classes) are trained a few steps
@@ -26,9 +26,9 @@ import yaml
 from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 
-import lite_launcher as ll
-from lite_launcher import export as export_lib
 from lite_launcher import optimization
+import lite_launcher as ll
+from lite_launcher.commands import export as export_lib
 
 from test_modes import ROOT, subprocess_env
 
@@ -45,7 +45,7 @@ RESNET_SIGNATURES = {"image_tensor": "serving_default", "image_bytes": "serving_
 
 
 def lite_export(*args, expect_rc=0):
-    result = subprocess.run([sys.executable, "-m", "lite_launcher.export"] + [str(a) for a in args],
+    result = subprocess.run([sys.executable, "-m", "lite_launcher.commands.export"] + [str(a) for a in args],
                             cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                             timeout=TIMEOUT)
     assert result.returncode == expect_rc, result.stderr[-4000:]

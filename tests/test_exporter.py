@@ -1,4 +1,4 @@
-"""Tests for lite_launcher.exporter: the best checkpoint is the one with the best metric."""
+"""Tests for lite_launcher.core.exporter: the best checkpoint is the one with the best metric."""
 
 import json
 import os
@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 import keras
 
-from lite_launcher import exporter as exporter_lib
-from lite_launcher.base_config import ConfigError
-from lite_launcher.config import ExperimentConfig
+from lite_launcher.core import exporter as exporter_lib
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.config_definitions import ExperimentConfig
 
 
 def _tiny_setup():

@@ -60,9 +60,9 @@ def test_a_training_run_imports_only_its_own_experiment_family(modules_after):
     result = modules_after["digits_train"]
     assert result["code"] in (0, None)
     assert (modules_after["model_dir"] / "checkpoint").exists()  # it did train
-    assert "lite_launcher.trainer" in result["modules"]
+    assert "lite_launcher.core.base_trainer" in result["modules"]
     unwanted = [m for m in result["modules"]
-                if m.startswith("lite_launcher.vision") or m == "lite_launcher.export"]
+                if m.startswith("lite_launcher.vision") or m == "lite_launcher.commands.export"]
     assert unwanted == []
 
 
@@ -179,7 +179,7 @@ def _jpeg_records(path, count=4):
 
 def _classification_trainer(tmp_path, task_cls=None):
     import lite_launcher as ll
-    from lite_launcher import trainer as trainer_lib
+    from lite_launcher.core import base_trainer as trainer_lib
 
     _jpeg_records(tmp_path / "train-00000-of-00001")
     params = ll.get_exp_config("resnet_imagenet")
@@ -235,7 +235,8 @@ def test_a_users_task_subclass_is_converted_as_under_tfm(tmp_path, converted_nam
 
 
 def test_autograph_policy_tells_lites_code_from_a_users():
-    from lite_launcher import autograph_policy, loops
+    from lite_launcher.common import autograph_policy
+    from lite_launcher.orbit import loops
     from lite_launcher.vision import classification_input
 
     def users_function():
@@ -267,7 +268,7 @@ def _op_counts(concrete):
 
 
 def test_the_unconverted_step_traces_the_same_graph(tmp_path, monkeypatch):
-    from lite_launcher import autograph_policy
+    from lite_launcher.common import autograph_policy
 
     graphs = []
     for policy in (autograph_policy.for_tracing, lambda fn, *reached: fn):

@@ -54,7 +54,7 @@ def test_both_sides_run_the_same_experiment_and_overrides():
     lite = first_step.side_command("lite", "py", "vit_ti16", "/d/train-*", "/m")
     tfm = first_step.side_command("tfm", "tpy", "vit_ti16", "/d/train-*", "/m")
     assert tfm[:3] == ["tpy", "-m", "official.vision.train"]
-    assert "lite_launcher.main import run" in lite[2]
+    assert "lite_launcher.commands.train import run" in lite[2]
     flags_lite, flags_tfm = lite[3:], tfm[3:]
     assert flags_lite == flags_tfm
     override = json.loads(flags_tfm[flags_tfm.index("--params_override") + 1])

@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import main as main_lib
-from lite_launcher import train_utils
+from lite_launcher.commands import train as main_lib
+from lite_launcher.core import train_utils
 
 train_utils.load_builtin_registrations()
 REMOTE_DEFAULTS = sorted(name for name in train_utils.known_experiments()

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
-from lite_launcher.config import DataConfig
-from lite_launcher.input_reader import (InputReader, match_files, per_replica_batch_size,
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.config_definitions import DataConfig
+from lite_launcher.core.input_reader import (InputReader, match_files, per_replica_batch_size,
                                         pick_dataset_fn)
 
 

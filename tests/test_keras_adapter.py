@@ -5,7 +5,8 @@ import keras
 import numpy as np
 import pytest
 
-from lite_launcher import keras_adapter, optimization
+from lite_launcher import optimization
+from lite_launcher.common import keras_adapter
 from lite_launcher.optimization import ema_optimizer
 
 

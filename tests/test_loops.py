@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import loops
-from lite_launcher.trainer import fuses_train_loop_end
+from lite_launcher.core.base_trainer import fuses_train_loop_end
+from lite_launcher.orbit import loops
 
 import tiny
 

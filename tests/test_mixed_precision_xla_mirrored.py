@@ -2,7 +2,7 @@
 loss scaling there (keras#18666, #20763, #21366: `LossScaleOptimizer.apply` calls `merge_call`
 inside a `jit_compile`d train step). Lite compiles only `Task.compute_gradients` under a
 mirrored strategy and applies the update, loss scaling included, outside XLA
-(`trainer.xla_train_step`); on a machine without GPU or TPU it compiles no convnet at all.
+(`core.base_trainer.xla_train_step`); on a machine without GPU or TPU it compiles no convnet at all.
 
 Both paths, through the driver's runner, mirrored over two logical CPUs (tests/conftest.py) on
 `digits_cnn` with `runtime: {mixed_precision_dtype, enable_xla: true, distribution_strategy:
@@ -21,8 +21,8 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import trainer as trainer_lib
-from lite_launcher.experiment import ExperimentRunner
+from lite_launcher.core import base_trainer
+from lite_launcher.core.train_lib import ExperimentRunner
 
 import xla_checks
 
@@ -101,7 +101,7 @@ def test_as_configured_on_a_cpu_the_convnet_trains_mirrored_without_xla(tmp_path
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_as_on_a_gpu_the_convnets_gradients_compile_and_the_scaled_update_runs_outside(
         dtype, tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer_lib, "_convnet_on_cpu_only", lambda model: False)
+    monkeypatch.setattr(base_trainer, "_convnet_on_cpu_only", lambda model: False)
     trainer, losses, initial = _run(tmp_path, dtype)
     compiled = xla_checks.xla_compiled_calls(trainer)
     assert compiled and all("compute_gradients" in name for name in compiled), compiled

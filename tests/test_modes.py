@@ -45,7 +45,7 @@ SUBPROCESS_TIMEOUT = 180
 # Helpers (also used by test_examples.py).
 
 def lite_train_command():
-    """The `lite-train` script next to this Python, else `python -m lite_launcher.main`."""
+    """The `lite-train` script next to this Python, else `python -m lite_launcher.commands.train`."""
     return cli.lite_train_command(installed=True)
 
 

@@ -1,4 +1,4 @@
-"""oneDNN by default in `lite-train` (lite_launcher/onednn.py), its numerics and determinism,
+"""oneDNN by default in `lite-train` (lite_launcher/common/onednn.py), its numerics and determinism,
 and the Trainer's XLA choice for convnets on a CPU-only machine (issue 21)."""
 
 import json
@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import onednn
-from lite_launcher import trainer as trainer_lib
+from lite_launcher.common import onednn
+from lite_launcher.core import base_trainer as trainer_lib
 
 import tiny
 import xla_checks

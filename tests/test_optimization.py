@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import lite_launcher as ll
 from lite_launcher import optimization as opt_lib
-from lite_launcher.base_config import ConfigError
+import lite_launcher as ll
+from lite_launcher.core.base_config import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,8 +11,8 @@ import textwrap
 import pytest
 
 import lite_launcher as ll
-from lite_launcher import registry
-from lite_launcher.registry import RegistryError
+from lite_launcher.core import registry
+from lite_launcher.core.registry import RegistryError
 from cli import lite_train_command, run_lite_train_in_process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture
 def clean_registry():
     """Removes whatever a test registers (experiments, tasks, imported modules)."""
-    importlib.import_module("lite_launcher.registry_imports")  # built-ins first, so they stay
+    importlib.import_module("lite_launcher.common.registry_imports")  # built-ins first, so they stay
     experiments = dict(registry._EXPERIMENTS)  # pylint: disable=protected-access
     tasks = dict(registry._TASKS)  # pylint: disable=protected-access
     modules = set(sys.modules)
@@ -279,7 +279,7 @@ def test_lite_train_unimportable_registry_import_exits_2_with_one_line(tmp_path)
 def test_lite_train_help_does_not_import_tensorflow():
     code = textwrap.dedent("""
         import sys
-        import lite_launcher.main as main
+        import lite_launcher.commands.train as main
         assert "tensorflow" not in sys.modules
         sys.argv = ["lite-train", "--help"]
         try:
@@ -377,7 +377,7 @@ def test_lite_train_gin_params_set_an_argument_of_the_base_trainer(tmp_path, mon
 def test_an_error_raised_inside_a_gin_configurable_stays_one_clean_line(capsys):
     import logging  # pylint: disable=import-outside-toplevel
 
-    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import train_utils  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import tiny  # pylint: disable=import-outside-toplevel
     config = tiny.make_config()
@@ -415,8 +415,8 @@ def test_the_built_in_names_the_driver_knows_early_are_exactly_those_registered(
     # The driver refuses a wrong --experiment before TensorFlow loads, from a table of the
     # built-ins' names: it must name every built-in experiment, each with the module that
     # registers it, and nothing else (a new experiment missing there would be refused).
-    import lite_launcher.registry_imports  # noqa: F401  pylint: disable=import-outside-toplevel
-    from lite_launcher import builtin_experiments  # pylint: disable=import-outside-toplevel
+    import lite_launcher.common.registry_imports  # noqa: F401  pylint: disable=import-outside-toplevel
+    from lite_launcher.common import builtin_experiments  # pylint: disable=import-outside-toplevel
 
     registered = {name: registry._EXPERIMENTS[name].__module__  # pylint: disable=protected-access
                   for name in registry.registered_experiments()
@@ -428,11 +428,11 @@ def test_the_built_in_names_the_driver_knows_early_are_exactly_those_registered(
 def test_the_early_name_check_knows_user_registered_experiments(tmp_path, monkeypatch):
     # An experiment registered by a --registry_imports module is known to the TensorFlow-free
     # check (and an unknown name is refused with the registry's own message).
-    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import train_utils  # pylint: disable=import-outside-toplevel
 
     (tmp_path / "regtest_early_names.py").write_text(textwrap.dedent("""
         from lite_launcher import registry
-        from lite_launcher.config import ExperimentConfig
+        from lite_launcher.core.config_definitions import ExperimentConfig
         registry.register_config_factory("regtest_early_user")(ExperimentConfig)
     """))
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -157,7 +157,7 @@ def test_retinanet_rows_build_lites_configs_from_tfms_yaml_and_field_names():
 
     import detection_rows  # pylint: disable=import-outside-toplevel
     import lite_launcher as ll  # pylint: disable=import-outside-toplevel
-    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import train_utils  # pylint: disable=import-outside-toplevel
 
     assert step_vs_tfm.workload_name("retinanet_resnet50_fpn") == (
         "retinanet_resnetfpn_coco_retinanet_resnet50_fpn")
@@ -194,7 +194,7 @@ def test_maskrcnn_row_runs_tfms_experiment_on_records_whose_masks_lites_decoder_
 
     import detection_rows  # pylint: disable=import-outside-toplevel
     import lite_launcher as ll  # pylint: disable=import-outside-toplevel
-    from lite_launcher import train_utils  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import train_utils  # pylint: disable=import-outside-toplevel
     from lite_launcher.vision.dataloaders import tf_example_decoder  # pylint: disable=C0415
 
     model = "maskrcnn_resnet50_fpn"

@@ -1,4 +1,4 @@
-"""Tests for lite_launcher.strategy: strategy names, cluster setup, mixed precision, chief."""
+"""Tests for lite_launcher.common.distribute_utils: strategy names, cluster setup, mixed precision, chief."""
 
 import json
 import os
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import strategy as st
-from lite_launcher.base_config import ConfigError
-from lite_launcher.config import RuntimeConfig
+from lite_launcher.common import distribute_utils as st
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.config_definitions import RuntimeConfig
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -181,7 +181,7 @@ def local_strategies_in_a_fresh_process():
         import json, time
         import tensorflow as tf
         from lite_launcher import strategy as st
-        from lite_launcher.base_config import ConfigError
+        from lite_launcher.core.base_config import ConfigError
         import local_devices
         devices = local_devices.set_logical_cpu_count(2)
         strategy = st.get_distribution_strategy("mirrored", devices=devices)
@@ -488,7 +488,7 @@ def clean_performance_env(monkeypatch):
 
 
 def _experiment(runtime=None, trainer=None):
-    from lite_launcher.config import ExperimentConfig
+    from lite_launcher.core.config_definitions import ExperimentConfig
     params = ExperimentConfig()
     params.override({"runtime": runtime or {}, "trainer": trainer or {}})
     return params

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import lite_launcher as ll
 from lite_launcher import optimization
-from lite_launcher.base_config import ConfigError
-from lite_launcher.config import RuntimeConfig
+import lite_launcher as ll
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.config_definitions import RuntimeConfig
 from lite_launcher.optimization import OptimizationConfig
 
 NUM_FEATURES, NUM_CLASSES, BATCH = 4, 3, 8

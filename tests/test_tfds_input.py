@@ -16,9 +16,9 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.config import DataConfig
-from lite_launcher.errors import ConfigError, MissingExtraError
-from lite_launcher.input_reader import InputReader
+from lite_launcher.common.errors import ConfigError, MissingExtraError
+from lite_launcher.core.config_definitions import DataConfig
+from lite_launcher.core.input_reader import InputReader
 
 try:
     import tensorflow_datasets as tfds
@@ -132,7 +132,7 @@ def test_segmentation_refuses_tfds_in_one_line():
 @needs_tfds
 def test_lite_train_exits_2_with_one_line_for_an_unknown_tfds_name(tmp_path, monkeypatch,
                                                                   capsys):
-    from lite_launcher import main as main_lib  # pylint: disable=import-outside-toplevel
+    from lite_launcher.commands import train as main_lib  # pylint: disable=import-outside-toplevel
 
     monkeypatch.setattr(sys, "argv", [
         "lite-train", "--experiment", "resnet_imagenet", "--mode", "train",

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import lite_launcher as ll
 from lite_launcher import optimization  # TFM: from official.modeling import optimization
+import lite_launcher as ll
 
 import tiny
 from test_modes import checkpoint_values, subprocess_env
@@ -345,8 +345,8 @@ from absl import app
 from absl import flags
 import gin
 
-import lite_launcher as ll                 # TFM: official.common / official.core / ...
 from lite_launcher import train_lib        # TFM: from official.core import train_lib
+import lite_launcher as ll                 # TFM: official.common / official.core / ...
 
 FLAGS = flags.FLAGS
 
@@ -447,7 +447,7 @@ def test_define_flags_defines_tfms_flags_only():
         import lite_launcher as ll
         ll.define_flags()
         ll.define_flags()  # twice is fine
-        defined = flags.FLAGS.get_flags_for_module("lite_launcher.flags")
+        defined = flags.FLAGS.get_flags_for_module("lite_launcher.common.flags")
         print(" ".join(sorted(flag.name for flag in defined)))
     ''')
     result = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=ROOT,

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import loops
+from lite_launcher.orbit import loops
 import tiny
 import xla_checks
 

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # my_registry
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # custom_trainer
 
 import lite_launcher as ll  # noqa: E402
-from lite_launcher import modes  # noqa: E402
+from lite_launcher.core import modes  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -54,7 +54,7 @@ def run(mode, model_dir, progress_log=None):
     """The forked part of the driver: gin -> config -> strategy -> custom trainer -> run."""
     # TFM's train_lib registers the gin configurables; imported here, not at the top, so that
     # a bad --mode is reported before TensorFlow loads (and prints its start-up lines).
-    from lite_launcher import train_lib  # noqa: F401  pylint: disable=unused-import
+    from lite_launcher.core import train_lib  # noqa: F401  pylint: disable=unused-import
     import custom_trainer
     import my_registry  # noqa: F401  (registers linear_digits)
 
@@ -86,7 +86,7 @@ def run(mode, model_dir, progress_log=None):
         eval_summary_manager=ll.maybe_build_eval_summary_manager(params=params,
                                                                  model_dir=model_dir),
         enable_async_checkpointing=FLAGS.enable_async_checkpointing)
-    from lite_launcher.strategy import should_write  # pylint: disable=import-outside-toplevel
+    from lite_launcher.common.distribute_utils import should_write  # pylint: disable=import-outside-toplevel
     if modes.mode_trains(mode) and should_write(strategy):  # only the chief writes model_dir
         ll.save_gin_config(mode, model_dir)
     if trainer.last_eval_logs:

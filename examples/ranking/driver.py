@@ -20,7 +20,7 @@ import gin
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # ranking.py
 
 import lite_launcher as ll  # noqa: E402
-from lite_launcher import train_lib  # noqa: E402,F401  (TFM's train_lib: gin configurables)
+from lite_launcher.core import train_lib  # noqa: E402,F401  (TFM's train_lib: gin configurables)
 
 import ranking  # noqa: E402  (registers ranking_tiny)
 

@@ -20,11 +20,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
-from lite_launcher.config import Config, DataConfig, ExperimentConfig, TaskConfig, TrainerConfig
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
-from lite_launcher.registry import register_config_factory, register_task_cls
-from lite_launcher.task import Task
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.base_task import Task
+from lite_launcher.core.config_definitions import Config, DataConfig, ExperimentConfig, TaskConfig, TrainerConfig
+from lite_launcher.core.input_reader import InputReader, pick_dataset_fn
+from lite_launcher.core.registry import register_config_factory, register_task_cls
 
 DATA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits.npz")
 NUM_EXAMPLES = 1797

@@ -21,12 +21,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
-from lite_launcher.config import DataConfig, ExperimentConfig, TaskConfig, TrainerConfig
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.base_task import Task
+from lite_launcher.core.config_definitions import DataConfig, ExperimentConfig, TaskConfig, TrainerConfig
+from lite_launcher.core.input_reader import per_replica_batch_size
+from lite_launcher.core.registry import register_config_factory, register_task_cls
 from lite_launcher.experiments.digits import sparse_cross_entropy_loss
-from lite_launcher.input_reader import per_replica_batch_size
-from lite_launcher.registry import register_config_factory, register_task_cls
-from lite_launcher.task import Task
 
 NUM_CLASSES = 10
 

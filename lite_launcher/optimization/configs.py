@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Union
 
-from lite_launcher.base_config import Config, ConfigError, OneOfConfig
+from lite_launcher.core.base_config import Config, ConfigError, OneOfConfig
 
 # ---------------------------------------------------------------------------
 # Optimizer configs (TFM: configs/optimizer_config.py).

@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from lite_launcher import keras_adapter
+from lite_launcher.common import keras_adapter
 from lite_launcher.optimization.loss_scale import unwrap_loss_scale
 from lite_launcher.optimization.optimizers import LAMB, LARS, SGD, Adam, AdamW, Lion, RMSprop
 
@@ -212,7 +212,7 @@ def ema_variables(optimizer) -> list:
         raise RuntimeError(
             f"Keras {keras.__version__} keeps EMA averages somewhere other than "
             f"`optimizer._model_variables_moving_average`; update "
-            f"lite_launcher.keras_adapter.moving_averages.")
+            f"lite_launcher.common.keras_adapter.moving_averages.")
     return list(averages)
 
 

@@ -6,8 +6,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from lite_launcher import keras_adapter
-from lite_launcher.base_config import ConfigError
+from lite_launcher.common import keras_adapter
+from lite_launcher.core.base_config import ConfigError
 
 
 @keras.saving.register_keras_serializable(package="lite_launcher")

@@ -16,7 +16,7 @@ import gin
 import keras
 from absl import logging
 
-from lite_launcher.base_config import Config, ConfigError
+from lite_launcher.core.base_config import Config, ConfigError
 from lite_launcher.optimization import ema_optimizer, loss_scale, lr_schedule, optimizers
 from lite_launcher.optimization.configs import OptimizationConfig, clip_kwargs
 

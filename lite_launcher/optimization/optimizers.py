@@ -9,8 +9,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from lite_launcher import keras_adapter
-from lite_launcher.keras_adapter import DecayReadsScheduleOnce
+from lite_launcher.common import keras_adapter
+from lite_launcher.common.keras_adapter import DecayReadsScheduleOnce
 
 _register = keras.saving.register_keras_serializable(package="lite_launcher")
 

@@ -2,7 +2,7 @@
 
     python lite_train_capture.py OUT.npz [lite-train flags...]
 
-Runs `lite_launcher.main.run()` (exactly what the `lite-train` command runs) with the flags,
+Runs `lite_launcher.commands.train.run()` (exactly what the `lite-train` command runs) with the flags,
 then writes OUT.npz: the trained model's weights (`weight_0`, `weight_1`, ...), the trainer's
 final `global_step`, `loss_counts`: the training-loss count of each inner loop, read in the
 same graph just before the trainer resets it (exact counts show that no update was lost),
@@ -20,9 +20,9 @@ import types
 import numpy as np
 import tensorflow as tf
 
-from lite_launcher import experiment
-from lite_launcher import main
-from lite_launcher.trainer import Trainer
+from lite_launcher.commands import train as main
+from lite_launcher.core import train_lib as experiment
+from lite_launcher.core.base_trainer import Trainer
 
 captured = {"trainer": None, "loss_counts": [], "evals": []}
 

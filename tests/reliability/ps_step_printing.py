@@ -11,8 +11,8 @@ import sys
 
 import tensorflow as tf
 
+from lite_launcher.core.registry import register_config_factory, register_task_cls
 from lite_launcher.experiments import workloads
-from lite_launcher.registry import register_config_factory, register_task_cls
 
 PRINTED_STEP = "lite-test: ran a train step"
 

@@ -1,7 +1,7 @@
 """Shared helpers of the reliability tests: run `lite-train`, snapshot directories, read
 checkpoints, read summaries.
 
-Subprocesses run `python -m lite_launcher.main` (the `lite-train` entry point) with the repository
+Subprocesses run `python -m lite_launcher.commands.train` (the `lite-train` entry point) with the repository
 on PYTHONPATH, so the tests do not depend on the console script being installed.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 import lite_launcher as ll
-import lite_launcher.registry_imports  # noqa: F401  (the built-ins, for registry.get_exp_config)
+import lite_launcher.common.registry_imports  # noqa: F401  (the built-ins, for registry.get_exp_config)
 import cli
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -268,7 +268,7 @@ def run_poison_task(params, model_dir: str, mode: str = "train"):
 
 def train_mock(model_dir: str, train_steps: int, **trainer) -> None:
     """Trains the `mock` experiment in-process (checkpoint every 10 steps, max_to_keep 10)."""
-    from lite_launcher import registry
+    from lite_launcher.core import registry
 
     params = registry.get_exp_config("mock")
     params.trainer.override({"train_steps": train_steps, "steps_per_loop": 10,

@@ -1,6 +1,6 @@
 """Bad input to `lite-train`: one line on stderr, exit code 2, model_dir untouched.
 
-Every row runs the real driver, `lite_launcher.main.run()` with the row's argv, in this
+Every row runs the real driver, `lite_launcher.commands.train.run()` with the row's argv, in this
 process (`run()` runs afresh each time); two rows also run as a `lite-train` subprocess, for
 the real exit code and a stderr that stays one line while the process shuts down.
 "Untouched" means the same files, sizes, mtimes and SHA-256 digests before and after; a
@@ -26,7 +26,7 @@ import gin
 import pytest
 import tensorflow as tf
 
-from lite_launcher import main as main_lib
+from lite_launcher.commands import train as main_lib
 from reliability_utils import (ERROR_PREFIX, FAST_DIGITS, REPO_ROOT, nested, override_json,
                                run_lite_train, snapshot, subprocess_env)
 
@@ -150,7 +150,8 @@ ROWS: List[Row] = [
 
 def _make_trained_model_dir(model_dir: str) -> None:
     """Trains digits_mlp (hidden 16) for 10 steps in-process and writes its params.yaml."""
-    from lite_launcher import experiment, registry
+    from lite_launcher.core import train_lib as experiment
+    from lite_launcher.core import registry
 
     params = registry.get_exp_config("digits_mlp")
     params.override(nested({**FAST_DIGITS, "trainer.train_steps": 10,

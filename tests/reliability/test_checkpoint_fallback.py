@@ -172,7 +172,7 @@ def test_a_full_disk_while_the_state_file_is_written_names_the_checkpoint_the_re
 
     from tensorflow.python.checkpoint import checkpoint_management
 
-    from lite_launcher.controller import CheckpointWriteError
+    from lite_launcher.orbit.controller import CheckpointWriteError
 
     model_dir = str(tmp_path / "model")
     real_write = checkpoint_management.file_io.atomic_write_string_to_file

@@ -12,7 +12,8 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from cli import run_lite_train_in_process
-from lite_launcher import model_dir_lock, registry
+from lite_launcher.common import model_dir_lock
+from lite_launcher.core import registry
 from reliability_utils import (ERROR_PREFIX, checkpoint_numbers, logged_train_steps, read_text,
                                restored_checkpoints, run_lite_train, snapshot, start_lite_train,
                                wait_for)

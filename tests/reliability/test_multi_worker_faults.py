@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import registry
+from lite_launcher.core import registry
 from reliability_utils import (ERROR_PREFIX, REPO_ROOT, checkpoint_global_step,
                                checkpoint_numbers, logged_train_steps, override_json,
                                read_checkpoint, read_text,
@@ -331,7 +331,7 @@ def test_worker_whose_peer_never_starts_stops_with_one_line(tmp_path, monkeypatc
 
 
 def test_lost_task_line_names_the_peer_from_tensorflows_error(monkeypatch):
-    from lite_launcher import main as driver
+    from lite_launcher.commands import train as driver
 
     monkeypatch.setenv("TF_CONFIG", json.dumps(
         {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}))
@@ -349,7 +349,7 @@ def test_lost_task_line_names_the_peer_from_tensorflows_error(monkeypatch):
 
 
 def test_lost_task_line_names_the_parameter_server_a_worker_relays(monkeypatch):
-    from lite_launcher import main as driver
+    from lite_launcher.commands import train as driver
 
     monkeypatch.setenv("TF_CONFIG", json.dumps(
         {"cluster": {"chief": ["c:1"], "worker": ["a:1", "b:1"], "ps": ["p:1"]},

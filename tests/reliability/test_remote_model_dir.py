@@ -20,8 +20,8 @@ import uuid
 import pytest
 import tensorflow as tf
 
-from lite_launcher import checkpoints
-from lite_launcher import main as main_lib
+from lite_launcher.checkpointing import checkpoints
+from lite_launcher.commands import train as main_lib
 
 _OVERRIDE = ("trainer.steps_per_loop=5,trainer.summary_interval=5,trainer.checkpoint_interval=5,"
              "trainer.validation_steps=1,trainer.validation_interval=5,"

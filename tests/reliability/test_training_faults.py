@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import registry
+from lite_launcher.core import registry
 from reliability_utils import (ERROR_PREFIX, FAST_DIGITS, REPO_ROOT, checkpoint_numbers,
                                lite_train_command, nested, override_json, poison_params,
                                read_checkpoint, run_poison_task, snapshot, subprocess_env)

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from lite_launcher import checkpoints
+from lite_launcher.checkpointing import checkpoints
 import tensorflow as tf
 
 from cli import run_lite_train_in_process

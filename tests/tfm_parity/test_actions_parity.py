@@ -1,4 +1,4 @@
-"""TFM parity: official/core/actions_test.py restated on lite_launcher.actions.
+"""TFM parity: official/core/actions_test.py restated on lite_launcher.core.actions.
 
 TFM runs these under a TPU strategy, the one-device strategy and the default strategy; here
 the default strategy and a one-device strategy on the CPU.
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import actions
-from lite_launcher.trainer import create_global_step
+from lite_launcher.core import actions
+from lite_launcher.core.base_trainer import create_global_step
 
 STRATEGIES = {
     "default": lambda: tf.distribute.get_strategy(),

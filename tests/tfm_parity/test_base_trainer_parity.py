@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import exporter as exporter_lib
+from lite_launcher.core import exporter as exporter_lib
 from mock_task import MockTask, mock_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

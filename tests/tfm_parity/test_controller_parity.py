@@ -17,9 +17,9 @@ import tensorflow as tf
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tiny  # noqa: E402
-from lite_launcher.controller import Controller  # noqa: E402
-from lite_launcher import summaries  # noqa: E402
-from lite_launcher.summaries import SummaryManager  # noqa: E402
+from lite_launcher.orbit import summaries  # noqa: E402
+from lite_launcher.orbit.controller import Controller  # noqa: E402
+from lite_launcher.orbit.summaries import SummaryManager  # noqa: E402
 from test_controller import tensorboard_scalars  # noqa: E402
 
 ASYNC = pytest.mark.parametrize("async_checkpointing", [False, True], ids=["sync", "async"])

@@ -1,8 +1,8 @@
-"""TFM parity: official/core/registry_test.py restated on lite_launcher.registry."""
+"""TFM parity: official/core/registry_test.py restated on lite_launcher.core.registry."""
 
 import pytest
 
-from lite_launcher import registry
+from lite_launcher.core import registry
 
 
 def test_register():

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.trainer import create_global_step
+from lite_launcher.core.base_trainer import create_global_step
 from mock_task import MockTask, mock_config
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 import lite_launcher as ll
-from lite_launcher import registry
+from lite_launcher.core import registry
 
 
 @dataclasses.dataclass

@@ -1,12 +1,12 @@
 """TFM parity: the BestCheckpointExporter tests of official/core/train_utils_test.py restated
-on lite_launcher.exporter.BestCheckpointExporter."""
+on lite_launcher.core.exporter.BestCheckpointExporter."""
 
 import json
 import os
 
 import tensorflow as tf
 
-from lite_launcher.exporter import BestCheckpointExporter
+from lite_launcher.core.exporter import BestCheckpointExporter
 
 
 def restored_value(path):

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from lite_launcher.errors import ConfigError
+from lite_launcher.common.errors import ConfigError
 from lite_launcher.vision.evaluation import coco_evaluator, coco_utils
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import errors
+from lite_launcher.common import errors
 from lite_launcher.vision.data import create_coco_tf_record, tfrecord_lib
 from lite_launcher.vision.dataloaders import tf_example_decoder, tf_example_label_map_decoder
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.serving import detection
 
 # Two detections per image, in pixels of the resized (not padded) image.

@@ -111,7 +111,7 @@ def test_lite_export_of_a_tfm_checkpoint_serves_tfms_detections_and_masks(tmp_pa
         "task": {"init_checkpoint": "", "model": INDEX["models"][NAME]["model"]}}))
     export_dir = tmp_path / "export"
     result = subprocess.run(
-        [sys.executable, "-m", "lite_launcher.export", "--experiment",
+        [sys.executable, "-m", "lite_launcher.commands.export", "--experiment",
          INDEX["models"][NAME]["experiment"], "--params_override", str(override),
          "--checkpoint_path", os.path.join(DATA, NAME), "--export_dir", str(export_dir),
          "--input_type", "tflite", "--batch_size", "1"],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.errors import ConfigError
+from lite_launcher.common.errors import ConfigError
 from lite_launcher.vision.data import create_coco_tf_record, tfrecord_lib
 from lite_launcher.vision.dataloaders import maskrcnn_input
 from lite_launcher.vision.losses import maskrcnn_losses

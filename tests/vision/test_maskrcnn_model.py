@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import tfm_checkpoint
-from lite_launcher.base_config import ConfigError
+from lite_launcher.checkpointing import tfm_checkpoint
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs import maskrcnn as maskrcnn_configs
 from lite_launcher.vision.modeling import maskrcnn_model
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import RPNHead

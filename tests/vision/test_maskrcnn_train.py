@@ -129,7 +129,7 @@ def test_lite_train_maskrcnn_logs_tfms_losses_box_and_mask_ap_and_writes_a_check
                              "test_all_then_the_serving_function_give_tfms_detections_and_"
                              "masks")
 def test_lite_export_serves_detection_masks(trained):
-    from lite_launcher import export
+    from lite_launcher.commands import export
     import lite_launcher as ll
 
     root, model_dir, override = trained

@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher import checkpoints, tfm_checkpoint
+from lite_launcher.checkpointing import checkpoints, tfm_checkpoint
 from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones import spinenet
 

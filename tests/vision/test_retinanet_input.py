@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher import errors
-from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
+from lite_launcher.common import errors
+from lite_launcher.common.errors import BAD_RECORD_MARKER, ConfigError
 from lite_launcher.vision.dataloaders import retinanet_input
 from lite_launcher.vision.ops import augment, box_ops, preprocess_ops
 

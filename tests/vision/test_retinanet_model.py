@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError, load_config_file
+from lite_launcher.core.base_config import ConfigError, load_config_file
 from lite_launcher.vision.configs import retinanet as retinanet_configs
 from lite_launcher.vision.modeling import retinanet_model
 from lite_launcher.vision.modeling.heads.dense_prediction_heads import RetinaNetHead

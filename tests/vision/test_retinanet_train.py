@@ -122,7 +122,7 @@ def test_lite_train_retinanet_reports_the_coco_numbers_and_writes_a_checkpoint(t
 
 
 def test_lite_export_serves_detections_loaded_with_tensorflow_alone(trained, data):
-    from lite_launcher import export
+    from lite_launcher.commands import export
     import lite_launcher as ll
 
     root, model_dir, override = trained
@@ -204,7 +204,7 @@ def test_without_pycocotools_lite_train_refuses_before_training(data, tmp_path, 
 
 def test_without_pycocotools_only_a_mode_with_coco_metrics_is_refused(monkeypatch):
     import lite_launcher as ll
-    from lite_launcher.errors import MissingExtraError
+    from lite_launcher.common.errors import MissingExtraError
 
     block_import(monkeypatch, "pycocotools")
     task = ll.get_exp_config("retinanet_resnetfpn_coco").task

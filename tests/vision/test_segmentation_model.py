@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision import decoders, segmentation_configs, segmentation_model
 from lite_launcher.vision.modeling import NormSettings
 from lite_launcher.vision.modeling.factory import BackboneDecoderHead

@@ -20,8 +20,8 @@ import tensorflow as tf
 import yaml
 
 import lite_launcher as ll
-from lite_launcher import train_lib
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core import train_lib
+from lite_launcher.core.base_config import ConfigError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -146,7 +146,7 @@ def _bad_mask_record(path):
 
 def test_a_bad_record_stops_lite_train_with_one_line_and_keeps_the_checkpoints(
         mnv2_run, tmp_path, monkeypatch, capsys):
-    from lite_launcher import main as main_lib
+    from lite_launcher.commands import train as main_lib
 
     _, trained_dir, override_file = mnv2_run
     model_dir = tmp_path / "model"
@@ -235,7 +235,7 @@ def assert_logits_differ_between_images(logits, atol):
                              "test_in_process_export_of_a_2_class_deeplab_serves_predicted_mask_in_a_fresh_process")
 def test_lite_export_serves_logits_and_predicted_mask_in_a_fresh_process(mnv2_run, shapes):
     root, model_dir, override_file = mnv2_run
-    run_cli("lite_launcher.export", "--experiment", "mnv2_deeplabv3_pascal",
+    run_cli("lite_launcher.commands.export", "--experiment", "mnv2_deeplabv3_pascal",
             "--params_override", override_file, "--checkpoint_path", model_dir,
             "--export_dir", root / "export", "--input_image_size", f"{SIZE},{SIZE}",
             "--function_keys", ",".join(f"{k}:{v}" for k, v in SIGNATURES.items()))
@@ -285,7 +285,7 @@ def test_in_process_export_of_a_2_class_deeplab_serves_predicted_mask_in_a_fresh
     equal to the Keras model's and `predicted_mask`, their argmax, through every signature,
     for each image of a batch of three (the pipeline's first three: one from the second
     shard, which the sorted shards read in order would have paired with the wrong record)."""
-    from lite_launcher import export as export_lib
+    from lite_launcher.commands import export as export_lib
 
     config = tiny_config(shapes, backbone=SMALLEST_BACKBONE)
     config.task.model.num_classes = 2

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
-from lite_launcher import tfm_checkpoint
+from lite_launcher.checkpointing import tfm_checkpoint
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones import mobiledet, spinenet, spinenet_mobile
 from lite_launcher.vision.modeling.backbones.factory import build_backbone

@@ -14,8 +14,9 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
-from lite_launcher import checkpoints, tfm_checkpoint
+from lite_launcher.checkpointing import checkpoints
+from lite_launcher.checkpointing import tfm_checkpoint
+from lite_launcher.core.base_config import ConfigError
 
 from fp32_noise import relative_error  # tests/vision is on sys.path
 
@@ -322,7 +323,7 @@ def _lite_train_in_process(monkeypatch, args):
     import sys
     import logging
 
-    from lite_launcher import main as main_lib
+    from lite_launcher.commands import train as main_lib
 
     sigterm = signal.getsignal(signal.SIGTERM)
     monkeypatch.setattr(sys, "argv", ["lite-train", *args])
@@ -410,7 +411,7 @@ def test_lite_convert_writes_a_lite_checkpoint_and_a_keras_file(tmp_path):
     import keras
     import yaml
 
-    from lite_launcher import convert  # pylint: disable=import-outside-toplevel
+    from lite_launcher.commands import convert  # pylint: disable=import-outside-toplevel
 
     name = "mobilenetv1"
     entry, ref = INDEX["models"][name], reference(name)
@@ -477,7 +478,7 @@ def test_lite_convert_help_and_bad_input_do_not_import_tensorflow(tmp_path):
     ]
     code = textwrap.dedent("""
         import json, sys
-        import lite_launcher.convert as convert
+        import lite_launcher.commands.convert as convert
         results = []
         for argv in json.loads(sys.argv[1]):
             sys.argv = ["lite-convert", *argv]
@@ -504,7 +505,7 @@ def test_lite_convert_help_and_bad_input_do_not_import_tensorflow(tmp_path):
 
 
 def test_lite_convert_refuses_a_lite_checkpoint(tmp_path):
-    from lite_launcher import convert
+    from lite_launcher.commands import convert
 
     params = params_for("resnet50")
     model = ll.get_task(params.task).build_model()
@@ -627,7 +628,7 @@ def test_segmentation_decoder_and_module_lists_from_a_tfm_checkpoint(monkeypatch
 def test_lite_export_reads_a_tfm_segmentation_checkpoint(monkeypatch):
     """lite-export's read of its --checkpoint_path (`export.restore_for_serving`) maps a
     TFM-written segmentation checkpoint onto the whole model: TFM's logits."""
-    from lite_launcher import export
+    from lite_launcher.commands import export
 
     name = "seg_dilated_resnet"
     params = segmentation_params(monkeypatch, name)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError, load_config_file
+from lite_launcher.core.base_config import ConfigError, load_config_file
 from lite_launcher.vision import configs
 from cli import lite_train_command
 
@@ -248,7 +248,7 @@ def test_tfm_fields_lite_does_not_implement_are_refused_where_they_change_behavi
 
 def test_autotune_algorithm_and_ram_budget_reach_the_dataset():
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from lite_launcher.input_reader import InputReader  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core.input_reader import InputReader  # pylint: disable=import-outside-toplevel
     params = ll.DataConfig(global_batch_size=2, is_training=False,
                            autotune_algorithm="MAX_PARALLELISM", ram_budget=3)
     dataset = InputReader(params).read(dataset=tf.data.Dataset.range(4))

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision import configs, mobilenet, modeling, resnet
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -172,7 +172,7 @@ def test_tfm_zoo_yaml_trains_one_step_in_process(small_records, tmp_path, monkey
     checkpoint is written."""
     import lite_launcher as ll
     import tensorflow as tf
-    from lite_launcher import train_lib
+    from lite_launcher.core import train_lib
     from lite_launcher.vision.configs import backbones
     from lite_launcher.vision.modeling.backbones import resnet_deeplab
 

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision import configs, modeling, vit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -273,7 +273,7 @@ def _tiny_vit_trainers(xla_runs, steps=2):
 
 def test_xla_train_step_matches_non_xla(monkeypatch):
     import xla_checks  # pylint: disable=import-outside-toplevel
-    from lite_launcher import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import base_trainer as trainer_lib
 
     # The numerics need a compiled step: on a CPU-only machine lite would not compile ViT's
     # patch-embedding convolution (the rule test below), so the rule is lifted here.

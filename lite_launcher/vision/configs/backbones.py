@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Tuple
 
-from lite_launcher.base_config import Config, ConfigError, OneOfConfig
+from lite_launcher.core.base_config import Config, ConfigError, OneOfConfig
 from lite_launcher.vision.configs.common import reject_unimplemented
 
 RESNET_MODEL_IDS = (10, 18, 26, 34, 50, 101, 152, 200, 270, 350, 420)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
-from lite_launcher.base_config import Config, ConfigError, OneOfConfig
+from lite_launcher.core.base_config import Config, ConfigError, OneOfConfig
 
 # ImageNet's per-channel mean and standard deviation on the 0..255 scale (TFM's MEAN_RGB /
 # STDDEV_RGB): the default image normalisation of every family.
@@ -40,14 +40,34 @@ def check_data_config(data: Config, path: str) -> None:
                           f"'bfloat16'.")
 
 
-# What `task.init_checkpoint_modules` may name (TFM's detection and segmentation tasks).
+# What `task.init_checkpoint_modules` may name (TFM's detection and segmentation tasks). A task
+# config class whose model has fewer parts names its own in `INIT_CHECKPOINT_MODULES`.
 INIT_CHECKPOINT_MODULES = ("all", "backbone", "decoder")
 
 
 def init_modules(task_config: Config) -> List[str]:
-    """`task_config.init_checkpoint_modules` as a list ('all' alone means the whole model)."""
+    """`task_config.init_checkpoint_modules` as a list, checked against what its task config
+    class may restore (`INIT_CHECKPOINT_MODULES`): 'all' alone (the whole model), or parts.
+
+    The one rule every vision family reads (`tasks.common.restore_init_checkpoint`) and
+    validates (each task config's `_validate`), so a wrong name is refused before anything
+    is built.
+
+    Raises:
+      ConfigError: an empty list, a name the task does not restore, or 'all' with parts.
+    """
     modules = task_config.init_checkpoint_modules
-    return [modules] if isinstance(modules, str) else list(modules)
+    modules = [modules] if isinstance(modules, str) else list(modules or ())
+    allowed = getattr(type(task_config), "INIT_CHECKPOINT_MODULES", INIT_CHECKPOINT_MODULES)
+    parts = [m for m in allowed if m != "all"]
+    if (not modules or any(m not in allowed for m in modules)
+            or ("all" in modules and len(modules) > 1)):
+        choices = (f"'all' or {parts[0]!r}" if len(parts) == 1 else
+                   "'all', " + ", ".join(repr(m) for m in parts)
+                   + " or a list of " + " / ".join(repr(m) for m in parts))
+        raise ConfigError(f"task.init_checkpoint_modules {task_config.init_checkpoint_modules!r} "
+                          f"must be {choices}.")
+    return modules
 
 
 def check_data_and_init_modules(task_config: Config) -> None:
@@ -55,11 +75,7 @@ def check_data_and_init_modules(task_config: Config) -> None:
     data, and `init_checkpoint_modules` within `INIT_CHECKPOINT_MODULES`."""
     task_config.train_data.check("task.train_data")
     task_config.validation_data.check("task.validation_data")
-    modules = init_modules(task_config)
-    if not modules or any(m not in INIT_CHECKPOINT_MODULES for m in modules):
-        raise ConfigError(
-            f"task.init_checkpoint_modules {task_config.init_checkpoint_modules!r} must be "
-            f"'all', 'backbone', 'decoder' or a list of 'backbone' / 'decoder'.")
+    init_modules(task_config)
 
 
 @dataclasses.dataclass

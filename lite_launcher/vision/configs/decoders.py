@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
-from lite_launcher.base_config import Config, OneOfConfig
+from lite_launcher.core.base_config import Config, OneOfConfig
 
 DECODER_TYPES = ("identity", "aspp", "fpn")
 

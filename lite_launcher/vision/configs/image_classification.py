@@ -13,16 +13,16 @@ import dataclasses
 import os
 from typing import List, Optional, Sequence, Tuple, Union
 
-from lite_launcher.base_config import Config, ConfigError
-from lite_launcher.config import DataConfig as BaseDataConfig
-from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
-from lite_launcher.registry import register_config_factory
+from lite_launcher.core.base_config import Config, ConfigError
+from lite_launcher.core.config_definitions import DataConfig as BaseDataConfig
+from lite_launcher.core.config_definitions import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
+from lite_launcher.core.registry import register_config_factory
 from lite_launcher.vision.configs.backbones import (  # noqa: F401  (re-exported: vision.configs)
     DILATED_RESNET_MODEL_IDS, MOBILENET_MODEL_IDS, RESNET_MODEL_IDS, VIT_POOLERS, VIT_SPECS,
     Backbone, DilatedResNet, MobileNet, ResNet, Transformer, VisionTransformer)
 from lite_launcher.vision.configs.common import (  # noqa: F401
     Augmentation, AutoAugment, DataDecoder, MixupAndCutmix, NormActivation, RandAugment,
-    RandomErasing, TfExampleDecoder, reject_unimplemented)
+    RandomErasing, TfExampleDecoder, init_modules, reject_unimplemented)
 
 IMAGENET_TRAIN_EXAMPLES = 1281167
 IMAGENET_VAL_EXAMPLES = 50000
@@ -131,6 +131,9 @@ class Evaluation(Config):
 class ImageClassificationTask(TaskConfig):
     """The task config (TFM's image_classification.ImageClassificationTask)."""
 
+    # What `init_checkpoint_modules` may name: the whole model or its backbone.
+    INIT_CHECKPOINT_MODULES = ("all", "backbone")
+
     model: ImageClassificationModel = dataclasses.field(default_factory=ImageClassificationModel)
     train_data: DataConfig = dataclasses.field(default_factory=lambda: DataConfig(is_training=True))
     validation_data: DataConfig = dataclasses.field(
@@ -144,16 +147,17 @@ class ImageClassificationTask(TaskConfig):
     model_output_keys: Optional[List[int]] = dataclasses.field(default_factory=list)
     freeze_backbone: bool = False
 
+    def init_modules(self) -> List[str]:
+        """`init_checkpoint_modules` as a list (`configs.common.init_modules`)."""
+        return init_modules(self)
+
     def _validate(self):
         super()._validate()
         reject_unimplemented(self, "task", (
             "train_input_partition_dims", "eval_input_partition_dims", "model_output_keys"))
         for name in ("train_data", "validation_data"):
             reject_unimplemented(getattr(self, name), f"task.{name}", DataConfig.UNIMPLEMENTED)
-        if self.init_checkpoint_modules not in ("all", "backbone"):
-            raise ConfigError(
-                f"task.init_checkpoint_modules {self.init_checkpoint_modules!r} must be 'all' "
-                f"or 'backbone'.")
+        init_modules(self)
         self.model.backbone.check_built()
         losses = self.losses
         if not 0.0 <= losses.label_smoothing < 1.0:

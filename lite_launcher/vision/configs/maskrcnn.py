@@ -19,9 +19,9 @@ import dataclasses
 import os
 from typing import List, Optional, Union
 
-from lite_launcher.base_config import Config, ConfigError
-from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
-from lite_launcher.registry import register_config_factory
+from lite_launcher.core.base_config import Config, ConfigError
+from lite_launcher.core.config_definitions import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
+from lite_launcher.core.registry import register_config_factory
 from lite_launcher.vision.configs import retinanet
 from lite_launcher.vision.configs.backbones import Backbone, MobileNet, ResNet, SpineNet
 from lite_launcher.vision.configs.common import (Augmentation, NormActivation,

@@ -19,11 +19,11 @@ import dataclasses
 import os
 from typing import List, Optional, Sequence, Union
 
-from lite_launcher import errors
-from lite_launcher.base_config import Config, ConfigError
-from lite_launcher.config import DataConfig as BaseDataConfig
-from lite_launcher.config import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
-from lite_launcher.registry import register_config_factory
+from lite_launcher.common import errors
+from lite_launcher.core.base_config import Config, ConfigError
+from lite_launcher.core.config_definitions import DataConfig as BaseDataConfig
+from lite_launcher.core.config_definitions import ExperimentConfig, RuntimeConfig, TaskConfig, TrainerConfig
+from lite_launcher.core.registry import register_config_factory
 from lite_launcher.vision.configs.backbones import Backbone, ResNet, SpineNet, SpineNetMobile
 from lite_launcher.vision.configs.common import (  # noqa: F401  (TFM's retinanet names)
     Augmentation, DataDecoder, NormActivation, RandJpegQuality, TfExampleDecoder,

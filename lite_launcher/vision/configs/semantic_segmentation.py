@@ -17,10 +17,10 @@ import math
 import os
 from typing import List, Optional, Sequence, Union
 
-from lite_launcher.base_config import Config, ConfigError
-from lite_launcher.config import DataConfig as BaseDataConfig
-from lite_launcher.config import ExperimentConfig, TaskConfig, TrainerConfig
-from lite_launcher.registry import register_config_factory
+from lite_launcher.core.base_config import Config, ConfigError
+from lite_launcher.core.config_definitions import DataConfig as BaseDataConfig
+from lite_launcher.core.config_definitions import ExperimentConfig, TaskConfig, TrainerConfig
+from lite_launcher.core.registry import register_config_factory
 from lite_launcher.vision.configs.backbones import Backbone, DilatedResNet, MobileNet, ResNet
 from lite_launcher.vision.configs.common import (  # noqa: F401  (MEAN_RGB, STDDEV_RGB: old path)
     INIT_CHECKPOINT_MODULES, MEAN_RGB, STDDEV_RGB, DataDecoder, NormActivation,

@@ -32,7 +32,7 @@ import random
 import sys
 from typing import List, Sequence, Tuple
 
-from lite_launcher import atomic_write
+from lite_launcher.common import atomic_write
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 USER_ERROR_EXIT_CODE = 2

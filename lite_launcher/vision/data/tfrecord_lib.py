@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from lite_launcher import atomic_write
+from lite_launcher.common import atomic_write
 
 LOG_EVERY = 100
 

@@ -15,12 +15,13 @@ from typing import Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from lite_launcher.errors import ConfigError
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
+from lite_launcher.common.errors import ConfigError
+from lite_launcher.core.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.vision.dataloaders import utils
 from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (crops: the old path's names)
     CENTER_CROP_FRACTION, IMAGE_DTYPES, center_crop, decode_and_center_crop_jpeg,
     decode_and_random_crop_jpeg, decode_image, normalize_image, random_crop)
+from lite_launcher.vision.dataloaders import parser
 
 
 def make_decoder(image_field_key: str = "image/encoded",
@@ -68,7 +69,7 @@ def make_tfds_decoder(image_field_key: str = "image/encoded",
     return decode
 
 
-class Parser:
+class Parser(parser.Parser):
     """Turns decoded tensors into (image [h, w, 3] of `dtype`, label), as TFM's Parser.
 
     The augmentations (`aug_type`, `color_jitter`, `random_erasing`) come from
@@ -188,9 +189,6 @@ class Parser:
         the serving signatures of `lite-export` feed the model."""
         return self._eval_image({self._image_key: image})
 
-    def parse_fn(self, is_training: bool):
-        """The map function for a training or an evaluation dataset."""
-        return self.parse_train_data if is_training else self.parse_eval_data
 
 
 def make_mixup_and_cutmix(config, num_classes: int):

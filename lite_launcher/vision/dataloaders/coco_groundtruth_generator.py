@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from lite_launcher.input_reader import match_files, pick_dataset_fn
+from lite_launcher.core.input_reader import match_files, pick_dataset_fn
 from lite_launcher.vision.dataloaders import tf_example_decoder
 from lite_launcher.vision.evaluation import coco_utils
 from lite_launcher.vision.ops import box_ops

@@ -29,12 +29,13 @@ from typing import Optional
 
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.dataloaders import utils
 from lite_launcher.vision.ops import anchor, box_ops
 from lite_launcher.vision.ops.preprocess_ops import (
     IMAGE_DTYPES, clip_or_pad_to_fixed_size, compute_padded_size, normalize_image,
     random_flip_with_boxes_and_masks)
+from lite_launcher.vision.dataloaders import parser
 
 
 def crop_and_resize_masks(masks, normalized_boxes, crop_size: int):
@@ -47,7 +48,7 @@ def crop_and_resize_masks(masks, normalized_boxes, crop_size: int):
     return cropped[..., 0]
 
 
-class Parser:
+class Parser(parser.Parser):
     """Turns decoded detection records into `(image, labels)` for Mask R-CNN (see the module
     docstring), with TFM's arguments and defaults.
 
@@ -200,6 +201,3 @@ class Parser:
         }
         return tf.cast(image, self._dtype), labels
 
-    def parse_fn(self, is_training: bool):
-        """The map function for a training or an evaluation dataset."""
-        return self.parse_train_data if is_training else self.parse_eval_data

@@ -36,12 +36,13 @@ from typing import Optional
 
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.dataloaders import utils
 from lite_launcher.vision.ops import anchor, augment, box_ops
 from lite_launcher.vision.ops.preprocess_ops import (
     IMAGE_DTYPES, compute_padded_size, normalize_image, random_horizontal_flip_with_boxes,
     random_jpeg_quality)
+from lite_launcher.vision.dataloaders import parser
 
 
 def _make_augmenter(aug_type):
@@ -55,7 +56,7 @@ def _make_augmenter(aug_type):
                                  area_range=crop.area_range)
 
 
-class Parser:
+class Parser(parser.Parser):
     """Turns decoded detection records into `(image, labels)` (see the module docstring), with
     TFM's arguments and defaults.
 
@@ -181,6 +182,3 @@ class Parser:
             image_info=image_info)
         return tf.cast(image, self._dtype), labels
 
-    def parse_fn(self, is_training: bool):
-        """The map function for a training or an evaluation dataset."""
-        return self.parse_train_data if is_training else self.parse_eval_data

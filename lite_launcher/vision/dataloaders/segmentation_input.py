@@ -26,13 +26,15 @@ from typing import Optional, Tuple
 
 import tensorflow as tf
 
-from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
+from lite_launcher.common.errors import BAD_RECORD_MARKER, ConfigError
+from lite_launcher.core.input_reader import InputReader, pick_dataset_fn
 from lite_launcher.vision.configs.common import MEAN_RGB, STDDEV_RGB
 from lite_launcher.vision.dataloaders.utils import record_assert
 from lite_launcher.vision.ops.preprocess_ops import (  # noqa: F401  (the old path's names)
     IMAGE_DTYPES, binarize_matting_map, normalize_image, pad_image, random_horizontal_flip,
     resize_and_crop_image, resize_and_crop_masks)
+from lite_launcher.vision.dataloaders import decoder
+from lite_launcher.vision.dataloaders import parser
 
 MASK_KEY = "image/segmentation/class/encoded"
 
@@ -50,7 +52,7 @@ class DenseFeature:
     stddev: Tuple[float, ...] = STDDEV_RGB
 
 
-class Decoder:
+class Decoder(decoder.Decoder):
     """Parses a serialized `tf.train.Example` into TFM's segmentation feature dict.
 
     `image/filename` is read too (empty when absent) so that a bad record can be named.
@@ -71,7 +73,7 @@ class Decoder:
         return tf.io.parse_single_example(serialized_example, self._keys_to_features)
 
 
-class Parser:
+class Parser(parser.Parser):
     """Turns decoded records into `(image, labels)` for training or evaluation, as TFM's
     segmentation `Parser` (same arguments and defaults)."""
 
@@ -212,9 +214,6 @@ class Parser:
         with tf.control_dependencies([fits]):
             return tf.identity(label)
 
-    def parse_fn(self, is_training: bool):
-        """The map function for a training or an evaluation dataset."""
-        return self.parse_train_data if is_training else self.parse_eval_data
 
 
 def build_dataset(params, task_config,

@@ -21,7 +21,8 @@ from typing import Dict, Optional, Sequence
 
 import tensorflow as tf
 
-from lite_launcher.errors import BAD_RECORD_MARKER
+from lite_launcher.common.errors import BAD_RECORD_MARKER
+from lite_launcher.vision.dataloaders import decoder
 from lite_launcher.vision.dataloaders.utils import record_assert
 
 _BOX_KEYS = ("ymin", "xmin", "ymax", "xmax")
@@ -32,7 +33,7 @@ def _generate_source_id(image_bytes):
     return tf.strings.as_string(tf.strings.to_hash_bucket_fast(image_bytes, 2 ** 22 - 1))
 
 
-class TfExampleDecoder:
+class TfExampleDecoder(decoder.Decoder):
     """Parses one serialized detection `tf.train.Example` into TFM's dict of tensors.
 
     Args:

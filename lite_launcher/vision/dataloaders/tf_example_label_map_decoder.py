@@ -17,7 +17,7 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
-from lite_launcher.errors import BAD_RECORD_MARKER, ConfigError
+from lite_launcher.common.errors import BAD_RECORD_MARKER, ConfigError
 from lite_launcher.vision.dataloaders import tf_example_decoder
 from lite_launcher.vision.dataloaders.utils import record_assert
 

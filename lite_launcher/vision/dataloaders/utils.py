@@ -6,7 +6,7 @@ from typing import Dict, Optional
 
 import tensorflow as tf
 
-from lite_launcher.errors import BAD_RECORD_MARKER
+from lite_launcher.common.errors import BAD_RECORD_MARKER
 from lite_launcher.vision.ops.preprocess_ops import (
     clip_or_pad_to_fixed_size, resize_and_crop_boxes, resize_and_crop_image)
 

@@ -22,7 +22,7 @@ from typing import Dict, Optional
 import numpy as np
 from absl import logging
 
-from lite_launcher.errors import ConfigError
+from lite_launcher.common.errors import ConfigError
 from lite_launcher.vision.evaluation import coco_utils
 
 # pycocotools' 12 summary numbers, in the order of `COCOeval.stats`.

@@ -13,8 +13,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from lite_launcher import errors
-from lite_launcher.errors import MissingExtraError
+from lite_launcher.common import errors
+from lite_launcher.common.errors import MissingExtraError
 from lite_launcher.vision.configs import retinanet as retinanet_configs
 
 INSTALL_HINT = "pip install 'lite_launcher[detection]'"
@@ -262,7 +262,7 @@ def generate_annotation_file(groundtruth_generator, annotation_file: str) -> Non
     `groundtruth_generator()` yields (dicts of [B, ...] arrays or tensors with the keys of
     `convert_groundtruths_to_coco_dataset`), as TFM's function of the same name."""
     import json  # pylint: disable=import-outside-toplevel
-    from lite_launcher import atomic_write  # pylint: disable=import-outside-toplevel
+    from lite_launcher.common import atomic_write  # pylint: disable=import-outside-toplevel
     groundtruths: Dict[str, list] = {}
     for batch in groundtruth_generator():
         for key, value in batch.items():

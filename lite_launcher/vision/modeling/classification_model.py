@@ -10,7 +10,7 @@ logits come out in the policy's compute dtype (the task casts them to float32).
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import keras
 
@@ -61,6 +61,11 @@ class ClassificationModel(keras.Model):
     def checkpoint_items(self) -> Dict[str, keras.Model]:
         """Saved in checkpoints besides the model, as TFM's: `backbone`."""
         return {"backbone": self._backbone}
+
+    def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, keras.Model]:
+        """The items `task.init_checkpoint_modules` restores, as TFM's task: 'all' reads the
+        checkpoint's `model`, 'backbone' its `backbone`."""
+        return {"model": self} if "all" in modules else {"backbone": self._backbone}
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable,

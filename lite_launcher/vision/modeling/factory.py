@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import keras
 
-from lite_launcher.errors import ConfigError
+from lite_launcher.common.errors import ConfigError
 from lite_launcher.vision.modeling.layers.nn_layers import L2KernelRegularizer, NormSettings
 
 # TFM's factory function -> the lite module it lives in (beside its model class).

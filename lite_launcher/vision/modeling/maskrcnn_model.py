@@ -315,8 +315,11 @@ class MaskRCNNModel(keras.Model):
         return items
 
     def init_checkpoint_items(self, modules: Sequence[str]) -> Dict[str, Any]:
-        """The checkpoint items `task.init_checkpoint_modules` restores ('all', or the
-        backbone and / or decoder), as RetinaNet's and segmentation's models."""
+        """The checkpoint items `task.init_checkpoint_modules` restores: 'all' the checkpoint's
+        `model` (TFM's task reads its `model` object, not the checkpoint items), else the
+        backbone and / or decoder, as RetinaNet's and segmentation's models."""
+        if "all" in modules:
+            return {"model": self}
         return select_init_checkpoint_items(self.checkpoint_items, modules)
 
     def get_config(self):

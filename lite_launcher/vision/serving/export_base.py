@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.ops.preprocess_ops import decode_image
 
 INPUT_TYPES = ("image_tensor", "image_bytes", "tf_example", "tflite")

@@ -1,5 +1,5 @@
 """TFM's `official/vision/serving/export_saved_model_lib.py`: `export_inference_graph`, the call
-TFM's vision tutorials make, with TFM's arguments and defaults, on `lite_launcher.export`.
+TFM's vision tutorials make, with TFM's arguments and defaults, on `lite_launcher.core.export_lib`.
 
     from lite_launcher.vision.serving import export_saved_model_lib
     export_saved_model_lib.export_inference_graph(
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Union
 
-from lite_launcher import export
-from lite_launcher.errors import ConfigError
+from lite_launcher.common.errors import ConfigError
+from lite_launcher.core import export_lib
 
 
 def export_inference_graph(
@@ -75,7 +75,7 @@ def export_inference_graph(
         raise ConfigError("export_inference_graph: checkpoint_path is required (TFM exports "
                           "untrained weights without one); pass tf.train.latest_checkpoint("
                           "model_dir) or the model_dir.")
-    return export.export_saved_model(
+    return export_lib.export_saved_model(
         params, checkpoint_path, export_dir, input_type=input_type, batch_size=batch_size,
         input_image_size=list(input_image_size) if input_image_size else None,
         export_checkpoint_subdir=export_checkpoint_subdir or "",

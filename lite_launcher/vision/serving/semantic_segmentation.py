@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.ops.preprocess_ops import normalize_image, resize_and_crop_image
 from lite_launcher.vision.serving import export_base
 

@@ -14,14 +14,14 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher import checkpoints
-from lite_launcher.base_config import ConfigError
-from lite_launcher.registry import register_task_cls
-from lite_launcher.task import Task, _split_inputs
+from lite_launcher.core.base_config import ConfigError
+from lite_launcher.core.base_task import Task, _split_inputs
+from lite_launcher.core.registry import register_task_cls
 from lite_launcher.vision.configs import image_classification as configs
 from lite_launcher.vision.dataloaders import classification_input
 from lite_launcher.vision.modeling import classification_model
 from lite_launcher.vision.serving import image_classification as serving
+from lite_launcher.vision.tasks import common
 
 # Soft labels below label_smoothing / num_classes + this are negatives for binary CE (TFM's).
 _EPSILON = 1e-6
@@ -54,16 +54,8 @@ class ImageClassificationTask(Task):
 
         A lite checkpoint restores as it is; a TFM-written one (a tf_keras object graph) is
         mapped onto the model by `tfm_checkpoint` (its optimizer and global step ignored)."""
-        path = self.task_config.init_checkpoint
-        if not path:
-            return
-        modules = self.task_config.init_checkpoint_modules
-        if modules not in ("all", "backbone"):
-            raise ConfigError(f"task.init_checkpoint_modules {modules!r} must be 'all' or "
-                              f"'backbone'.")
-        items = {"model": model} if modules == "all" else {"backbone": model.backbone}
         try:
-            checkpoints.read_weights(items, path)
+            common.restore_init_checkpoint(model, self.task_config)
         except ConfigError as e:
             hint = _vit_grid_hint(str(e))
             if not hint:

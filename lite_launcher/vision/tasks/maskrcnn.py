@@ -15,9 +15,10 @@ Metrics, as TFM's: in training the means of `LOSS_NAMES`; in evaluation no loss 
 -1: all), as TFM's: the parser's ground-truth masks are cropped to their boxes, COCO needs
 them whole.
 
-RetinaNet's task is the base: `init_checkpoint` ('all': every checkpoint item; 'backbone',
-'decoder'), the host-side COCO aggregation and the serving signatures (`serving.detection`,
-with `detection_masks`) are shared.
+The detection base (`tasks.detection.DetectionTask`, RetinaNet's too) holds what both do:
+`init_checkpoint` ('all': the whole model; 'backbone', 'decoder'), the decoders, the gradient
+step, the host-side COCO aggregation and the serving signatures (`serving.detection`, with
+`detection_masks`).
 """
 
 from __future__ import annotations
@@ -29,22 +30,21 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from lite_launcher import checkpoints
-from lite_launcher.errors import ConfigError
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
-from lite_launcher.registry import register_task_cls
-from lite_launcher.task import _split_inputs
+from lite_launcher.common.errors import ConfigError
+from lite_launcher.core.base_task import _split_inputs
+from lite_launcher.core.input_reader import InputReader, pick_dataset_fn
+from lite_launcher.core.registry import register_task_cls
 from lite_launcher.vision.configs import maskrcnn as maskrcnn_configs
 from lite_launcher.vision.dataloaders import coco_groundtruth_generator, maskrcnn_input
 from lite_launcher.vision.evaluation import coco_evaluator
 from lite_launcher.vision.losses import maskrcnn_losses
 from lite_launcher.vision.modeling import maskrcnn_model
-from lite_launcher.vision.tasks import retinanet
+from lite_launcher.vision.tasks import detection
 
 LOSS_NAMES = ("total_loss", "rpn_score_loss", "rpn_box_loss", "frcnn_cls_loss",
               "frcnn_box_loss", "mask_loss", "model_loss")
 # The model's inference outputs the COCO evaluator reads, when the model returns them.
-_PREDICTION_KEYS = retinanet.DETECTION_KEYS + ("detection_outer_boxes", "detection_masks")
+_PREDICTION_KEYS = detection.DETECTION_KEYS + ("detection_outer_boxes", "detection_masks")
 
 
 def refuse_records_without_masks(path: str) -> None:
@@ -63,7 +63,7 @@ def refuse_records_without_masks(path: str) -> None:
 
 
 @register_task_cls(maskrcnn_configs.MaskRCNNTask)
-class MaskRCNNTask(retinanet.RetinaNetTask):
+class MaskRCNNTask(detection.DetectionTask):
     """Detects (and with `model.include_mask` segments) objects in TFM's detection records."""
 
     def build_model(self) -> keras.Model:
@@ -75,16 +75,6 @@ class MaskRCNNTask(retinanet.RetinaNetTask):
         if config.freeze_backbone:
             model.backbone.trainable = False
         return model
-
-    def initialize(self, model: keras.Model) -> None:
-        """Restores `init_checkpoint`: with 'all' the whole model (TFM's task reads its
-        `model` object, not the checkpoint items); 'backbone' / 'decoder' as RetinaNet's.
-        TFM-written checkpoints are mapped onto lite's model by `tfm_checkpoint`."""
-        path = self.task_config.init_checkpoint
-        if path and "all" in self.task_config.init_modules():
-            checkpoints.read_weights({"model": model}, path, what="task.init_checkpoint")
-            return
-        super().initialize(model)
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's detection records (with masks when `model.include_mask`), parsed for
@@ -109,7 +99,7 @@ class MaskRCNNTask(retinanet.RetinaNetTask):
             include_mask=model.include_mask, outer_boxes_scale=model.outer_boxes_scale,
             mask_crop_size=parser_config.mask_crop_size, dtype=params.dtype,
             num_classes=model.num_classes)
-        decoder = retinanet.build_decoder(params, include_mask=model.include_mask)
+        decoder = detection.build_decoder(params, include_mask=model.include_mask)
         reader = InputReader(params, dataset_fn=pick_dataset_fn(params.file_type),
                              decoder_fn=decoder.decode,
                              parser_fn=parser.parse_fn(params.is_training))
@@ -124,7 +114,7 @@ class MaskRCNNTask(retinanet.RetinaNetTask):
         config = self.task_config
         losses = config.losses
         return maskrcnn_losses.maskrcnn_losses(
-            retinanet.float32(model_outputs), labels, include_mask=config.model.include_mask,
+            detection.float32(model_outputs), labels, include_mask=config.model.include_mask,
             cascade_iou_thresholds=config.model.roi_sampler.cascade_iou_thresholds,
             class_agnostic_bbox_pred=config.model.detection_head.class_agnostic_bbox_pred,
             loss_weight=losses.loss_weight, rpn_huber_loss_delta=losses.rpn_huber_loss_delta,

@@ -13,6 +13,9 @@ the host (`coco_metric` in the step's logs); `aggregate_logs` adds them to the e
 `per_category_metrics`), which `best_checkpoint_eval_metric: AP` can rank. That needs the
 Python eval loop (`trainer.eval_tf_while_loop: false`, the default), as in TFM.
 
+The parts shared with the two-stage tasks (init_checkpoint, decoders, the gradient step, the
+COCO aggregation, serving) are `tasks.detection.DetectionTask`'s.
+
 pycocotools is the `[detection]` extra: without it the evaluator is refused in one line
 naming `pip install 'lite_launcher[detection]'` when the trainer builds the metrics, before the
 first training step.
@@ -25,56 +28,23 @@ from typing import List, Optional
 import keras
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
-from lite_launcher.input_reader import InputReader, pick_dataset_fn
-from lite_launcher.registry import register_task_cls
-from lite_launcher.task import Task, _split_inputs, is_loss_scale_optimizer
+from lite_launcher.core.base_task import _split_inputs
+from lite_launcher.core.input_reader import InputReader, pick_dataset_fn
+from lite_launcher.core.registry import register_task_cls
 from lite_launcher.vision.configs import retinanet as retinanet_configs
-from lite_launcher.vision.dataloaders import retinanet_input, tf_example_decoder
-from lite_launcher.vision.dataloaders import tf_example_label_map_decoder
+from lite_launcher.vision.dataloaders import retinanet_input
 from lite_launcher.vision.evaluation import coco_evaluator
 from lite_launcher.vision.losses import retinanet_losses
 from lite_launcher.vision.modeling import retinanet_model
-from lite_launcher.vision.serving import detection as detection_serving
-from lite_launcher.vision.tasks import common
+from lite_launcher.vision.tasks import detection
+from lite_launcher.vision.tasks.detection import DETECTION_KEYS, build_decoder, float32
 
 LOSS_NAMES = ("total_loss", "cls_loss", "box_loss", "model_loss")
-# The fields of the model's outputs the COCO evaluator reads.
-DETECTION_KEYS = ("detection_boxes", "detection_scores", "detection_classes", "num_detections")
-
-
-def float32(outputs):
-    """`outputs` (any nest of tensors) cast to float32, as the losses read them."""
-    return tf.nest.map_structure(lambda t: tf.cast(t, tf.float32), outputs)
-
-
-def build_decoder(params, include_mask: bool = False):
-    """The record decoder of a detection DataConfig (`decoder.type`: simple or label map);
-    with `include_mask` it also decodes the instance masks (Mask R-CNN), binarised at
-    `mask_binarize_threshold` when that is set."""
-    decoder_type = params.decoder.type
-    decoder_config = params.decoder.get()
-    masks = dict(include_mask=include_mask,
-                 mask_binarize_threshold=decoder_config.mask_binarize_threshold)
-    if decoder_type == "simple_decoder":
-        return tf_example_decoder.TfExampleDecoder(
-            regenerate_source_id=decoder_config.regenerate_source_id,
-            attribute_names=getattr(decoder_config, "attribute_names", None), **masks)
-    if decoder_type == "label_map_decoder":
-        return tf_example_label_map_decoder.TfExampleDecoderLabelMap(
-            label_map=decoder_config.label_map,
-            regenerate_source_id=decoder_config.regenerate_source_id, **masks)
-    raise ConfigError(f"decoder.type {decoder_type!r} must be 'simple_decoder' or "
-                      f"'label_map_decoder'.")
 
 
 @register_task_cls(retinanet_configs.RetinaNetTask)
-class RetinaNetTask(Task):
+class RetinaNetTask(detection.DetectionTask):
     """Detects objects in images read from TFM's detection TFRecords."""
-
-    def __init__(self, params, logging_dir: Optional[str] = None, name: Optional[str] = None):
-        super().__init__(params, logging_dir=logging_dir, name=name)
-        self.coco_metric = None
 
     def build_model(self) -> keras.Model:
         config = self.task_config
@@ -83,10 +53,6 @@ class RetinaNetTask(Task):
         if config.freeze_backbone:
             model.backbone.trainable = False
         return model
-
-    def initialize(self, model: keras.Model) -> None:
-        """Restores `init_checkpoint` (`common.restore_init_checkpoint`, as TFM's)."""
-        common.restore_init_checkpoint(model, self.task_config)
 
     def build_inputs(self, params, input_context: Optional[tf.distribute.InputContext] = None):
         """TFM's detection records, parsed for training or evaluation by `params`."""
@@ -128,11 +94,6 @@ class RetinaNetTask(Task):
             aux_losses=[tf.cast(l, tf.float32) for l in aux_losses or []],
             attribute_heads=heads)
 
-    def build_losses(self, labels, model_outputs, aux_losses=None) -> tf.Tensor:
-        """The total loss: loss_weight * (focal + box_loss_weight * Huber (+ attribute
-        losses) + L2)."""
-        return self.all_losses(labels, model_outputs, aux_losses)["total_loss"]
-
     def build_metrics(self, training: bool = True) -> List[keras.metrics.Metric]:
         """Means of `LOSS_NAMES`; for evaluation also the COCO evaluator (`coco_metric`,
         refused in one line without pycocotools)."""
@@ -145,32 +106,12 @@ class RetinaNetTask(Task):
                 max_num_eval_detections=config.max_num_eval_detections)
         return metrics
 
-    def process_metrics(self, metrics, labels, model_outputs, **kwargs):
-        """Adds this step's losses (`model_outputs['losses']`) to the loss means."""
-        for metric in metrics:
-            if metric.name in model_outputs.get("losses", {}):
-                metric.update_state(model_outputs["losses"][metric.name])
-
     def compute_gradients(self, inputs, model: keras.Model, optimizer):
         """As `Task.compute_gradients`; the outputs returned for the metrics carry the four
         losses under 'losses'."""
         features, labels = _split_inputs(inputs)
         return self.loss_gradients(model, optimizer, labels,
                                    lambda: model(features, training=True))
-
-    def loss_gradients(self, model: keras.Model, optimizer, labels, forward):
-        """Gradients of `all_losses` on `forward()`'s outputs (the replica-scaled, loss-scaled
-        total), the total loss and {'losses': every loss}: the detection tasks' gradient step."""
-        with tf.GradientTape() as tape:
-            outputs = forward()
-            losses = self.all_losses(labels, outputs, aux_losses=model.losses)
-            loss = losses["total_loss"]
-            num_replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            scaled_loss = loss / num_replicas if num_replicas > 1 else loss
-            if is_loss_scale_optimizer(optimizer):
-                scaled_loss = optimizer.scale_loss(scaled_loss)
-        grads = tape.gradient(scaled_loss, model.trainable_variables)
-        return grads, loss, {"losses": losses}
 
     # ----- evaluation ------------------------------------------------------------------
 
@@ -189,39 +130,3 @@ class RetinaNetTask(Task):
         if metrics:
             self.process_metrics(metrics, labels, {"losses": losses})
         return logs
-
-    def aggregate_logs(self, state=None, step_outputs=None):
-        """Adds one step's detections and ground truths to the COCO evaluator (reset at the
-        first step of an evaluation)."""
-        if self.coco_metric is not None:
-            if state is None:
-                self.coco_metric.reset_states()
-            groundtruths, detections = step_outputs[self.coco_metric.name]
-            self.coco_metric.update_state(groundtruths, detections)
-        return True if state is None else state
-
-    def reduce_aggregated_logs(self, aggregated_logs, global_step=None):
-        """The COCO numbers of this evaluation."""
-        del aggregated_logs, global_step
-        if self.coco_metric is None:
-            return {}
-        return {key: float(value) for key, value in self.coco_metric.result().items()}
-
-    def inference_step_with_anchors(self, images, model: keras.Model, anchor_boxes,
-                                    image_shape):
-        """Detections of a batch of parsed images with the parser's (or serving's) anchors
-        (dict `str(level)` -> [B, h_l, w_l, A * 4]); boxes are clipped to `image_shape`
-        ([B, 2], the resized image's size)."""
-        return model(images, anchor_boxes=anchor_boxes, image_shape=image_shape,
-                     training=False)
-
-    # ----- export ----------------------------------------------------------------------
-
-    serving_input_types = detection_serving.INPUT_TYPES
-
-    def build_serving_fn(self, model: keras.Model, input_type: str, batch_size=None,
-                         input_image_size=None):
-        """`inputs` (image_tensor, image_bytes, tf_example, tflite) -> TFM's detection
-        outputs (see `serving.detection`)."""
-        return detection_serving.build_serving_fn(self, model, input_type, batch_size,
-                                                  input_image_size)

@@ -24,8 +24,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from lite_launcher.registry import register_task_cls
-from lite_launcher.task import Task, _split_inputs
+from lite_launcher.core.base_task import Task, _split_inputs
+from lite_launcher.core.registry import register_task_cls
 from lite_launcher.vision.configs import semantic_segmentation as segmentation_configs
 from lite_launcher.vision.dataloaders import segmentation_input
 from lite_launcher.vision.evaluation import segmentation_metrics

@@ -1,5 +1,5 @@
 """TFM's `official/vision/utils/summary_manager.py`, the module the semantic-segmentation
 tutorial imports (`from official.vision.utils import summary_manager`): its one function,
-`maybe_build_eval_summary_manager(params=, model_dir=)`, is `lite_launcher.summaries`'."""
+`maybe_build_eval_summary_manager(params=, model_dir=)`, is `lite_launcher.orbit.summaries`'."""
 
-from lite_launcher.summaries import maybe_build_eval_summary_manager  # noqa: F401
+from lite_launcher.orbit.summaries import maybe_build_eval_summary_manager  # noqa: F401

@@ -15,7 +15,7 @@ from typing import Callable, Dict
 
 import keras
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs.backbones import Backbone
 from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 

@@ -15,7 +15,7 @@ from typing import Dict, Tuple
 
 import keras
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
 from lite_launcher.vision.modeling.backbones.mobilenet import (

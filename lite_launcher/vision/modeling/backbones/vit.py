@@ -22,8 +22,8 @@ import tensorflow as tf
 from absl import logging
 from keras import ops
 
-from lite_launcher import keras_adapter
-from lite_launcher.base_config import ConfigError
+from lite_launcher.common import keras_adapter
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones.factory import register_backbone_builder
 from lite_launcher.vision.modeling.layers.nn_layers import (

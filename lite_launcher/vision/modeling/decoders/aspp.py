@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import keras
 import tensorflow as tf
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, get_activation, register_serializable, variance_scaling)
 

@@ -8,7 +8,7 @@ from typing import Dict, Optional
 
 import keras
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.modeling.decoders.aspp import ASPP, build_aspp_decoder  # noqa: F401
 from lite_launcher.vision.modeling.decoders.fpn import build_fpn, build_fpn_decoder  # noqa: F401
 from lite_launcher.vision.modeling.layers.nn_layers import NormSettings

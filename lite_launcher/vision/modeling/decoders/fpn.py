@@ -12,7 +12,7 @@ from typing import Dict, Optional
 
 import keras
 
-from lite_launcher.base_config import ConfigError
+from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, get_activation, variance_scaling)
 

@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import keras
 
-from lite_launcher import tfm_checkpoint
+from lite_launcher.checkpointing import tfm_checkpoint
 from lite_launcher.vision.modeling.layers.nn_layers import (
     NormSettings, SettingsBlock, build_in_call_order, get_activation, output_shape_through,
     register_serializable)
