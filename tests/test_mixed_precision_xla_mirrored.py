@@ -2,7 +2,7 @@
 loss scaling there (keras#18666, #20763, #21366: `LossScaleOptimizer.apply` calls `merge_call`
 inside a `jit_compile`d train step). Lite compiles only `Task.compute_gradients` under a
 mirrored strategy and applies the update, loss scaling included, outside XLA
-(`core.base_trainer.xla_train_step`); on a machine without GPU or TPU it compiles no convnet at all.
+(`core.base_trainer.xla_train_step`); on a machine without GPU or TPU it compiles no convnet.
 
 Both paths, through the driver's runner, mirrored over two logical CPUs (tests/conftest.py) on
 `digits_cnn` with `runtime: {mixed_precision_dtype, enable_xla: true, distribution_strategy:
