@@ -83,6 +83,9 @@ legacy.install()
 
 def __getattr__(name):
     module_name = _EXPORTS.get(name)
+    if module_name is None and f"{__name__}.{name}" in legacy.MOVED:
+        # An old module name read as an attribute (`ll.trainer.distribute_dataset`).
+        return importlib.import_module(f"{__name__}.{name}")
     if module_name is None:
         raise AttributeError(f"module 'lite_launcher' has no attribute {name!r}")
     module = importlib.import_module(module_name)

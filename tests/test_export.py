@@ -427,7 +427,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     (dict(checkpoint_path="{root}/nothing"), "is neither a checkpoint directory nor"),
     (dict(checkpoint_path="{root}"), "is a directory with no checkpoint"),
     (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE,
-          checkpoint_path="{root}/digits"), "does not fit the experiment's model"),
+          checkpoint_path="{root}/digits"), "does not fit the model's model weights"),
     (dict(export_dir="{root}/digits_export"), "already holds an export (saved_model.pb, "
                                               "variables, assets, fingerprint.pb, "
                                               "checkpoint, params.yaml)"),
@@ -437,7 +437,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     (dict(batch_size=0), "--batch_size (0) must be a positive integer"),
     (dict(params_override="trainer.nope=1"), "nope"),
     (dict(params_override="{trainer: {optimizer_config: {ema: {average_decay: 0.9}}}}"),
-     "does not fit the experiment's optimizer with EMA"),
+     "does not fit the model's optimizer weights"),
     (dict(input_type="image_bytes"), "--input_type 'image_bytes' is not served by "
                                      "DigitsClassificationTask; valid: tensor."),
     (dict(experiment="resnet_imagenet", params_override=RESNET_OVERRIDE, input_type="tensor",

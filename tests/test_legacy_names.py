@@ -42,3 +42,14 @@ def test_the_old_driver_module_runs_with_python_dash_m():
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "digits_mlp" in result.stdout.split()
+
+
+def test_an_old_module_name_reads_as_an_attribute_of_the_package():
+    import lite_launcher as ll  # pylint: disable=import-outside-toplevel
+    from lite_launcher.common import builtin_experiments  # pylint: disable=import-outside-toplevel
+    from lite_launcher.core import base_trainer  # pylint: disable=import-outside-toplevel
+
+    assert ll.trainer is base_trainer
+    assert ll.builtin_experiments is builtin_experiments
+    with pytest.raises(AttributeError):
+        ll.no_such_module  # pylint: disable=pointless-statement

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
+from lite_launcher.core import base_trainer
 from lite_launcher.core import exporter as exporter_lib
 from mock_task import MockTask, mock_config
 
@@ -58,9 +59,9 @@ def test_trainer_passing_datasets(strategy_name):
     config = mock_config()
     with strategy.scope():
         task = MockTask(config.task)
-        train_dataset = ll.trainer.distribute_dataset(strategy, task.build_inputs,
+        train_dataset = base_trainer.distribute_dataset(strategy, task.build_inputs,
                                                       config.task.train_data)
-        validation_dataset = ll.trainer.distribute_dataset(strategy, task.build_inputs,
+        validation_dataset = base_trainer.distribute_dataset(strategy, task.build_inputs,
                                                            config.task.validation_data)
         config.task.train_data = None
         config.task.validation_data = None

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
+from lite_launcher.common import builtin_experiments
 from lite_launcher.checkpointing import tfm_checkpoint
 from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs import maskrcnn as maskrcnn_configs
@@ -81,7 +82,7 @@ def test_tfm_maskrcnn_yaml_loads_unchanged(yaml_name):
 
 
 def test_experiments_are_built_in_names():
-    assert {name: ll.builtin_experiments.BUILTIN_EXPERIMENTS[name] for name in EXPERIMENTS} \
+    assert {name: builtin_experiments.BUILTIN_EXPERIMENTS[name] for name in EXPERIMENTS} \
         == {name: "lite_launcher.vision.configs.maskrcnn" for name in EXPERIMENTS}
 
 
