@@ -14,7 +14,10 @@ docs/benchmarks.md), the summary-write A/B (45 / 76 µs) and the in-process loop
 the first-step bullets' op / conversion / import counts, `import tensorflow, keras` 4.15–4.65 s
 and the 437-variable cProfile, the ViT projection A/B (1.16×) and the op-histogram counts of
 the Adam powers and MobileNetV3 activations, the
-convolution bias `add` / `bias_add` A/B (1.001). The soaks' own prose about how they ran, machine
+convolution bias `add` / `bias_add` A/B (1.001), the float32 noise figures measured on an Intel
+Xeon with AMX in an earlier session (tests/vision/fp32_noise.py, docs/detection.md), the
+learning runs' APs of 2026-12-03 (docs/detection.md; the release learning tests write a results
+file when `LITE_LEARNING_RUN_OUT` names one, tests/vision/learning_run.py). The soaks' own prose about how they ran, machine
 descriptions, loads, and the commands' duration estimates are not figures of a result.
 
 Standard library only, like report.py.
@@ -85,7 +88,9 @@ def _shipped_ab_summary(records, variants):
     return out
 # The docs whose benchmark figures are checked.
 DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_worker_faults.md",
-        "docs/detection.md")
+        "docs/detection.md", "docs/export.md",
+        # A module's docstring is prose like a doc's (the float32 noise behind the tolerances).
+        "tests/vision/fp32_noise.py")
 # The rendered blocks: (start marker, end marker).
 BLOCKS = ((report.START_MARKER, report.END_MARKER),
           (report.VISION_START_MARKER, report.VISION_END_MARKER),
@@ -1433,6 +1438,92 @@ CLAIMS += [
                      for f in (MASKRCNN_AMX_PROFILE, MASKRCNN_PROFILE)))),
 ]
 
+
+FP32_NOISE = "2026-12-06-1690600-fp32-noise.json"
+NOISE_DOC = "tests/vision/fp32_noise.py"
+
+
+def sci(x: float) -> str:
+    """1.8e-4 as the docstring writes it (two digits; 0 as 0)."""
+    if x == 0:
+        return "0"
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def noise(library: str) -> dict:
+    """The figures of one oneDNN setting ('onednn' or 'eigen') of the fp32_noise.py file."""
+    return load(FP32_NOISE)[library]
+
+
+def noise_detections(library: str, figure: str) -> float:
+    """The largest detection difference of `figure` over RetinaNet and Mask R-CNN."""
+    found = noise(library)
+    return max(found[model]["detections"][figure] for model in ("retinanet", "maskrcnn")
+               if figure in found[model]["detections"])
+
+
+def noise_served(side: str) -> float:
+    """The largest served box difference ('vs_lite' or 'vs_tfm_served') over both settings."""
+    return max(noise(library)["retinanet"]["served"][side]["box_px"]
+               for library in ("onednn", "eigen"))
+
+
+CLAIMS += [
+    Claim(NOISE_DOC, "`benchmarks/results/{}`", lambda: (FP32_NOISE,)),
+    Claim(NOISE_DOC, "lite vs TFM {} with Eigen and {} with oneDNN ({} at the worst level and "
+          "kind); lite with oneDNN vs lite with Eigen, same weights and inputs, {}.",
+          lambda: (sci(noise("eigen")["retinanet"]["lite_vs_tfm"]["cls_3"]),
+                   sci(noise("onednn")["retinanet"]["lite_vs_tfm"]["cls_3"]),
+                   sci(noise("onednn")["retinanet"]["lite_vs_tfm"]["worst"]),
+                   sci(load(FP32_NOISE)["onednn_vs_eigen"]["cls_3"]))),
+    Claim(NOISE_DOC, "with oneDNN: box corners {} px, scores {}, a mask pixel {} (with Eigen at "
+          "most {}); lite's SavedModel's optimised graph moves RetinaNet's box corners by up to "
+          "{} px on its own ({} px from TFM's served boxes).",
+          lambda: (sci(noise_detections("onednn", "box_px")),
+                   sci(noise_detections("onednn", "score")),
+                   sci(noise_detections("onednn", "mask_pixel")),
+                   sci(max(noise_detections("eigen", f)
+                           for f in ("box_px", "score", "mask_pixel"))),
+                   sci(noise_served("vs_lite")), sci(noise_served("vs_tfm_served")))),
+    Claim(NOISE_DOC, "moves the class outputs by {} (the stem kernel's output channels reversed; "
+          "the model as built, {})",
+          lambda: tuple(f"{min(noise(library)['wrong_weight'][key] for library in ('onednn', 'eigen')):.1f}"
+                        for key in ("permuted_kernel_cls_3", "as_built_cls_3"))),
+    Claim("docs/detection.md", "on the AMD EPYC that wrote the references, {} with TensorFlow's "
+          "default there (Eigen) and {} with oneDNN, which differs from Eigen by {} itself "
+          "(`benchmarks/results/{}`)",
+          lambda: (sci(noise("eigen")["retinanet"]["lite_vs_tfm"]["cls_3"]),
+                   sci(noise("onednn")["retinanet"]["lite_vs_tfm"]["cls_3"]),
+                   sci(load(FP32_NOISE)["onednn_vs_eigen"]["cls_3"]), FP32_NOISE)),
+]
+
+# --- The quantized .tflite files of the digits ResNet (benchmarks/tflite_digits.py) ----------
+
+EX = "docs/export.md"
+TFLITE_DIGITS = "2026-12-06-tflite-digits.json"
+
+
+def _tflite_row(quant_type):
+    record = load(TFLITE_DIGITS)
+    row, float_bytes = record["files"][quant_type], record["files"]["none"]["bytes"]
+    return (f"{row['bytes']:,}", f"{float_bytes / row['bytes']:.2f}x", row["input_dtype"],
+            f"{row['top1']:.4f}")
+
+
+CLAIMS += [
+    Claim(EX, "a ResNet-10 (depth multiplier 0.5, {} parameters) trained {} steps on the digits, "
+          "on its {} validation images",
+          lambda: (f"{load(TFLITE_DIGITS)['parameters']:,}",
+                   str(load(TFLITE_DIGITS)["train_steps"]),
+                   str(load(TFLITE_DIGITS)["validation_images"]))),
+    *(Claim(EX, f"| {label} | {{}} | {{}} | {{}} | {{}} |",
+            lambda q=quant_type: _tflite_row(q))
+      for label, quant_type in (("none", "none"), ("`fp16`", "fp16"), ("`default`", "default"),
+                                ("`int8`", "int8"), ("`int8_full`", "int8_full"))),
+    Claim(EX, "The Keras model's own top-1 there is {}.",
+          lambda: (f"{load(TFLITE_DIGITS)['keras_top1']:.4f}",)),
+]
 
 def normalise(text: str) -> str:
     """Whitespace runs as one space, bold markers dropped: prose wraps and emphasises freely."""

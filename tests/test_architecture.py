@@ -214,9 +214,12 @@ def test_the_two_drivers_are_thin_on_the_driver_library_not_on_each_other():
     assert not _private_names_used("commands/train.py", "commands.export")
     assert "lite_launcher.commands.train" not in _all_lite_imports("commands/export.py")
     assert "lite_launcher.commands.export" not in _all_lite_imports("commands/train.py")
-    # lite-convert too: the three commands share flags.py and train_utils, none another.
-    commands = {"lite_launcher.commands.train", "lite_launcher.commands.export", "lite_launcher.commands.convert"}
-    for command in ("commands/train.py", "commands/export.py", "commands/convert.py"):
+    # lite-convert and lite-export-tflite too: the commands share flags.py and train_utils,
+    # none another.
+    commands = {"lite_launcher.commands.train", "lite_launcher.commands.export",
+                "lite_launcher.commands.convert", "lite_launcher.commands.export_tflite"}
+    for command in ("commands/train.py", "commands/export.py", "commands/convert.py",
+                    "commands/export_tflite.py"):
         assert not _all_lite_imports(command) & commands - {_module_name(command)}
     # The library they share is TensorFlow-free on import (the input checks run before TF).
     for module in ("core/train_utils.py", "common/flags.py", "common/builtin_experiments.py", "core/registry.py"):

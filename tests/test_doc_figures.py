@@ -107,7 +107,8 @@ RENAMED_AFTER_THEIR_RUN = {
 
 
 def _recorded_out(command):
-    """The `--out` path a results file's recorded command wrote to (None if it names none)."""
+    """The `--out` path a results file's recorded command wrote to, or the path a learning run
+    was given in `LITE_LEARNING_RUN_OUT=` (tests/vision/learning_run.py); None if it names none."""
     if isinstance(command, str):
         command = command.split()
     if not isinstance(command, list):
@@ -115,8 +116,9 @@ def _recorded_out(command):
     for i, arg in enumerate(command):
         if arg == "--out" and i + 1 < len(command):
             return command[i + 1]
-        if isinstance(arg, str) and arg.startswith("--out="):
-            return arg[len("--out="):]
+        for prefix in ("--out=", "LITE_LEARNING_RUN_OUT="):
+            if isinstance(arg, str) and arg.startswith(prefix):
+                return arg[len(prefix):]
     return None
 
 
@@ -145,4 +147,6 @@ def test_a_results_files_command_wrote_the_file_it_names():
 def test_the_results_file_check_sees_an_edited_file_field():
     assert _recorded_out(["x.py", "--out", "/tmp/a.json"]) == "/tmp/a.json"
     assert _recorded_out("x.py --out=benchmarks/results/b.json") == "benchmarks/results/b.json"
+    assert _recorded_out("LITE_LEARNING_RUN_OUT=benchmarks/results/c.json python -m pytest") == \
+        "benchmarks/results/c.json"
     assert _recorded_out(None) is None

@@ -6,7 +6,9 @@ TensorFlow: geometric ops use `tf.raw_ops.ImageProjectiveTransformV3`, colour op
 and arithmetic. The public pieces mirror `official.vision.ops.augment` and
 `preprocess_ops.color_jitter`:
 
-* `RandAugment` / `AutoAugment`: `.distort(image)` on a uint8 `[H, W, 3]` image, and
+* `RandAugment` / `AutoAugment`: `.distort(image)` on a uint8 `[H, W, 3]` image or a
+  `[T, H, W, 3]` clip (one policy draw for the whole clip, each op on all frames alike, as
+  TFM's video parser; cutout paints a box in time and space, `cutout_video`), and
   `.distort_with_boxes(image, boxes)` for detection: TFM's box-aware ops ('detection_v0',
   `RandAugment.build_for_detection`) move the normalised boxes with the image
   (`box_augment`); every other op leaves them as they are.
@@ -112,23 +114,44 @@ def brightness(image, factor):
     return blend(tf.zeros_like(image), image, factor)
 
 
+def _per_frame_conv(pixels, kernel, padding):
+    """Depthwise 3x3 `kernel` on each frame of a float `[..., H, W, C]` image or clip."""
+    shape = tf.shape(pixels)
+    frames = tf.reshape(pixels, tf.concat([[-1], shape[-3:]], axis=0))
+    if padding != "VALID":
+        frames = tf.pad(frames, [[0, 0], [1, 1], [1, 1], [0, 0]], mode=padding)
+    out = tf.nn.depthwise_conv2d(frames, kernel, strides=[1, 1, 1, 1], padding="VALID")
+    return tf.reshape(out, tf.concat([shape[:-3], tf.shape(out)[1:]], axis=0))
+
+
 def sharpness(image, factor):
-    """PIL's Sharpness enhancement: blends with PIL's 3x3 SMOOTH filter; borders stay as is."""
+    """PIL's Sharpness enhancement: blends with PIL's 3x3 SMOOTH filter; borders stay as is.
+    An `[H, W, C]` image or a `[T, H, W, C]` clip (each frame filtered alike)."""
     image = tf.convert_to_tensor(image)
     channels = image.shape[-1]
     kernel = tf.constant([[1., 1., 1.], [1., 5., 1.], [1., 1., 1.]]) / 13.0
     kernel = tf.tile(kernel[:, :, None, None], [1, 1, channels, 1])
-    smoothed = tf.nn.depthwise_conv2d(
-        tf.cast(image, tf.float32)[None], kernel, strides=[1, 1, 1, 1], padding="VALID")[0]
+    if image.shape.rank == 4:
+        # TFM smooths a clip with a 1x3x3 conv3d per channel: the same sums in another order,
+        # which can round a pixel the other way; that order is kept so pixels equal TFM's.
+        kernel_3d = tf.reshape(kernel[:, :, :1, :], [1, 3, 3, 1, 1])
+        smoothed = tf.concat([
+            tf.nn.conv3d(channel, kernel_3d, [1, 1, 1, 1, 1], padding="VALID")
+            for channel in tf.split(tf.cast(image, tf.float32)[None], channels, axis=-1)],
+            axis=-1)[0]
+    else:
+        smoothed = _per_frame_conv(tf.cast(image, tf.float32), kernel, "VALID")
     smoothed = tf.cast(tf.clip_by_value(smoothed, 0.0, 255.0), image.dtype)
     # The 1-pixel border has no full 3x3 neighbourhood: PIL keeps the original pixels there.
-    interior = tf.pad(tf.ones_like(smoothed, dtype=tf.bool), [[1, 1], [1, 1], [0, 0]])
-    degenerate = tf.where(interior, tf.pad(smoothed, [[1, 1], [1, 1], [0, 0]]), image)
+    border = [[0, 0]] * (image.shape.rank - 3) + [[1, 1], [1, 1], [0, 0]]
+    interior = tf.pad(tf.ones_like(smoothed, dtype=tf.bool), border)
+    degenerate = tf.where(interior, tf.pad(smoothed, border), image)
     return blend(degenerate, image, factor)
 
 
 def gaussian_blur(image, sigma):
-    """3x3 Gaussian blur with standard deviation `sigma` (a scalar, may be a tensor).
+    """3x3 Gaussian blur with standard deviation `sigma` (a scalar, may be a tensor), of an
+    image or of each frame of a clip.
 
     Edges are padded by reflection, as TFM's `gaussian_filter2d`; integer results truncate.
     """
@@ -137,21 +160,21 @@ def gaussian_blur(image, sigma):
     weights = tf.nn.softmax(-tf.constant([1.0, 0.0, 1.0]) / (2.0 * sigma ** 2))
     kernel = weights[:, None] * weights[None, :]
     kernel = tf.tile(kernel[:, :, None, None], [1, 1, image.shape[-1], 1])
-    padded = tf.pad(tf.cast(image, tf.float32)[None], [[0, 0], [1, 1], [1, 1], [0, 0]],
-                    mode="REFLECT")
-    blurred = tf.nn.depthwise_conv2d(padded, kernel, strides=[1, 1, 1, 1], padding="VALID")[0]
+    blurred = _per_frame_conv(tf.cast(image, tf.float32), kernel, "REFLECT")
     return tf.cast(blurred, image.dtype)
 
 
 def autocontrast(image):
-    """Stretches every channel linearly so that its minimum becomes 0 and its maximum 255.
+    """Stretches every channel linearly so that its minimum becomes 0 and its maximum 255
+    (over the whole clip for a `[T, H, W, C]` clip, as TFM).
 
     A channel with a single value is left unchanged.
     """
     image = tf.convert_to_tensor(image)
     pixels = tf.cast(image, tf.float32)
-    low = tf.reduce_min(pixels, axis=[0, 1], keepdims=True)
-    high = tf.reduce_max(pixels, axis=[0, 1], keepdims=True)
+    axes = list(range(image.shape.rank - 1))
+    low = tf.reduce_min(pixels, axis=axes, keepdims=True)
+    high = tf.reduce_max(pixels, axis=axes, keepdims=True)
     spread = high > low
     scale = 255.0 / tf.where(spread, high - low, 1.0)
     stretched = tf.clip_by_value(pixels * scale - low * scale, 0.0, 255.0)
@@ -203,8 +226,11 @@ def cutout(image, pad_size, replace=0):
     """Paints a (2*pad_size)-square centred on a uniformly random pixel with `replace`.
 
     The square is clipped at the image border. `replace` is a scalar or one value per channel.
+    A `[T, H, W, C]` clip gets `cutout_video` instead (`pad_size` unused, as TFM).
     """
     image = tf.convert_to_tensor(image)
+    if image.shape.rank == 4:
+        return cutout_video(image, replace=replace)
     height, width = tf.shape(image)[0], tf.shape(image)[1]
     center_y = tf.random.uniform([], 0, height, dtype=tf.int32)
     center_x = tf.random.uniform([], 0, width, dtype=tf.int32)
@@ -213,6 +239,30 @@ def cutout(image, pad_size, replace=0):
                      center_x - pad_size, center_x + pad_size)
     fill = tf.cast(tf.broadcast_to(replace, tf.shape(image)), image.dtype)
     return tf.where(mask, fill, image)
+
+
+def cutout_video(video, mask_shape=None, replace=0):
+    """Paints a random box of a `[T, H, W, C]` clip with `replace` (TFM's cutout of a clip):
+    centred on a uniform (frame, row, column), clipped at the borders, of half-sizes
+    `mask_shape // 2` (at least 1) for (frames, rows, columns), or drawn uniformly from
+    [1, max(2, T // 4)), [max(1, H // 4), max(2, H // 2)) and likewise for W."""
+    video = tf.convert_to_tensor(video)
+    size = tf.shape(video)[:3]
+
+    def uniform(low, high):  # integers in [low, high), one per dimension
+        return low + tf.cast(tf.random.uniform([3]) * tf.cast(high - low, tf.float32), tf.int32)
+
+    center = uniform(tf.zeros([3], tf.int32), size)
+    if mask_shape is not None:
+        half = tf.maximum(1, tf.cast(mask_shape, tf.int32) // 2)
+    else:
+        half = uniform(tf.concat([[1], tf.maximum(1, size[1:] // 4)], 0),
+                       tf.maximum(2, tf.concat([size[:1] // 4, size[1:] // 2], 0)))
+    start, stop = center - half, center + half
+    mask = _box_mask(size[1], size[2], start[1], stop[1], start[2], stop[2])
+    mask = mask[None] & _in_range(size[0], start[0], stop[0])[:, None, None, None]
+    fill = tf.cast(tf.broadcast_to(replace, tf.shape(video)), video.dtype)
+    return tf.where(mask, fill, video)
 
 
 # --------------------------------------------------------------------------------------------
@@ -429,7 +479,8 @@ class RandAugment(ImageAugment):
         return self._ops[name](image, boxes, self._level(), 1.0)
 
     def distort(self, image):
-        """Applies the RandAugment layers to one `[H, W, 3]` image; returns the input dtype."""
+        """Applies the RandAugment layers to one `[H, W, 3]` image or `[T, H, W, 3]` clip;
+        returns the input dtype."""
         _refuse_box_ops(self.available_ops, "RandAugment")
         return self.distort_with_boxes(image, None)[0]
 
@@ -626,7 +677,7 @@ class AutoAugment(ImageAugment):
         return image, boxes
 
     def distort(self, image):
-        """Applies one uniformly chosen sub-policy to an `[H, W, 3]` image; keeps the dtype."""
+        """Applies one uniformly chosen sub-policy to an `[H, W, 3]` image or clip (same dtype)."""
         _refuse_box_ops([step[0] for sub in self.policies for step in sub], "AutoAugment")
         return self.distort_with_boxes(image, None)[0]
 
@@ -723,8 +774,11 @@ def _sample_beta(alpha, shape):
 class MixupAndCutmix:
     """Mixup (https://arxiv.org/abs/1710.09412) or Cutmix (https://arxiv.org/abs/1905.04899).
 
-    Called on a float batch `[B, H, W, C]` and int labels `[B]`; returns the mixed images and
-    label-smoothed one-hot labels `[B, num_classes]`. With probability `prob` the batch is
+    Called on a float batch `[B, H, W, C]` (or of clips, `[B, T, H, W, C]`: each clip mixed
+    as a whole, the cutmix box the same on all its frames, as TFM's) and int labels `[B]` (or
+    one-hot / multi-hot float labels `[B, num_classes]`, which the video parser gives and are
+    smoothed as they are); returns the mixed images and label-smoothed labels
+    `[B, num_classes]`. With probability `prob` the batch is
     mixed, else only the labels are smoothed. A mixed batch uses cutmix with probability
     `switch_prob`, else mixup. Image i is mixed with image B-1-i (the flipped batch) with its
     own weight lam_i ~ Beta(alpha, alpha), and its label is
@@ -771,9 +825,10 @@ class MixupAndCutmix:
         if not images.dtype.is_floating:
             raise TypeError(f"MixupAndCutmix needs float images, got {images.dtype.name}; cast "
                             "(and normalise) the batch first")
-        if images.shape.rank != 4:
-            raise ValueError(f"MixupAndCutmix needs a [B, H, W, C] batch, got shape {images.shape}")
-        one_hot = self._smooth_labels(tf.reshape(labels, [-1]))
+        if images.shape.rank not in (4, 5):
+            raise ValueError(f"MixupAndCutmix needs a [B, H, W, C] batch or a [B, T, H, W, C] "
+                             f"batch of clips, got shape {images.shape}")
+        one_hot = self._smooth_labels(labels)
 
         def mix():
             use_cutmix = tf.random.uniform([]) < self.switch_prob
@@ -785,19 +840,24 @@ class MixupAndCutmix:
         return tf.cond(tf.random.uniform([]) < self.mix_prob, mix, lambda: (images, one_hot))
 
     def _smooth_labels(self, labels):
+        labels = tf.convert_to_tensor(labels)
         off_value = self.label_smoothing / self.num_classes
+        if labels.dtype.is_floating and labels.shape.rank == 2:
+            # Already (multi-)hot: the same smoothing as of a one-hot vector.
+            return tf.cast(labels, tf.float32) * (1.0 - self.label_smoothing) + off_value
         on_value = 1.0 - self.label_smoothing + off_value
-        return tf.one_hot(labels, self.num_classes, on_value=on_value, off_value=off_value)
+        return tf.one_hot(tf.reshape(labels, [-1]), self.num_classes, on_value=on_value,
+                          off_value=off_value)
 
     def _mixup(self, images):
         lam = _sample_beta(self.mixup_alpha, tf.shape(images)[:1])
-        weight = tf.cast(lam[:, None, None, None], images.dtype)
+        weight = tf.cast(tf.reshape(lam, [-1] + [1] * (images.shape.rank - 1)), images.dtype)
         mixed = weight * images + (1.0 - weight) * tf.reverse(images, [0])
         return mixed, lam
 
     def _cutmix(self, images):
         batch = tf.shape(images)[0]
-        height, width = tf.shape(images)[1], tf.shape(images)[2]
+        height, width = tf.shape(images)[-3], tf.shape(images)[-2]
         lam = _sample_beta(self.cutmix_alpha, [batch])
         ratio = tf.sqrt(1.0 - lam)
         half_h = tf.cast(ratio * tf.cast(height, tf.float32), tf.int32) // 2
@@ -807,6 +867,8 @@ class MixupAndCutmix:
         top, bottom = tf.maximum(center_y - half_h, 0), tf.minimum(center_y + half_h, height)
         left, right = tf.maximum(center_x - half_w, 0), tf.minimum(center_x + half_w, width)
         mask = _box_mask(height, width, top, bottom, left, right)
+        if images.shape.rank == 5:
+            mask = mask[:, None]  # the same box on every frame of a clip
         mixed = tf.where(mask, tf.reverse(images, [0]), images)
         # The label weight is the share of pixels that stay the image's own (box clipped).
         pasted = tf.cast((bottom - top) * (right - left), tf.float32)

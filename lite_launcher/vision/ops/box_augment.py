@@ -33,14 +33,17 @@ def _transform(image, matrix, replace, fill_mode):
     """Applies a projective transform (8 numbers mapping output to input) with nearest pixels.
 
     `fill_mode` is 'reflect' (TFM 2.20's default for every geometric op), 'constant' (fills with
-    `replace`, the original AutoAugment behaviour), 'wrap' or 'nearest'.
+    `replace`, the original AutoAugment behaviour), 'wrap' or 'nearest'. A `[T, H, W, C]` clip
+    has every frame transformed alike.
     """
     image = tf.convert_to_tensor(image)
     matrix = tf.reshape(tf.stack([tf.cast(v, tf.float32) for v in matrix]), [1, 8])
+    is_clip = image.shape.rank == 4
     output = tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None], transforms=matrix, output_shape=tf.shape(image)[0:2],
-        fill_value=tf.cast(replace, tf.float32), interpolation="NEAREST",
-        fill_mode=fill_mode.upper())[0]
+        images=image if is_clip else image[None], transforms=matrix,
+        output_shape=tf.shape(image)[-3:-1], fill_value=tf.cast(replace, tf.float32),
+        interpolation="NEAREST", fill_mode=fill_mode.upper())
+    output = output if is_clip else output[0]
     output.set_shape(image.shape)
     return output
 
@@ -53,8 +56,8 @@ def rotate(image, degrees, replace=POLICY_FILL, fill_mode="reflect"):
     """
     image = tf.convert_to_tensor(image)
     radians = tf.cast(degrees, tf.float32) * (math.pi / 180.0)
-    height = tf.cast(tf.shape(image)[0], tf.float32)
-    width = tf.cast(tf.shape(image)[1], tf.float32)
+    height = tf.cast(tf.shape(image)[-3], tf.float32)
+    width = tf.cast(tf.shape(image)[-2], tf.float32)
     cos, sin = tf.cos(radians), tf.sin(radians)
     # Offsets that keep the centre pixel fixed.
     x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0

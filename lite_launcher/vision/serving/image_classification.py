@@ -35,10 +35,11 @@ INPUT_TYPES = export_base.INPUT_TYPES[:3] + ("serve_examples",) + export_base.IN
 def serving_model(task, model: keras.Model, input_image_size: Sequence[int]) -> keras.Model:
     """`model`, or, when `input_image_size` differs from `task.model.input_size`, the same
     architecture built at that size holding `model`'s weights (TFM builds its export model at
-    `--input_image_size`; convolutions and pooling do not depend on it)."""
+    `--input_image_size`; convolutions and pooling do not depend on it). None stays None (a
+    module used for its preprocessing only, as `predict_tflite`)."""
     config = task.task_config
     height, width = input_image_size
-    if [height, width] == list(config.model.input_size[:2]):
+    if model is None or [height, width] == list(config.model.input_size[:2]):
         return model
     resized_task = type(task)(
         config.replace(model={"input_size": [height, width, config.model.input_size[2]]}),
