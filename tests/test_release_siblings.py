@@ -58,3 +58,18 @@ def test_the_check_names_each_release_test_without_a_runnable_sibling():
     assert release_siblings.problems(items, whole_suite=False) == [
         release_siblings.problems(items)[0]]
 
+
+
+def test_a_two_stage_variant_must_name_its_own_branchs_sibling():
+    """A `release` test of the cascade or of Faster R-CNN names that variant's suite test; a
+    Mask R-CNN sibling (which runs neither the stage loop nor the box-only task) is refused."""
+    mask_rcnn = "tests/vision/test_maskrcnn_model.py::test_small[small_maskrcnn]"
+    items = [_item("m.py::test_counts[cascadercnn_spinenet_coco]", mask_rcnn),
+             _item("m.py::test_counts[small_fasterrcnn]", release_siblings.FASTER_RCNN_SIBLING),
+             _item("m.py::test_counts[maskrcnn_resnetfpn_coco]", mask_rcnn),
+             _item("t.py::test_include_mask_false_trains", mask_rcnn)]
+    assert release_siblings.problems(items, whole_suite=False) == [
+        f"m.py::test_counts[cascadercnn_spinenet_coco]: runs a two-stage variant; its sibling "
+        f"must be {release_siblings.CASCADE_RCNN_SIBLING}, not {mask_rcnn}",
+        f"t.py::test_include_mask_false_trains: runs a two-stage variant; its sibling must be "
+        f"{release_siblings.FASTER_RCNN_SIBLING}, not {mask_rcnn}"]

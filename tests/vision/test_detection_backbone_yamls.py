@@ -34,6 +34,31 @@ def _corrected_file(tmp_path, name):
     return path
 
 
+def merged(base, changes):
+    """`base` (a nested dict) with the nested dict `changes` written over it, key by key."""
+    out = dict(base)
+    for key, value in changes.items():
+        out[key] = (merged(out[key], value) if isinstance(value, dict)
+                    and isinstance(out.get(key), dict) else value)
+    return out
+
+
+def test_the_driver_check_compares_values():
+    """The check of `_train_and_eval` fails for one changed backbone value, where a check of
+    the keys alone passed (issue 52)."""
+    name = "coco_spinenet49_gpu_multiworker_mirrored.yaml"
+    tfm = TFM[name]["task"]["model"]
+    model = {"num_classes": 3, "head": {"num_convs": 1, "num_filters": 32}, **SHRINK[name]}
+    written = merged(tfm, model)
+    assert differences(merged(tfm, model), written) == ([], [])
+    written["backbone"] = merged(written["backbone"], {
+        "spinenet": {"model_id": "96" if tfm["backbone"]["spinenet"]["model_id"] != "96"
+                     else "49"}})
+    assert written["backbone"] == {**tfm["backbone"], **written["backbone"]}  # same keys
+    _, different = differences(merged(tfm, model), written)
+    assert [d[0] for d in different] == [".backbone.spinenet.model_id"]
+
+
 def _assert_equals_tfm(config, expected):
     missing, different = differences({k: expected[k] for k in ("task", "trainer", "runtime")},
                                       as_plain_dict(config, "task", "trainer", "runtime"))
@@ -121,10 +146,12 @@ def _train_and_eval(tmp_path, name):
         monkeypatch.undo()
     assert code == 0
     params = yaml.safe_load((model_dir / "params.yaml").read_text())
-    backbone = TFM[name]["task"]["model"]["backbone"]
-    assert params["task"]["model"]["backbone"] == {**backbone, **params["task"]["model"][
-        "backbone"]}  # the YAML's backbone, as TFM reads it
-    assert params["task"]["model"]["backbone"]["type"] == backbone["type"]
+    # The model the driver ran, value by value: TFM's reading of the YAML with the shrink
+    # above on top (the backbone untouched by it: the YAML's, as TFM reads it).
+    expected = merged(TFM[name]["task"]["model"], model)
+    assert expected["backbone"] == TFM[name]["task"]["model"]["backbone"]
+    missing, different = differences(expected, params["task"]["model"])
+    assert (missing, different) == ([], [])
     validation = read_scalars(str(model_dir / "validation"))
     for coco_name in COCO_NAMES:
         assert sorted(validation[coco_name]) == [2], coco_name

@@ -31,6 +31,8 @@ from lite_launcher.vision.modeling.layers.nn_layers import NormSettings
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+import release_siblings  # noqa: E402
 from tfm_compare import as_plain_dict, count_weights, differences, shapes  # noqa: E402
 from fp32_noise import (  # noqa: E402
     BOX_PIXEL_TOLERANCE, DEEP_NETWORK_TOLERANCE, PROBABILITY_TOLERANCE)
@@ -235,11 +237,13 @@ def _ground_truths(batch):
     return boxes, classes, masks
 
 
-# The full-size models take seconds each to build: `release`, each naming the small
-# Mask R-CNN's count test (the same builder and checks on a ResNet-18 FPN).
+# The full-size models take seconds each to build: `release`, each naming a suite test of its
+# own branch (release_siblings.sibling_of: the cascade's and Faster R-CNN's run their
+# variant; the Mask R-CNNs name the small Mask R-CNN's count test).
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.release(
-    sibling="tests/vision/test_maskrcnn_model.py::"
-            "test_small_model_counts_and_output_shapes_are_tfms[small_maskrcnn]"))
+    sibling=release_siblings.sibling_of(
+        name, "tests/vision/test_maskrcnn_model.py::"
+              "test_small_model_counts_and_output_shapes_are_tfms[small_maskrcnn]")))
     for name in EXPERIMENTS])
 def test_experiment_model_counts_are_tfms(name):
     # maskrcnn_resnetfpn_coco: 46,431,985; fasterrcnn_resnetfpn_coco: 43,780,758 (TFM 2.20).
@@ -253,8 +257,9 @@ SUITE_SMALL = "small_maskrcnn"
 
 @pytest.mark.parametrize("name", [
     name if name == SUITE_SMALL else pytest.param(name, marks=pytest.mark.release(
-        sibling=f"tests/vision/test_maskrcnn_model.py::"
-                f"test_small_model_counts_and_output_shapes_are_tfms[{SUITE_SMALL}]"))
+        sibling=release_siblings.sibling_of(
+            name, f"tests/vision/test_maskrcnn_model.py::"
+                  f"test_small_model_counts_and_output_shapes_are_tfms[{SUITE_SMALL}]")))
     for name in SMALL])
 def test_small_model_counts_and_output_shapes_are_tfms(name):
     """Mask R-CNN, Faster R-CNN, a 3-stage cascade, separable heads with a class-agnostic
@@ -327,12 +332,12 @@ def _roi_order(got, expected):
 
 
 # The Mask R-CNN runs in the suite; the cascade (two more class-agnostic stages, the
-# ensemble of their scores) is `release`.
+# ensemble of their scores) is `release`, its sibling the cascade's suite test (the same
+# checkpoint served through the task, then trained and evaluated).
 @pytest.mark.parametrize("name", [
     "maskrcnn_resnet50_fpn",
     pytest.param("cascadercnn_resnet50_fpn", marks=pytest.mark.release(
-        sibling="tests/vision/test_maskrcnn_model.py::"
-                "test_tfm_checkpoint_gives_tfms_detections_and_masks[maskrcnn_resnet50_fpn]"))])
+        sibling=release_siblings.sibling_of("cascadercnn_resnet50_fpn", "")))])
 def test_tfm_checkpoint_gives_tfms_detections_and_masks(name):
     """A TFM-written Mask R-CNN (random weights, ResNet-50 at 1/16 width) restores by
     structure through lite's reader: RPN outputs, the last stage's class and box outputs, the

@@ -22,6 +22,7 @@ from cli import lite_train_command, run_lite_train, run_lite_train_in_process  #
 from detection_images import (  # noqa: E402
     assert_batch_served_as_alone, detection_tfrecords, write_override)
 from test_modes import read_scalars  # noqa: E402
+import release_siblings  # noqa: E402
 
 pytest.importorskip("pycocotools")
 
@@ -223,10 +224,9 @@ def _box_only_override(box_data, root, **changes):
         "trainer.checkpoint_interval": 1, "trainer.validation_interval": 1, **changes})
 
 
-# ~16 s: `release`; its sibling runs the same task and driver with the mask branch on.
-@pytest.mark.release(sibling="tests/vision/test_maskrcnn_train.py::"
-                             "test_lite_train_maskrcnn_logs_tfms_losses_box_and_mask_ap_and_"
-                             "writes_a_checkpoint")
+# ~16 s: `release`; its sibling runs the box-only model and task (TFM's weights, two steps
+# and an evaluation through the task's own steps).
+@pytest.mark.release(sibling=release_siblings.FASTER_RCNN_SIBLING)
 def test_include_mask_false_trains_and_evaluates_boxes_on_records_without_masks(
         box_data, tmp_path):
     override = _box_only_override(box_data, str(tmp_path), **{"task.model.include_mask": False})

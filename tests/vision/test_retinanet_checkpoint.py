@@ -11,6 +11,7 @@ SpineNet-49, the same way.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 import lite_launcher as ll
-from lite_launcher.checkpointing import checkpoints
+from lite_launcher.checkpointing import checkpoints, tfm_checkpoint
 from lite_launcher.vision.configs import backbones as backbone_configs
 from lite_launcher.vision.modeling.backbones import spinenet
 
@@ -197,28 +198,32 @@ def test_lite_export_of_a_tfm_checkpoint_serves_tfms_detections(tmp_path):
     assert_detections_equal(served, ref, prefix="served_")
 
 
-# One process with two logical CPUs: the same TFM checkpoint evaluated (mode eval) mirrored over
-# both and on one device; prints the two sets of COCO numbers as JSON.
-_EVAL_SCRIPT = textwrap.dedent("""
-    import json, os, shutil, sys
-    sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]
-    import local_devices
-    devices = local_devices.set_logical_cpu_count(2)
-    import lite_launcher as ll
-    from detection_images import detection_tfrecords
-    checkpoint, entry, root = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
-    paths = detection_tfrecords(os.path.join(root, "data"), train_count=2, eval_count=8, size=128)
+def _eval_params(entry, paths, strategy, steps):
+    params = ll.get_exp_config(entry["experiment"])
+    params.task.model.override(entry["model"], is_strict=True)
+    params.override({
+        "runtime": {"distribution_strategy": strategy, "mixed_precision_dtype": "float32"},
+        "task": {"init_checkpoint": "", "annotation_file": paths["validation_json"],
+                 "train_data": {"input_path": paths["train"], "global_batch_size": 2},
+                 "validation_data": {"input_path": paths["validation"],
+                                     "global_batch_size": 4, "dtype": "float32"}},
+        "trainer": {"validation_steps": steps}})
+    return params
+
+
+def evaluate_on_one_and_two_devices(checkpoint, entry, root, devices, eval_count, steps,
+                                    strategies=("mirrored", "off")):
+    """The TFM checkpoint `checkpoint` (index entry `entry`) evaluated (mode eval) mirrored
+    over the two logical CPUs `devices` and on one device (of `strategies`), on `eval_count`
+    drawn images (written under `root`) in `steps` batches of 4:
+    {'mirrored' | 'off': {'replicas': n, 'logs': {name: number}}}."""
+    from detection_images import detection_tfrecords  # pylint: disable=import-outside-toplevel
+
+    paths = detection_tfrecords(os.path.join(root, "data"), train_count=2,
+                                eval_count=eval_count, size=128)
     results = {}
-    for strategy in ("mirrored", "off"):
-        params = ll.get_exp_config(entry["experiment"])
-        params.task.model.override(entry["model"], is_strict=True)
-        params.override({
-            "runtime": {"distribution_strategy": strategy, "mixed_precision_dtype": "float32"},
-            "task": {"init_checkpoint": "", "annotation_file": paths["validation_json"],
-                     "train_data": {"input_path": paths["train"], "global_batch_size": 2},
-                     "validation_data": {"input_path": paths["validation"],
-                                         "global_batch_size": 4, "dtype": "float32"}},
-            "trainer": {"validation_steps": 2}})
+    for strategy in strategies:
+        params = _eval_params(entry, paths, strategy, steps)
         model_dir = os.path.join(root, strategy)
         shutil.copytree(checkpoint, model_dir)
         distribution = ll.get_distribution_strategy(
@@ -232,13 +237,63 @@ _EVAL_SCRIPT = textwrap.dedent("""
         results[strategy] = {"replicas": distribution.num_replicas_in_sync,
                              "logs": {k: float(v) for k, v in logs[-1].items()
                                       if getattr(v, "ndim", 0) == 0}}
+    return results, paths
+
+
+def _assert_one_device_numbers(results):
+    """Both strategies ran (2 and 1 replicas) and the 12 COCO numbers, computed by pycocotools
+    over the detections gathered from both replicas, equal the one-device ones. (The loss
+    means differ, as TFM's: each replica normalises its focal loss by its own positives.)"""
+    print({key: value["logs"] for key, value in results.items()})
+    assert results["mirrored"]["replicas"] == 2 and results["off"]["replicas"] == 1
+    one, two = results["off"]["logs"], results["mirrored"]["logs"]
+    assert {name: two[name] for name in COCO_NAMES} == {name: one[name] for name in COCO_NAMES}
+    assert one["AP"] > 0 and one["ARmax100"] > 0  # the checkpoint does find some shapes
+
+
+# A fresh process with two logical CPUs: the same evaluation on 8 images in 2 steps; prints
+# the two sets of COCO numbers as JSON.
+_EVAL_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]
+    import local_devices
+    devices = local_devices.set_logical_cpu_count(2)
+    from test_retinanet_checkpoint import evaluate_on_one_and_two_devices
+    results, _ = evaluate_on_one_and_two_devices(sys.argv[2], json.loads(sys.argv[3]),
+                                                 sys.argv[4], devices, eval_count=8, steps=2)
     print("RESULT " + json.dumps(results))
 """)
 
 
-@pytest.mark.release(sibling="tests/vision/test_retinanet_train.py::"
-                             "test_lite_train_retinanet_reports_the_coco_numbers_and_writes_"
-                             "a_checkpoint")
+def test_two_replicas_in_process_report_the_one_device_coco_numbers(tmp_path):
+    """The suite's 2-replica detection evaluation: the driver's eval mirrored over this
+    process's two logical CPUs (tests/conftest.py), 4 images in one step of 2 per replica;
+    the one-device numbers from the task's own steps run eagerly on the same checkpoint and
+    records (tracing a second evaluation graph would cost ~6 CPU-seconds)."""
+    pytest.importorskip("pycocotools")
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+    assert len(devices) == 2, "tests/conftest.py sets up two logical CPUs"
+    name = "retinanet_resnet50_fpn"
+    entry = INDEX["models"][name]
+    results, paths = evaluate_on_one_and_two_devices(
+        os.path.join(DATA, name), entry, str(tmp_path), devices, eval_count=4, steps=1,
+        strategies=("mirrored",))
+    params = _eval_params(entry, paths, "off", steps=1)
+    task = ll.get_task(params.task)
+    model = task.build_model()
+    assert tfm_checkpoint.load_weights(
+        model, tf.train.latest_checkpoint(os.path.join(DATA, name)), "model") == len(
+            model.weights)
+    task.build_metrics(training=False)
+    state = None
+    for inputs in task.build_inputs(params.task.validation_data).take(1):
+        state = task.aggregate_logs(state, task.validation_step(inputs, model))
+    results["off"] = {"replicas": 1, "logs": task.reduce_aggregated_logs(state)}
+    _assert_one_device_numbers(results)
+
+
+@pytest.mark.release(sibling="tests/vision/test_retinanet_checkpoint.py::"
+                             "test_two_replicas_in_process_report_the_one_device_coco_numbers")
 def test_two_replicas_report_the_one_device_coco_numbers(tmp_path):
     sys.path.insert(0, os.path.dirname(HERE))
     from test_modes import ROOT, subprocess_env  # pylint: disable=import-outside-toplevel
@@ -251,12 +306,4 @@ def test_two_replicas_report_the_one_device_coco_numbers(tmp_path):
         cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     line = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    results = json.loads(line[len("RESULT "):])
-    print({key: value["logs"] for key, value in results.items()})
-    assert results["mirrored"]["replicas"] == 2 and results["off"]["replicas"] == 1
-    # The 12 COCO numbers, computed by pycocotools over the detections gathered from both
-    # replicas, equal the one-device ones. (The loss means differ, as TFM's: each replica
-    # normalises its focal loss by its own positives.)
-    one, two = results["off"]["logs"], results["mirrored"]["logs"]
-    assert {name: two[name] for name in COCO_NAMES} == {name: one[name] for name in COCO_NAMES}
-    assert one["AP"] > 0 and one["ARmax100"] > 0  # the checkpoint does find some shapes
+    _assert_one_device_numbers(json.loads(line[len("RESULT "):]))

@@ -10,8 +10,10 @@ recording what would be shown. Changed beyond the imports: the sizes and step co
 
 The suite runs every cell on a smaller RetinaNet, set by one extra cell after the model
 config: ResNet-10 at depth_multiplier 0.25 instead of ResNet-50, level 3 alone instead of 3-7,
-FPN and head of 16 filters, the head with one convolution instead of four; 64x64 input and
-images, one step of a batch of 2, one validation batch. The notebook as written (ResNet-50
+FPN and head of 16 filters, the head with one convolution instead of four, the ten best
+detections whatever their score (after one step all sit near the focal loss's prior, under
+TFM's 0.05 threshold); 64x64 input and images, one step of a batch of 2, one validation batch.
+The served detections are checked against the trained model's own on the same images. The notebook as written (ResNet-50
 RetinaNet: minutes on a CPU) is in the release set: a small version (128x128 input, 64x64
 images, batch 2, 2 steps) and the tutorial's own sizes (256x256, batch 8; 10 steps, "only
 train for a few steps" on a CPU, as its text says)."""
@@ -25,6 +27,12 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from detection_images import write_coco  # noqa: E402
+from fp32_noise import BOX_PIXEL_TOLERANCE, PROBABILITY_TOLERANCE  # noqa: E402
+from lite_launcher.vision.ops.preprocess_ops import normalize_image  # noqa: E402
+
+TIE = 1e-7
+DETECTION_KEYS = ("detection_boxes", "detection_scores", "detection_classes",
+                  "num_detections")
 
 pytest.importorskip("pycocotools")
 pytest.importorskip("PIL")
@@ -135,6 +143,11 @@ def _run_tutorial(tmp_path, monkeypatch, HEIGHT, WIDTH, batch_size, train_steps,
         exp_config.task.model.decoder.fpn.num_filters = 16
         exp_config.task.model.head.num_convs = 1
         exp_config.task.model.head.num_filters = 16
+        # One step leaves every score near the focal loss's prior (0.01), under TFM's 0.05
+        # threshold: no detections. Keep the ten best, whatever their score, so that the
+        # served detections can be checked against the model's own.
+        exp_config.task.model.detection_generator.pre_nms_score_threshold = 0.0
+        exp_config.task.model.detection_generator.max_num_detections = 10
 
     # Training data config.
     exp_config.task.train_data.input_path = train_data_input_path
@@ -261,7 +274,7 @@ def _run_tutorial(tmp_path, monkeypatch, HEIGHT, WIDTH, batch_size, train_steps,
     plt.figure(figsize=(20, 20))
     min_score_thresh = 0.30  # Change minimum score for threshold to see all bounding boxes confidences.  # noqa: E501
 
-    results = []
+    results, served_images = [], []
     for i, serialized_example in enumerate(test_ds):
         plt.subplot(1, 3, i + 1)
         decoded_tensors = tf_ex_decoder.decode(serialized_example)
@@ -271,6 +284,7 @@ def _run_tutorial(tmp_path, monkeypatch, HEIGHT, WIDTH, batch_size, train_steps,
         image_np = image[0].numpy()
         result = model_fn(image)
         results.append(result)
+        served_images.append(image)  # not the notebook's: the check compares the model's
         visualization_utils.visualize_boxes_and_labels_on_image_array(
             image_np,
             result['detection_boxes'][0].numpy(),
@@ -288,10 +302,40 @@ def _run_tutorial(tmp_path, monkeypatch, HEIGHT, WIDTH, batch_size, train_steps,
 
     plt.show()
     return dict(plt=plt, eval_logs=eval_logs, results=results, model_dir=model_dir,
-                export_dir=export_dir, model=model)
+                export_dir=export_dir, model=model, served_images=served_images)
 
 
-def _check(outcome, height, size, train_steps):
+def _assert_same_detections(served, own, some=True):
+    """`served` has `own`'s detections (image 0; with `some`, at least two): the same count
+    and sorted
+    scores within PROBABILITY_TOLERANCE, and each served row one of the model's (same class,
+    score within PROBABILITY_TOLERANCE, box within BOX_PIXEL_TOLERANCE). In any order: after
+    one step every score sits near the focal loss's prior (0.0102, neighbours ~1e-6 apart), so
+    float rounding (~1e-8 on these scores) may swap two rows, or keep another box tied with
+    the last one (within `TIE` of it: those rows need no match)."""
+    count = int(own["num_detections"][0])
+    assert int(served["num_detections"][0]) == count, (served, own)
+    assert count > 1 or not some, own
+    scores = [np.sort(d["detection_scores"][0, :count]) for d in (served, own)]
+    np.testing.assert_allclose(*scores, atol=PROBABILITY_TOLERANCE)
+    last = scores[1][0]
+    for row in range(count):
+        score = served["detection_scores"][0, row]
+        if score - last < TIE:
+            continue  # tied with the last kept: another anchor may take its place
+        match = ((own["detection_classes"][0, :count] == served["detection_classes"][0, row])
+                 & (np.abs(own["detection_scores"][0, :count] - score)
+                    < PROBABILITY_TOLERANCE)
+                 & (np.abs(own["detection_boxes"][0, :count]
+                           - served["detection_boxes"][0, row]).max(axis=-1)
+                    < BOX_PIXEL_TOLERANCE))
+        assert match.any(), (row, served, own)
+
+
+def _check(outcome, height, size, train_steps, max_detections=100, some_detections=False):
+    """What the notebook showed, logged, wrote and served; the served detections are the
+    model's own (with `some_detections`, at least two per image: the notebook's own model,
+    after its few steps, may keep none over TFM's 0.05 threshold)."""
     import tensorflow as tf
 
     # 3 train and 3 test records shown with their ground-truth boxes drawn, then 3 test images
@@ -304,11 +348,20 @@ def _check(outcome, height, size, train_steps):
         assert np.isfinite(float(logs[name])), name
     assert tf.train.latest_checkpoint(outcome["model_dir"]).endswith(f"ckpt-{train_steps}")
     assert os.path.isfile(os.path.join(outcome["export_dir"], "saved_model.pb"))
-    for result in outcome["results"]:
+    for result, image in zip(outcome["results"], outcome["served_images"]):
         boxes = result["detection_boxes"].numpy()
-        assert boxes.shape == (1, 100, 4)  # pixels of the served image
+        assert boxes.shape == (1, max_detections, 4)  # pixels of the served image
         assert boxes.min() >= 0 and boxes.max() <= height
         assert result["num_detections"].shape == (1,)
+        # The served detections are the trained model's own on the same image (the
+        # image the notebook serves is already at the model's size: no resize; the boxes
+        # clipped to it, as served).
+        own = outcome["model"](normalize_image(tf.cast(image, tf.float32)),
+                               image_shape=tf.constant([[height, height]], tf.float32),
+                               training=False)
+        own = {key: np.asarray(value) for key, value in own.items() if key in DETECTION_KEYS}
+        _assert_same_detections({key: result[key].numpy() for key in DETECTION_KEYS}, own,
+                                some=some_detections)
 
 
 def test_object_detection_tutorial_whole_on_a_small_retinanet(tmp_path, monkeypatch):
@@ -317,7 +370,7 @@ def test_object_detection_tutorial_whole_on_a_small_retinanet(tmp_path, monkeypa
     # a batch of 2, one validation batch.
     outcome = _run_tutorial(tmp_path, monkeypatch, HEIGHT=64, WIDTH=64, batch_size=2,
                             train_steps=1, size=64, validation_steps=1, small_model=True)
-    _check(outcome, 64, 64, 1)
+    _check(outcome, 64, 64, 1, max_detections=10, some_detections=True)
     model = outcome["model"]
     assert model.backbone.weights[0].shape == (7, 7, 3, 16)  # the stem's 64 at a quarter
     assert {level: out.shape[-1] for level, out in model.decoder.output.items()} == {
