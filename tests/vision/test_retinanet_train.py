@@ -221,6 +221,17 @@ def test_without_pycocotools_only_a_mode_with_coco_metrics_is_refused(monkeypatc
 # ----- learning: AP50 on held-out drawn shapes ------------------------------------------------
 
 LEARNING_STEPS = 300
+# The learning run's changes to OVERRIDE (ResNet-18, batch 8, no scale jitter or flip, lr 0.02;
+# also trained by test_tflite_retinanet_ap.py's release test).
+LEARNING_CHANGES = {
+    "task.model.backbone.resnet.model_id": 18,
+    "task.train_data.global_batch_size": 8,
+    "task.train_data.parser": {"aug_scale_min": 1.0, "aug_scale_max": 1.0,
+                               "aug_rand_hflip": False},
+    "trainer.train_steps": LEARNING_STEPS, "trainer.steps_per_loop": 50,
+    "trainer.summary_interval": 50, "trainer.checkpoint_interval": LEARNING_STEPS,
+    "trainer.validation_interval": LEARNING_STEPS, "trainer.validation_steps": -1,
+    "trainer.optimizer_config.learning_rate.constant.learning_rate": 0.02}
 
 
 def _untrained_logs(override):
@@ -248,15 +259,7 @@ def test_retinanet_learns_the_drawn_shapes(tmp_path, monkeypatch):
     started = time.monotonic()
     data = detection_tfrecords(str(tmp_path / "shapes"), train_count=64,
                                eval_count=16, size=SIZE)
-    override = _override(data, str(tmp_path), **{
-        "task.model.backbone.resnet.model_id": 18,
-        "task.train_data.global_batch_size": 8,
-        "task.train_data.parser": {"aug_scale_min": 1.0, "aug_scale_max": 1.0,
-                                   "aug_rand_hflip": False},
-        "trainer.train_steps": LEARNING_STEPS, "trainer.steps_per_loop": 50,
-        "trainer.summary_interval": 50, "trainer.checkpoint_interval": LEARNING_STEPS,
-        "trainer.validation_interval": LEARNING_STEPS, "trainer.validation_steps": -1,
-        "trainer.optimizer_config.learning_rate.constant.learning_rate": 0.02})
+    override = _override(data, str(tmp_path), **LEARNING_CHANGES)
     # The baseline: the same model untrained on the same held-out images (20 s here; 0.0:
     # with the focal-loss prior bias no score passes the 0.05 pre-NMS threshold).
     untrained = _untrained_logs(override)
