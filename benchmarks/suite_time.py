@@ -36,7 +36,8 @@ REPO_ROOT = os.path.dirname(_HERE)
 SETUP = 'python3 -m venv .venv && .venv/bin/pip install -q -e ".[test]"'
 TESTS = ('.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile '
          '-m "not release" tests')
-_SUMMARY = re.compile(r"=+ (.*) in ([\d.]+)s")
+# pytest's closing line, with or without its `=` border (-q leaves it out).
+_SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in ([\d.]+)s", re.M)
 
 
 def parse_summary(output: str) -> dict:
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
         "setup_cpu_s": round(setup_cpu, 1), "returncode": tests.returncode,
         **parse_summary(output),
         "failed_tests": sorted(set(re.findall(r"^FAILED (\S+)", output, re.M))),
+        "output_tail": output.splitlines()[-40:],
         "command": [os.path.relpath(__file__, REPO_ROOT)] + (argv if argv is not None
                                                               else sys.argv[1:]) + (
             [] if args.out else ["--out", out]),

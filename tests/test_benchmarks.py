@@ -676,3 +676,14 @@ def test_vision_rows_variants_reach_lites_dataset_and_config():
     params.task.train_data = types.SimpleNamespace(override=seen.append)
     vision_rows._apply_variant("prefetch_2", params, Task())
     assert seen == [{"prefetch_buffer_size": 2}]
+
+
+def test_suite_time_reads_pytests_closing_line_with_or_without_its_border():
+    import suite_time  # pylint: disable=import-outside-toplevel
+
+    quiet = "....\n1 failed, 2001 passed, 1 skipped, 882 warnings in 606.34s (0:10:06)\n"
+    assert suite_time.parse_summary(quiet) == {"passed": 2001, "failed": 1, "skipped": 1,
+                                               "errors": 0, "pytest_s": 606.34}
+    bordered = "===== 3 passed, 2 errors in 1.5s =====\n"
+    assert suite_time.parse_summary(bordered)["errors"] == 2
+    assert suite_time.parse_summary("no summary")["pytest_s"] is None

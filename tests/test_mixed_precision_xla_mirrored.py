@@ -99,6 +99,10 @@ def test_as_configured_on_a_cpu_the_convnet_trains_mirrored_without_xla(tmp_path
     _assert_trained(trainer, losses, initial, dtype)
 
 
+# ~24 s with its teardown; the suite runs the same mirrored float16 loss-scaled step on the
+# CPU's configuration (XLA skipped there), the sibling below.
+@pytest.mark.release(sibling="tests/test_mixed_precision_xla_mirrored.py::"
+                             "test_as_configured_on_a_cpu_the_convnet_trains_mirrored_without_xla")
 def test_as_on_a_gpu_the_convnets_gradients_compile_and_the_scaled_update_runs_outside(
         tmp_path, monkeypatch):
     dtype = "float16"

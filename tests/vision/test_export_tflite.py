@@ -170,6 +170,9 @@ def test_predict_tflite_prints_the_files_top_classes_on_normalised_images(float_
     assert printed.splitlines() == expected
 
 
+# ~11 s (a second conversion); the same conversion path runs in the suite on the float file.
+@pytest.mark.release(sibling="tests/vision/test_export_tflite.py::"
+                             "test_float_file_gives_tfms_float_outputs")
 def test_fp16_file_gives_tfms_fp16_outputs(saved_model, tmp_path):
     _, tfm = _reference()
     path, _ = convert(saved_model, tmp_path, "fp16")
