@@ -88,7 +88,7 @@ def _shipped_ab_summary(records, variants):
     return out
 # The docs whose benchmark figures are checked.
 DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_worker_faults.md",
-        "docs/detection.md", "docs/export.md",
+        "docs/detection.md", "docs/export.md", "docs/testing.md",
         # A module's docstring is prose like a doc's (the float32 noise behind the tolerances).
         "tests/vision/fp32_noise.py")
 # The rendered blocks: (start marker, end marker).
@@ -1579,3 +1579,38 @@ def check(docs: Optional[Dict[str, str]] = None, claims: Optional[List[Claim]] =
             problems.append(f"{claim.doc}: expected {expected!r} (from its results file); "
                             f"the doc says otherwise")
     return problems
+
+
+# --- The README's test command on a clean clone (benchmarks/suite_time.py) -------------------
+
+TT = "docs/testing.md"
+SUITE_TIME, EARLIER_SUITE_TIME = ("2026-12-06-9ee15e6-suite-time.json",
+                                  "2026-12-06-47e7217-suite-time.json")
+
+
+def _min_s(seconds: float) -> str:
+    """689.4 -> '11 min 29 s'."""
+    whole = round(seconds)
+    return f"{whole // 60} min {whole % 60:02d} s"
+
+
+def _suite_time_figures():
+    run = load(SUITE_TIME)
+    return (SUITE_TIME, run["commit"], run["cpu_model"], str(run["cores"]),
+            str(run["load_before"][0]), _min_s(run["total_s"]), f"{run['setup_s']:.0f}",
+            f"{run['tests_s']:.0f}", str(run["passed"]), str(run["failed"]),
+            str(run["skipped"]), f"{run['tests_cpu_s']:.0f}")
+
+
+CLAIMS += [
+    Claim(TT, "The last measured run, `benchmarks/results/{}` (commit {}, on an {} with {} "
+          "cores, load average {} before): {} in all on a clean clone, {} s setting up and {} s "
+          "of tests ({} passed, {} failed, {} skipped; {} CPU-seconds of tests).",
+          _suite_time_figures),
+    Claim(TT, "The run before it this session, `benchmarks/results/{}` (commit {}): {} s setting "
+          "up and {} s of tests, {} in all, with one failed test",
+          lambda: (EARLIER_SUITE_TIME, load(EARLIER_SUITE_TIME)["commit"],
+                   f"{load(EARLIER_SUITE_TIME)['setup_s']:.0f}",
+                   f"{load(EARLIER_SUITE_TIME)['tests_s']:.0f}",
+                   _min_s(load(EARLIER_SUITE_TIME)["total_s"]))),
+]
