@@ -316,6 +316,8 @@ def _assert_same_detections(served, own, some=True):
     count = int(own["num_detections"][0])
     assert int(served["num_detections"][0]) == count, (served, own)
     assert count > 1 or not some, own
+    if count == 0:  # the notebook's own model may keep nothing after its few steps
+        return
     scores = [np.sort(d["detection_scores"][0, :count]) for d in (served, own)]
     np.testing.assert_allclose(*scores, atol=PROBABILITY_TOLERANCE)
     last = scores[1][0]
