@@ -40,6 +40,11 @@ from typing import Dict, List, Optional
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TRAIN_STEP = re.compile(r"train \| step:\s+(\d+) \|")
 _EVAL_STEP = re.compile(r" eval \| step:\s+(\d+) \| eval time")
+# The evaluator's memory is judged after this many evaluations: the first ones build the eval
+# graph, the input pipeline and the metric state, which is growth by design.
+EVALUATOR_WARM_UP_EVALS = 3
+# A plateau: over the second half of the judged window RSS grows at most this much.
+PLATEAU_LIMIT = 0.01
 
 STEPS_PER_LOOP = 10
 CHECKPOINT_INTERVAL = 50
@@ -103,13 +108,18 @@ def model_dir_sizes(model_dir: str) -> Dict[str, int]:
             "checkpoints": len(glob.glob(os.path.join(model_dir, "ckpt-*.index")))}
 
 
-def last_step(log_path: str, pattern: re.Pattern) -> int:
+def logged_steps(log_path: str, pattern: re.Pattern) -> List[int]:
+    """Every step `pattern` finds in a process's log, in order."""
     try:
         with open(log_path, errors="replace") as f:
-            steps = pattern.findall(f.read())
+            return [int(step) for step in pattern.findall(f.read())]
     except OSError:
-        return 0
-    return int(steps[-1]) if steps else 0
+        return []
+
+
+def last_step(log_path: str, pattern: re.Pattern) -> int:
+    steps = logged_steps(log_path, pattern)
+    return steps[-1] if steps else 0
 
 
 def _resnet18_task(data_dir: str) -> Dict[str, object]:
@@ -141,9 +151,27 @@ def _command(experiment: str, mode: str, model_dir: str, train_steps: int,
 
 def judged(samples, process: str, from_step: int, end_step: int) -> List[Dict[str, int]]:
     """`process`'s samples while training ran, from `from_step` (after the warm-up) to before
-    `end_step` (the last loop: what follows is the processes shutting down)."""
+    `end_step` (the last loop: what follows is the processes shutting down). The evaluator's
+    window starts once it has finished `EVALUATOR_WARM_UP_EVALS` evaluations."""
     return [s[process] for s in samples if s.get(process) is not None
-            and from_step <= s["train_step"] < end_step]
+            and from_step <= s["train_step"] < end_step
+            and (process != "evaluator"
+                 or s.get("evaluations", EVALUATOR_WARM_UP_EVALS) >= EVALUATOR_WARM_UP_EVALS)]
+
+
+def second_half_trend(values: List[int]):
+    """Plateau or leak: the growth over the second half of the window and its least-squares
+    slope per sample. A leak keeps growing there; a plateau does not."""
+    half = values[len(values) // 2:]
+    if len(half) < 2:
+        return None
+    n = len(half)
+    mean_x, mean_y = (n - 1) / 2, sum(half) / n
+    slope = (sum((i - mean_x) * (y - mean_y) for i, y in enumerate(half))
+             / sum((i - mean_x) ** 2 for i in range(n)))
+    fitted_growth = slope * (n - 1) / half[0]
+    return {"start": half[0], "end": half[-1], "fitted_growth": fitted_growth,
+            "plateau": fitted_growth <= PLATEAU_LIMIT}
 
 
 def growth(values: List[int]):
@@ -171,6 +199,7 @@ def verdicts(samples, from_step: int, end_step: int) -> Dict[str, object]:
         baseline = (min(fds[:half]), min(fds[half:])) if half else None
         result[process] = {
             "samples": len(window), "rss": rss, "threads": threads,
+            "rss_second_half": second_half_trend([s["rss_kib"] for s in window]),
             "fds_baseline": baseline, "fds_max": max(fds) if fds else None,
             "rss_ok": rss is not None and rss["growth"] <= GROWTH_LIMIT,
             "threads_ok": threads is not None and threads["growth"] <= GROWTH_LIMIT,
@@ -185,8 +214,8 @@ def verdicts(samples, from_step: int, end_step: int) -> Dict[str, object]:
 def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
         sample_interval_s: float = 1.0, timeout_s: float = 6 * 3600,
         warm_up_loops: Optional[int] = None, experiment: str = "mock",
-        duration_s: Optional[float] = None, data_dir: Optional[str] = None
-        ) -> Dict[str, object]:
+        duration_s: Optional[float] = None, data_dir: Optional[str] = None,
+        command: Optional[List[str]] = None) -> Dict[str, object]:
     """Runs the soak; writes and returns the results (see the module docstring).
 
     The growth verdicts compare the first sample at or after `warm_up_loops` train loops
@@ -225,6 +254,7 @@ def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
             sample = {"time_s": round(elapsed, 2),
                       "train_step": last_step(logs["trainer"], _TRAIN_STEP),
                       "eval_step": last_step(logs["evaluator"], _EVAL_STEP),
+                      "evaluations": len(logged_steps(logs["evaluator"], _EVAL_STEP)),
                       "model_dir": model_dir_sizes(model_dir)}
             for name, process in processes.items():
                 sample[name] = process_sample(process.pid) if process.poll() is None else None
@@ -250,6 +280,8 @@ def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
     end_step = train_steps if stop is None else stop["train_step"]
     results = {
         "benchmark": "soak", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "command": command, "file": os.path.relpath(os.path.abspath(out_path), REPO_ROOT),
+        "evaluator_warm_up_evaluations": EVALUATOR_WARM_UP_EVALS,
         "machine": machine(), "experiment": experiment, "train_steps": train_steps,
         "steps_per_loop": STEPS_PER_LOOP,
         "checkpoint_interval": EXPERIMENTS[experiment][0],
@@ -288,7 +320,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     results = run(args.train_steps, args.out, args.model_dir, args.sample_interval_s,
                   experiment=args.experiment, duration_s=args.duration_s,
-                  data_dir=args.data_dir)
+                  data_dir=args.data_dir,
+                  command=["python", "benchmarks/soak.py"] + list(
+                      sys.argv[1:] if argv is None else argv))
     print(json.dumps({k: v for k, v in results.items() if k != "samples"}, indent=1))
     print(f"wrote {args.out}")
 
