@@ -48,6 +48,50 @@ def test_verdicts_measure_growth_after_the_warm_up_and_before_shutdown_only():
     assert not verdict["model_dir"]["checkpoints_ok"]
 
 
+def test_the_evaluator_is_judged_after_its_third_evaluation_and_a_leak_is_told_from_a_plateau():
+    def sample(step, evaluations, evaluator_rss):
+        s = _sample(step, 100, 20, 12, 5)
+        s["evaluations"] = evaluations
+        s["evaluator"] = {"rss_kib": evaluator_rss, "threads": 20, "fds": 12}
+        return s
+
+    # The first three evaluations build graphs and input pipelines: 50 -> 100 is not judged.
+    plateau = [sample(100 * i, min(i, 3), 50 if i < 3 else 100 + (i > 5)) for i in range(12)]
+    verdict = soak.verdicts(plateau, from_step=0, end_step=10 ** 6)["evaluator"]
+    assert verdict["samples"] == 9 and verdict["rss"]["start"] == 100
+    assert verdict["rss_ok"] and verdict["rss_second_half"]["plateau"]
+    # A steady leak of 1 % per sample: within the 5 % limit over a short window, but the
+    # second half still grows, so it is not a plateau.
+    leak = [sample(100 * i, 3, 1000 + 10 * i) for i in range(6)]
+    verdict = soak.verdicts(leak, from_step=0, end_step=10 ** 6)["evaluator"]
+    assert verdict["rss_ok"] and not verdict["rss_second_half"]["plateau"]
+    assert verdict["rss_second_half"]["fitted_growth"] == pytest.approx(20 / 1030)
+
+
+def test_the_plot_draws_every_sample_of_both_processes_and_each_evaluation():
+    import xml.etree.ElementTree as ET
+
+    import soak_plot
+
+    samples = []
+    for i in range(20):
+        s = _sample(10 * i, 1024 * (100 + i), 20, 12, 5)
+        s.update(time_s=60.0 * i, evaluations=i // 4)
+        samples.append(s)
+    samples[-1]["evaluator"] = None  # the evaluator stopped first
+    svg = ET.fromstring(soak_plot.render({"samples": samples,
+                                          "evaluator_warm_up_evaluations": 3}))
+    ns = "{http://www.w3.org/2000/svg}"
+    trainer, evaluator = svg.iter(ns + "polyline")
+    assert len(trainer.get("points").split()) == 20
+    assert len(evaluator.get("points").split()) == 19
+    dashed = [line for line in svg.iter(ns + "line") if line.get("stroke-dasharray")]
+    assert len(dashed) == 4  # evaluations 1..4 finished at minutes 4, 8, 12, 16
+    # The trainer's RSS rises from 100 to 119 MiB: its last point is drawn higher (smaller y).
+    first, last = trainer.get("points").split()[0], trainer.get("points").split()[-1]
+    assert float(last.split(",")[1]) < float(first.split(",")[1])
+
+
 def test_resnet18_soak_trains_resnet_imagenet_at_64_with_its_own_checkpoint_interval():
     task = {"model": {"input_size": [64, 64, 3], "backbone": {"resnet": {"model_id": 18}}}}
     command = soak._command("resnet18", "continuous_eval", "/m", 500, task)
