@@ -12,6 +12,8 @@ once per evaluation, not per step, and is the same library on both sides.
 
 import os
 
+import row_params
+
 # name -> (experiment, task.model overrides). 91 classes, as COCO and the experiments.
 IMAGE_SIZE = 256
 BATCH = 2
@@ -126,25 +128,11 @@ def overrides(model, input_glob, steps, dtype=None, eval_steps=0):
 
 def lite_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0):
     """lite_launcher's (params, task), the policy set as lite-train sets it."""
-    import lite_launcher as ll
-    from lite_launcher.common import distribute_utils as strategy_lib
-
-    params = ll.get_exp_config(MODELS[model][0])
-    params.override(overrides(model, input_glob, steps, dtype, eval_steps))
-    params.validate()
-    strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
-    return params, ll.get_task(params.task, logging_dir=model_dir)
+    return row_params.lite_params_and_task(
+        MODELS[model][0], overrides(model, input_glob, steps, dtype, eval_steps), model_dir)
 
 
 def tfm_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0):
     """TFM's (params, task) (TFM's venv only), the policy set as its train.py sets it."""
-    from official.core import exp_factory, task_factory
-    from official.modeling import performance
-    import official.vision.registry_imports  # noqa: F401  (registers the experiments)
-
-    params = exp_factory.get_exp_config(MODELS[model][0])
-    params.override(overrides(model, input_glob, steps, dtype, eval_steps), is_strict=True)
-    params.validate()
-    if params.runtime.mixed_precision_dtype:
-        performance.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
-    return params, task_factory.get_task(params.task, logging_dir=model_dir)
+    return row_params.tfm_params_and_task(
+        MODELS[model][0], overrides(model, input_glob, steps, dtype, eval_steps), model_dir)

@@ -88,7 +88,7 @@ def _shipped_ab_summary(records, variants):
     return out
 # The docs whose benchmark figures are checked.
 DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_worker_faults.md",
-        "docs/detection.md", "docs/export.md", "docs/testing.md",
+        "docs/detection.md", "docs/export.md", "docs/testing.md", "docs/video.md",
         # A module's docstring is prose like a doc's (the float32 noise behind the tolerances).
         "tests/vision/fp32_noise.py")
 # The rendered blocks: (start marker, end marker).
@@ -1614,3 +1614,67 @@ CLAIMS += [
                    f"{load(EARLIER_SUITE_TIME)['tests_s']:.0f}",
                    _min_s(load(EARLIER_SUITE_TIME)["total_s"]))),
 ]
+
+
+# --- Video classification, both trainers in one process (step_vs_tfm.py, issue 53) -----------
+
+VM = "docs/video.md"
+VIDEO_STEP_VS_TFM = ("2026-12-06-d10a835-step-vs-tfm-video.json",
+                     "2026-12-06-43a54e3-step-vs-tfm-video-2.json")
+VIDEO_PROFILE = "2026-12-06-d10a835-step-vs-tfm-video-profile-by-name.json"
+VIDEO_MODEL = "resnet3d50_kinetics400"
+
+
+def video_row(name, kind) -> Tuple[str, ...]:
+    """lite and TFM ms per step (medians), lite/TFM median [min–max], rounds lite won."""
+    s = step_vs_tfm_row(name, VIDEO_MODEL, "float32", kind)
+    return (f"{s['lite_ms']:,.0f}", f"{s['tfm_ms']:,.0f}", spread(s),
+            f"{s['lite_wins']}/{s['rounds']}")
+
+
+def video_profile(side) -> Tuple[str, ...]:
+    """One profiled training call of `side` (ops keyed "op_name:OpType"): the op names, those
+    of batch normalisation (the layers' names hold "norm") and their ms a step, and the 3D
+    convolutions' ms a step."""
+    ops = load(VIDEO_PROFILE)["records"][0]["op_ms_per_step"][side]["train"]
+    norm = [ms for key, ms in ops.items() if "norm" in key.rpartition(":")[0].lower()]
+    conv = [ms for key, ms in ops.items() if "Conv3D" in key.rpartition(":")[2]]
+    return (f"{len(ops):,}", f"{len(norm):,}", f"{sum(norm):.0f}", f"{sum(conv):,.0f}")
+
+
+def _video_pooled(kind) -> dict:
+    return pooled_row(VIDEO_STEP_VS_TFM, VIDEO_MODEL, "float32", kind)
+
+
+def _video_claims() -> List[Claim]:
+    def both(side_figures):
+        lite, tfm = video_profile("lite"), video_profile("tfm")
+        return tuple(x for pair in zip(*(lite, tfm)) for x in pair)[side_figures]
+
+    runs = [(f"| `{load(name)['commit']}` | {kind} | {{}} | {{}} | {{}} | {{}} |", name, kind)
+            for name in VIDEO_STEP_VS_TFM for kind in ("train", "eval")]
+    return [
+        *[Claim(VM, text, lambda n=name, k=kind: video_row(n, k)) for text, name, kind in runs],
+        *[Claim(VM, f"| both runs pooled | {kind} | | | {{}} | {{}} |",
+                lambda k=kind: pooled_cells(VIDEO_STEP_VS_TFM, VIDEO_MODEL, "float32", k))
+          for kind in ("train", "eval")],
+        Claim(VM, "1-minute load average {}–{} and {}–{} over the rounds",
+              lambda: tuple(x for name in VIDEO_STEP_VS_TFM
+                            for x in load_range(name, VIDEO_MODEL))),
+        Claim(VM, "lite's training step ran {} op names against TFM's {}, {} of them batch "
+              "normalisation's against TFM's {}", lambda: both(slice(0, 4))),
+        Claim(VM, "those took {} against {} ms a step, the 3D convolutions {} against {} ms",
+              lambda: both(slice(4, 8))),
+        Claim(VM, "(that run's own 2 rounds: train {}, eval {})",
+              lambda: tuple(spread(step_vs_tfm_row(VIDEO_PROFILE, VIDEO_MODEL, "float32", k))
+                            for k in ("train", "eval"))),
+        Claim(DB, "3D ResNet-50 (`video_classification_kinetics400`, 8×112×112 clips, batch 2, "
+              "float32), {} rounds pooled: train {} with lite faster in {} of them, eval {} "
+              "with lite faster in {}",
+              lambda: (lambda t, e: (str(t["rounds"]), spread(t), str(t["lite_wins"]),
+                                     spread(e), str(e["lite_wins"])))(
+                  _video_pooled("train"), _video_pooled("eval"))),
+    ]
+
+
+CLAIMS += _video_claims()

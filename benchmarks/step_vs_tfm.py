@@ -36,6 +36,8 @@ sys.path.insert(0, _HERE)
 import detection_rows  # noqa: E402
 import measure  # noqa: E402
 import rounds as rounds_lib  # noqa: E402
+import row_params  # noqa: E402
+import video_rows  # noqa: E402
 import vision_rows  # noqa: E402
 
 MODELS = tuple(vision_rows.MODELS) + tuple(detection_rows.MODELS)
@@ -45,6 +47,9 @@ RESULTS_DIR = os.path.join(_HERE, "results")
 # oneDNN on for both (TensorFlow's own default on this benchmark's CPUs; lite-train sets it too).
 ENV = {"TF_ENABLE_ONEDNN_OPTS": "1", "PYTHONUNBUFFERED": "1"}
 TARGET = 1.0  # issue 31: lite >= TFM on every like-for-like row
+# Rows defined in a module of their own with detection_rows' interface (issue 53's video).
+ROW_MODULES = {model: video_rows for model in video_rows.MODELS}
+MODELS += tuple(ROW_MODULES)
 
 
 def round_order(round_index):
@@ -68,6 +73,11 @@ def child_command(python, model, dtype, args):
 # ------------------------------------------------------------------ child (TFM's venv)
 def _params_and_task(side, model, dtype, input_glob, steps, eval_steps):
     model_dir = tempfile.mkdtemp(prefix=f"{side}_step_vs_tfm_")
+    if model in ROW_MODULES:
+        rows = ROW_MODULES[model]
+        return getattr(row_params, f"{side}_params_and_task")(
+            rows.MODELS[model][0], rows.overrides(model, input_glob, steps, dtype, eval_steps),
+            model_dir)
     if model in detection_rows.MODELS:
         build = getattr(detection_rows, f"{side}_params_and_task")
         return build(model, input_glob, steps, model_dir, dtype, eval_steps=eval_steps)
@@ -91,6 +101,8 @@ def _tfm_trainer(model, dtype, input_glob, steps, eval_steps):
 
 def workload_name(model):
     """The results' workload name: the experiment, then the model."""
+    if model in ROW_MODULES:
+        return f"{ROW_MODULES[model].MODELS[model][0]}_{model}"
     if model in detection_rows.MODELS:
         return f"{detection_rows.MODELS[model][0]}_{model}"
     return vision_rows.workload_name(model)
@@ -256,6 +268,12 @@ def main(argv=None):
     if args.list:
         for model, dtype in plan(args.models, args.dtypes):
             print(" ".join(child_command(args.tfm_python, model, dtype, args)))
+        return 0
+    if args.child and args.models[0] in ROW_MODULES:
+        input_glob = ROW_MODULES[args.models[0]].input_glob_for(args.models[0], args.data_dir)
+        measure.emit(measure_in_process(args.models[0], args.dtypes[0], input_glob,
+                                        args.rounds, args.steps, args.eval_steps,
+                                        args.profile, args.profile_by))
         return 0
     if args.child:
         if args.models[0] in detection_rows.MODELS:
