@@ -15,11 +15,12 @@ which TensorFlow Datasets 4.9 no longer builds ("cannot be loaded at version 3.*
 4.0.0") with TFM as with lite, so the load names 'oxford_iiit_pet' (4.0.0 has the features
 the tutorial reads, image and segmentation_mask).
 
-The suite runs every cell on a smaller model, set by one extra cell after the "Model Config"
+The smallest run is every cell on a smaller model, set by one extra cell after the "Model Config"
 lines: a ResNet-10 backbone at depth_multiplier 0.25 instead of MobileNetV2 (the backbone's
 level 4 feeds the same ASPP; still frozen) and ASPP's 256 filters down to 16; 32x32, 2 training
-and 2 validation examples, one step of a batch of 2, one test image. The notebook as written
-(MobileNetV2 DeepLab v3) is in the release set at the small size and at the tutorial's.
+and 2 validation examples, one step of a batch of 2, one test image. It and the notebook as
+written (MobileNetV2 DeepLab v3, at the small size and at the tutorial's) are in the release
+set; the suite's sibling is tests/vision/test_segmentation_train.py's DeepLab export.
 """
 
 import os
@@ -330,6 +331,14 @@ def _check(outcome, size, batch_size, train_steps, num_test):
     np.testing.assert_allclose(served["logits"], keras_logits, rtol=1e-4, atol=1e-4)
 
 
+# Even the small model's cells (train, two evaluations, export, the SavedModel's load in a
+# fresh process) take ~15 CPU-seconds: all three sizes are `release`; the suite's sibling
+# trains, exports and serves a DeepLab through the same task and export library.
+_SIBLING = ("tests/vision/test_segmentation_train.py::test_in_process_export_of_a_2_class_"
+            "deeplab_serves_predicted_mask_in_a_fresh_process")
+
+
+@pytest.mark.release(sibling=_SIBLING)
 def test_semantic_segmentation_tutorial_whole_on_a_small_model(tmp_path, monkeypatch):
     # Every cell on a ResNet-10 DeepLab at a quarter of the width, 32x32, one step of a batch
     # of 2: 2 training and 2 validation examples (steps_per_loop = validation_steps = 1), one
@@ -348,11 +357,7 @@ def test_semantic_segmentation_tutorial_whole_on_a_small_model(tmp_path, monkeyp
 
 
 # The notebook as written (MobileNetV2 DeepLab v3): training, two evaluations, the export and
-# the SavedModel's load take ~40 s of CPU (~95 s on the loaded 2-core machine), too long for
-# the suite, which runs every cell on a smaller model instead.
-_SIBLING = ("tests/vision/test_tutorial_semantic_segmentation.py::"
-            "test_semantic_segmentation_tutorial_whole_on_a_small_model")
-
+# the SavedModel's load take ~40 s of CPU (~95 s on the loaded 2-core machine).
 @pytest.mark.release(sibling=_SIBLING)
 def test_semantic_segmentation_tutorial_small(tmp_path, monkeypatch):
     # 4 training and 4 validation examples (2 steps of 2 each), 2 test images of 24-48 pixels.

@@ -11,6 +11,11 @@ Every training batch is the same: two clips (batch 2, no shuffling) of exactly 4
 training size with an area-1 crop, and left-right symmetric frames, so the random window, crop
 and flip cannot change them; dropout is 0. The gradient of the resumed step can then be taken
 here, on the first batch of a fresh input pipeline.
+
+Both tests are `release` (~16 CPU-seconds of tracing for the run and its restart); the suite's
+sibling trains, evaluates and exports a tiny 3D ResNet through the same task and driver
+(tests/vision/test_video_train.py), and resume and EMA through the driver are in the suite for
+the image families (tests/reliability/test_exact_resume.py, tests/vision/test_tfm_checkpoint.py).
 """
 
 import numpy as np
@@ -22,6 +27,8 @@ TINY_ID = 9
 TINY_SPECS = [("bottleneck3d", 4, 1), ("bottleneck3d", 8, 1), ("bottleneck3d", 8, 1),
               ("bottleneck3d", 8, 1)]
 AVERAGE_DECAY = 0.5
+SIBLING = ("tests/vision/test_video_train.py::"
+           "test_a_tiny_3d_resnet_learns_the_clips_in_bfloat16_and_exports")
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +146,7 @@ def resumed(records, tiny_id, tmp_path_factory):
     return model_dir, config, eval_logs
 
 
+@pytest.mark.release(sibling=SIBLING)
 def test_a_resumed_video_run_steps_on_from_the_restored_weights_and_momentum(resumed):
     from lite_launcher.common import keras_adapter
     model_dir, config, _ = resumed
@@ -168,6 +176,7 @@ def test_a_resumed_video_run_steps_on_from_the_restored_weights_and_momentum(res
         np.testing.assert_allclose(got, w + m, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.release(sibling=SIBLING)
 def test_with_ema_the_averages_continue_and_are_evaluated_and_exported(resumed):
     import lite_launcher as ll
     from lite_launcher import optimization
