@@ -432,6 +432,22 @@ def soak_after_each_evaluation(name) -> Tuple[str, str]:
     return ", ".join(f"{s:,}" for s in steps), ", ".join(rss)
 
 
+def soak_second_half(name, process) -> Tuple[str, ...]:
+    """(RSS MiB at the start and end of the second half of `process`'s judged window, the
+    growth a least-squares line gives over it in %, "a plateau" or "still growing")."""
+    trend = load(name)["verdicts"][process]["rss_second_half"]
+    return (f"{trend['start'] / 1024:.0f}", f"{trend['end'] / 1024:.0f}",
+            f"{100 * trend['fitted_growth']:+.2f}",
+            "a plateau" if trend["plateau"] else "still growing")
+
+
+def soak_evaluations(name) -> Tuple[str, str]:
+    """(evaluations the evaluator finished, the one after which its window starts)."""
+    data = load(name)
+    return (str(max(s.get("evaluations", 0) for s in data["samples"])),
+            str(data["evaluator_warm_up_evaluations"]))
+
+
 SOAK_MOCK, SOAK_RESNET = "soak_mock_200k.json", "soak_resnet18_64.json"
 MWF = "docs/multi_worker_faults.md"
 

@@ -55,6 +55,15 @@ def parse_summary(output: str) -> dict:
     return counts
 
 
+def failures_section(output: str) -> str:
+    """pytest's FAILURES section (tracebacks), up to its short test summary; '' if none."""
+    start = re.search(r"^=+ FAILURES =+$", output, re.M)
+    if not start:
+        return ""
+    end = re.search(r"^=+ short test summary info =+$", output[start.end():], re.M)
+    return output[start.start():start.end() + (end.start() if end else len(output))]
+
+
 def _timed(command: str, cwd: str):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
@@ -103,6 +112,9 @@ def main(argv=None) -> int:
         **parse_summary(output),
         "failed_tests": sorted(set(re.findall(r"^FAILED (\S+)", output, re.M))),
         "output_tail": output.splitlines()[-40:],
+        # The tracebacks of failed tests: a failure on a clean clone must be diagnosable from
+        # the file (the last 20,000 characters of pytest's FAILURES section).
+        "failures": failures_section(output)[-20_000:],
         "command": [os.path.relpath(__file__, REPO_ROOT)] + (argv if argv is not None
                                                               else sys.argv[1:]) + (
             [] if args.out else ["--out", out]),

@@ -687,3 +687,15 @@ def test_suite_time_reads_pytests_closing_line_with_or_without_its_border():
     bordered = "===== 3 passed, 2 errors in 1.5s =====\n"
     assert suite_time.parse_summary(bordered)["errors"] == 2
     assert suite_time.parse_summary("no summary")["pytest_s"] is None
+
+
+def test_suite_time_keeps_the_failures_tracebacks():
+    import suite_time  # pylint: disable=import-outside-toplevel
+
+    output = ("....F\n=================== FAILURES ===================\n___ test_x ___\n"
+              "E   assert 1 == 2\n========= short test summary info =========\n"
+              "FAILED tests/test_a.py::test_x\n1 failed in 1.0s\n")
+    section = suite_time.failures_section(output)
+    assert section.startswith("=" * 19 + " FAILURES") and "E   assert 1 == 2" in section
+    assert "short test summary" not in section
+    assert suite_time.failures_section("3 passed in 1.0s") == ""
