@@ -35,7 +35,9 @@ def test_a_second_trainer_is_refused_evaluators_are_not_and_kill_9_leaves_no_sta
     log_path = str(tmp_path / "first.log")
     first = start_lite_train(_train(model_dir, 10 ** 9), log_path)
     try:
-        wait_for(lambda: first.poll() is not None or checkpoint_numbers(model_dir),
+        # The `checkpoint` state file, not a ckpt-N.index: the state file is written after the
+        # checkpoint's files, and a restart resumes from what it names.
+        wait_for(lambda: first.poll() is not None or tf.train.latest_checkpoint(model_dir),
                  timeout=240, what="the first trainer's first checkpoint")
         assert first.poll() is None, read_text(log_path)[-3000:]
         # Stopped, it still holds the lock (and its pid) but leaves the CPU to the rest.
@@ -73,7 +75,10 @@ def test_a_second_trainer_is_refused_evaluators_are_not_and_kill_9_leaves_no_sta
 
     # The OS dropped the lock with the killed process: the next trainer (the driver, in this
     # process) resumes at once.
-    latest = max(checkpoint_numbers(model_dir))
+    # What a restart resumes from: the state file's checkpoint. Stopped by SIGSTOP between a
+    # checkpoint's files and the state file's update (likelier on a loaded machine), the newest
+    # ckpt-N.index is one checkpoint ahead of it.
+    latest = int(tf.train.latest_checkpoint(model_dir).rsplit("-", 1)[1])
     resumed = run_lite_train_in_process(*_train(model_dir, latest + 100))
     assert resumed.returncode == 0, (resumed.stderr + resumed.logged)[-3000:]
     assert restored_checkpoints(resumed.logged) == [(os.path.join(model_dir, f"ckpt-{latest}"),
