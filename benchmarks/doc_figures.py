@@ -1597,6 +1597,28 @@ def check(docs: Optional[Dict[str, str]] = None, claims: Optional[List[Claim]] =
     return problems
 
 
+# --- The release learning runs' filed numbers (tests/vision/learning_run.py) -----------------
+
+DD = "docs/detection.md"
+LEARNING_MASKRCNN = "2026-12-06-6635907-learning-maskrcnn.json"
+
+
+def learning_figures(name, *metrics):
+    """The last evaluation's `metrics` of a learning run's file, 3 decimals, then its file
+    name and its wall seconds."""
+    data = load(name)
+    last = str(data["train_steps"])
+    return tuple(f"{data['validation'][m][last]:.3f}" for m in metrics) + (
+        name, f"{data['wall_s']:.0f}")
+
+
+CLAIMS += [
+    Claim(DD, "box AP50 {}, AP {}, mask AP50 {}, mask AP {} in the run filed as "
+          "`benchmarks/results/{}`, {} s on the loaded 2-core AMD EPYC",
+          lambda: learning_figures(LEARNING_MASKRCNN, "AP50", "AP", "mask_AP50", "mask_AP")),
+]
+
+
 # --- The README's test command on a clean clone (benchmarks/suite_time.py) -------------------
 
 TT = "docs/testing.md"
