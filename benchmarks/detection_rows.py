@@ -5,9 +5,16 @@
 the same experiment and overrides (TFM's field names), on synthetic detection TFRecords in
 TFM's TF Example format (with one PNG mask per object for Mask R-CNN).
 
-Eval steps run the model with its post-processing (box decoding + NMS) and the losses; the
-COCO evaluator is off on both sides (`use_coco_metrics: false`): pycocotools runs on the host
-once per evaluation, not per step, and is the same library on both sides.
+Eval steps are a real evaluation on both sides: the COCO evaluator is on
+(`use_coco_metrics: true`, ground truths from the records: no annotation file for RetinaNet;
+for Mask R-CNN the `annotation.json` each side writes from the validation records, as TFM
+does), so each step's detections (and masks) are outputs of the step handed to the evaluator's
+update on the host, and TensorFlow keeps the model, the box decoding and the NMS that make
+them. Each timed `evaluate` call also ends with the evaluator's COCO summary (pycocotools on
+the host, once per call of `eval_steps` steps). Before 2026-12-06 the evaluator was off on both
+sides and TensorFlow pruned what nobody consumed: RetinaNet's rows timed backbone, heads and
+losses without decoding or NMS, Mask R-CNN's only the input pipeline (its loss is 0).
+`eval_graph.py` checks what a step keeps.
 """
 
 import os
@@ -114,7 +121,7 @@ def overrides(model, input_glob, steps, dtype=None, eval_steps=0):
         runtime["mixed_precision_dtype"] = dtype
     task = {"model": dict(model_overrides, num_classes=NUM_CLASSES,
                           input_size=[IMAGE_SIZE, IMAGE_SIZE, 3]),
-            "init_checkpoint": "", "use_coco_metrics": False, "annotation_file": None,
+            "init_checkpoint": "", "use_coco_metrics": True, "annotation_file": None,
             "train_data": {"input_path": input_glob, "global_batch_size": BATCH,
                            "shuffle_buffer_size": 16}}
     if eval_steps:

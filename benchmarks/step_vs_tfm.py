@@ -34,6 +34,7 @@ _ROOT = os.path.dirname(_HERE)
 sys.path.insert(0, _HERE)
 
 import detection_rows  # noqa: E402
+import eval_graph  # noqa: E402
 import measure  # noqa: E402
 import rounds as rounds_lib  # noqa: E402
 import vision_rows  # noqa: E402
@@ -129,6 +130,8 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, prof
               "versions": {"lite": vision_rows._versions("lite"),
                            "tfm": vision_rows._versions("tfm")}}
     record.update(vision_rows.compute_state(False, dtype))
+    if eval_steps and model in detection_rows.MODELS:
+        record["eval_step_graph"] = eval_step_graphs(trainers, model)
     if profile:
         units = {"train": steps, "eval": eval_steps}
         record["profile_by"] = profile_by
@@ -137,6 +140,20 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, prof
                                            for kind, call in calls[side].items()}
                                     for side in SIDES}
     return record
+
+
+def eval_step_graphs(trainers, model):
+    """{side: eval_graph.check of the eval step its `evaluate` calls}: whether the timed step
+    keeps the model, the detection NMS (and the mask head), per side, with the op types kept
+    and pruned. A side whose step cannot be traced again records the error."""
+    checks = {}
+    for side, trainer in trainers.items():
+        try:
+            checks[side] = eval_graph.check_trainer(
+                trainer, masks=model in detection_rows.WITH_MASKS)
+        except Exception as error:  # pylint: disable=broad-except  (recorded, not fatal)
+            checks[side] = {"ok": False, "missing": ["trace"], "error": repr(error)[:500]}
+    return checks
 
 
 def profile_call(call, steps, side, by="type"):
@@ -211,7 +228,13 @@ def render(results):
                          f"{s['lite_ms']:.1f} | {s['tfm_ms']:.1f} | {s['median']:.3f} "
                          f"[{s['min']:.3f}–{s['max']:.3f}] | {s['lite_wins']}/{s['rounds']} | "
                          f"{'pass' if ok else 'MISS'} |")
-    lines += ["", f"{passed} of {total} rows ≥ 1.0 on the median.", "",
+    lines += ["", f"{passed} of {total} rows ≥ 1.0 on the median."]
+    for record in records:
+        for side, check in sorted((record.get("eval_step_graph") or {}).items()):
+            if not check.get("ok"):
+                lines.append(f"- {record['model']} {record['dtype']}: {side}'s eval step does "
+                             f"not keep {', '.join(check.get('missing', []))} (pruned).")
+    lines += ["",
               "| model | bf16/fp32 train, lite | bf16/fp32 train, TFM |", "|---|---|---|"]
     for model in dict.fromkeys(r["model"] for r in records):
         lite, tfm = (_dtype_speedup(records, model, side, "train") for side in SIDES)
