@@ -35,6 +35,40 @@ def eval_step_function(trainer):
     return tf.function(trainer.eval_step).get_concrete_function(iter(trainer.eval_dataset))
 
 
+def _traced_step(fn, depth=0):
+    """The `tf.function` an eval loop function calls, found in its closure (Orbit's
+    `create_loop_fn(tf.function(eval_step))`, lite's `python_loop(tf.function(step))` through
+    its `DirectCall`), or None."""
+    if depth > 3 or fn is None:
+        return None
+    if hasattr(fn, "get_concrete_function") and hasattr(fn, "python_function"):
+        return fn
+    inner = getattr(fn, "fn", None)  # lite's DirectCall
+    if inner is not None:
+        return _traced_step(inner, depth + 1)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            found = _traced_step(cell.cell_contents, depth + 1)
+        except ValueError:  # an empty cell
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def timed_eval_step_function(trainer):
+    """(concrete function, traced_again): the eval step the trainer's `evaluate` has traced and
+    called, looked up from its eval loop function (TFM's `_eval_loop_fn`, lite's
+    `_eval_loop_fns`) with an iterator of the same kind (no new trace); else traced again."""
+    loops = [getattr(trainer, "_eval_loop_fn", None)]
+    loops += list((getattr(trainer, "_eval_loop_fns", None) or {}).values())
+    for loop in loops:
+        step = _traced_step(loop)
+        if step is not None:
+            return step.get_concrete_function(iter(trainer.eval_dataset)), False
+    return eval_step_function(trainer), True
+
+
 def step_ops(concrete_function):
     """The ops of `concrete_function`'s graph that its outputs or control outputs depend on
     (data and control edges): the ops that survive pruning."""
@@ -77,7 +111,13 @@ def check(ops, masks=False, all_ops=None):
     return result
 
 
-def check_trainer(trainer, masks=False):
-    """`check` of `trainer`'s eval step (traces it once more)."""
-    function = eval_step_function(trainer)
-    return check(step_ops(function), masks=masks, all_ops=function.graph.get_operations())
+def check_trainer(trainer, masks=False, timed=False):
+    """`check` of `trainer`'s eval step: traced anew, or with `timed` the one its `evaluate`
+    calls (after an evaluation; traced anew when not found, "traced_again" says which)."""
+    if timed:
+        function, traced_again = timed_eval_step_function(trainer)
+    else:
+        function, traced_again = eval_step_function(trainer), True
+    result = check(step_ops(function), masks=masks, all_ops=function.graph.get_operations())
+    result["traced_again"] = traced_again
+    return result
