@@ -576,7 +576,8 @@ CLAIMS: List[Claim] = [
     # Mask R-CNN, both trainers in one process (step_vs_tfm.py, issue 43).
     Claim(DB, "| Mask R-CNN ResNet-50 FPN | train | {} | {} | {} | {} | {} / {} |",
           lambda: detection_row(MASKRCNN_STEP_VS_TFM, "maskrcnn_resnet50_fpn", "train")),
-    Claim(DB, "| Mask R-CNN ResNet-50 FPN | eval (with NMS and masks) | {} | {} | {} | {} | "
+    Claim(DB, "| Mask R-CNN ResNet-50 FPN | eval (pruned: input pipeline only) | {} | {} | {} | "
+          "{} | "
           "{} / {} |",
           lambda: detection_row(MASKRCNN_STEP_VS_TFM, "maskrcnn_resnet50_fpn", "eval")),
     Claim(DB, "1-minute load average {}–{} over the rounds",
@@ -1058,7 +1059,7 @@ CLAIMS += [
             lambda m=m, k=k: retinanet_row(m, k))
       for m, title in (("retinanet_resnet50_fpn", "ResNet-50 FPN"),
                        ("retinanet_mobilenetv2_fpn", "MobileNetV2 FPN"))
-      for k, kind_text in (("train", "train"), ("eval", "eval (with NMS)"))],
+      for k, kind_text in (("train", "train"), ("eval", "eval (pruned: no decoding, no NMS)"))],
     Claim(DB, "(TFM faster in {} of {} rounds each)",
           lambda: (lambda rows: (str(rows[0]["rounds"] - rows[0]["lite_wins"]),
                                  str(rows[0]["rounds"])) if len({(s["lite_wins"], s["rounds"])
@@ -1259,7 +1260,7 @@ CLAIMS += [
                 for op in ("Sum", "ReluGrad", "Tile") for side in ("lite", "tfm"))))(
               step_vs_tfm_row(MASKRCNN_AMX_PROFILE, "maskrcnn_resnet50_fpn", "float32"),
               MASKRCNN_AMX_PROFILE)),
-    Claim(DB, "8 rounds): Mask R-CNN train {}, lite faster in {}; eval {} —",
+    Claim(DB, "8 rounds): Mask R-CNN train {}, lite faster in {}; pruned eval (input only) {} —",
           lambda: (lambda f: (
               spread(step_vs_tfm_row(f, "maskrcnn_resnet50_fpn", "float32")),
               "{lite_wins} of {rounds}".format(
@@ -1344,7 +1345,8 @@ CLAIMS += [
                    *(f"{_op_time(FOCAL_PROFILE_AFTER, side):.0f}" for side in ("lite", "tfm")))),
     *pooled_table_claims(FOCAL_ROWS, ", focal loss `7331d2b`"),
     Claim(DB, "{} of the {} pooled RetinaNet rows are ≥ 1.0 on the median, training {} and "
-          "evaluation {}; lite was faster in {} of the {} training rounds",
+          "pruned evaluation (no decoding, no NMS) {}; lite was faster in {} of the {} training "
+          "rounds",
           lambda: (lambda rows: (
               str(sum(s["median"] >= 1.0 for s in rows.values())), str(len(rows)),
               _range([s["median"] for (_, _, _, k), s in rows.items() if k == "train"], 3),
@@ -1365,10 +1367,10 @@ CLAIMS += [
                         for model in ("retinanet_mobilenetv2_fpn", "retinanet_resnet50_fpn"))),
     Claim("docs/detection.md", "a hand-written gradient, {}× faster than TFM's forward + "
           "backward at this size", lambda: (f"{_focal_ab()['tfm_over_lite_ms']['median']:.1f}",)),
-    Claim("docs/detection.md", "RetinaNet training {} and evaluation {} (lite/TFM medians over "
+    Claim("docs/detection.md", "RetinaNet training {} (lite/TFM medians over "
           "16 rounds, after the focal-loss change",
           lambda: tuple(_range([pooled_row(*row)["median"] for row in FOCAL_ROWS
-                                if row[3] == kind], 3) for kind in ("train", "eval"))),
+                                if row[3] == kind], 3) for kind in ("train",))),
 ]
 
 
@@ -1383,7 +1385,7 @@ def _maskrcnn_pooled(kind) -> dict:
 
 
 CLAIMS += [
-    Claim(DB, "the same command): train {}, lite faster in {} of {}, eval {}",
+    Claim(DB, "the same command): train {}, lite faster in {} of {}, pruned eval (input only) {}",
           lambda: (lambda f: (
               spread(step_vs_tfm_row(f, "maskrcnn_resnet50_fpn", "float32")),
               str(step_vs_tfm_row(f, "maskrcnn_resnet50_fpn", "float32")["lite_wins"]),
@@ -1391,16 +1393,14 @@ CLAIMS += [
               spread(step_vs_tfm_row(f, "maskrcnn_resnet50_fpn", "float32", "eval"))))(
               MASKRCNN_ROIALIGN[1])),
     Claim(DB, "pooled over the two runs after the change ({} rounds), train {} with lite faster in "
-          "{} of {}, eval {} with lite faster in {} of {}",
+          "{} of {}, pruned eval (input only) {} with lite faster in {} of {}",
           lambda: (lambda t, e: (str(t["rounds"]), spread(t), str(t["lite_wins"]),
                                  str(t["rounds"]), spread(e), str(e["lite_wins"]),
                                  str(e["rounds"])))(
               _maskrcnn_pooled("train"), _maskrcnn_pooled("eval"))),
-    Claim("docs/detection.md", "(it was {} over 16 rounds before): training {} and evaluation {} "
-          "over {} rounds",
+    Claim("docs/detection.md", "(it was {} over 16 rounds before): training {} over {} rounds",
           lambda: (f"{pooled_row(AMX_MASKRCNN, 'maskrcnn_resnet50_fpn', 'float32', 'train')['median']:.3f}",
-                   spread(_maskrcnn_pooled("train")), spread(_maskrcnn_pooled("eval")),
-                   str(_maskrcnn_pooled("train")["rounds"]))),
+                   spread(_maskrcnn_pooled("train")), str(_maskrcnn_pooled("train")["rounds"]))),
     Claim("docs/detection.md", "its median is ≥ 1.0 but lite was faster in {} of {} rounds, where "
           "RetinaNet's training rows won {} of {}",
           lambda: (str(_maskrcnn_pooled("train")["lite_wins"]),
