@@ -24,7 +24,9 @@ NMS_OP_TYPES = ("NonMaxSuppressionV3", "NonMaxSuppressionV4", "NonMaxSuppression
 LOOP_OP_TYPES = ("While", "StatelessWhile")
 DETECTION_SCOPES = ("detection_generator", "generate_detections")
 CONV_OP_TYPES = ("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput")
-MASK_SCOPE = "mask"
+# The mask head's layer scope on both sides (lite `mask_head`, TFM `mask_head`); not "mask"
+# alone, which every op of `maskrcnn_model` / `mask_rcnn_model` matches.
+MASK_SCOPE = "mask_head"
 
 
 def eval_step_function(trainer):
@@ -97,7 +99,7 @@ def check(ops, masks=False, all_ops=None):
     "pruned_op_types" counts what was traced but is not kept."""
     convolutions = [op for op in ops if op.type in CONV_OP_TYPES]
     nms = sorted(op.name for op in ops if _is_nms(op))
-    mask_convolutions = [op for op in convolutions if MASK_SCOPE in op.name.lower()]
+    mask_convolutions = [op for op in convolutions if MASK_SCOPE in op.name]
     missing = [what for what, present in (("convolution", convolutions), ("nms", nms),
                                           ("mask head", mask_convolutions or not masks))
                if not present]
