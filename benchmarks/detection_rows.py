@@ -5,9 +5,15 @@
 the same experiment and overrides (TFM's field names), on synthetic detection TFRecords in
 TFM's TF Example format (with one PNG mask per object for Mask R-CNN).
 
-Eval steps run the model with its post-processing (box decoding + NMS) and the losses; the
-COCO evaluator is off on both sides (`use_coco_metrics: false`): pycocotools runs on the host
-once per evaluation, not per step, and is the same library on both sides.
+Eval steps are a real evaluation on both sides: the COCO evaluator is on
+(`use_coco_metrics: true`, reading one COCO annotation JSON written from the records,
+`annotation_file_for`), so each step's detections (and masks) are outputs of the step, handed
+to the evaluator's update on the host, and TensorFlow keeps the model, the box decoding and the
+NMS that make them. Each timed `evaluate` call also ends with the evaluator's COCO summary
+(pycocotools on the host, once per call of `eval_steps` steps). Before 2026-12-06 the
+evaluator was off on both sides and TensorFlow pruned what nobody consumed: RetinaNet's rows
+timed backbone, heads and losses without decoding or NMS, Mask R-CNN's only the input pipeline
+(its loss is 0). `eval_graph.py` checks what a step keeps.
 """
 
 import os
@@ -42,6 +48,26 @@ WITH_MASKS = ("maskrcnn_resnet50_fpn",)
 def input_glob_for(model, data_dir):
     """The records `model`'s row reads (written if missing): with masks or without."""
     return write_synthetic_tfrecords(data_dir, masks=model in WITH_MASKS)
+
+
+def annotation_file_for(input_glob):
+    """The COCO annotation JSON of the records of `input_glob` (written beside them once, by
+    lite's `scan_and_generator_annotation_file`, masks included when the records hold them):
+    what both sides' COCO evaluators read, as a real evaluation reads instances_val2017.json.
+    (TFM 2.20's evaluator cannot build its ground truths from the steps instead: with the
+    NumPy of its venv, `convert_groundtruths_to_coco_dataset` fails on the parser's [1]-shaped
+    `num_detections`.)"""
+    import tensorflow as tf
+    from lite_launcher.vision.dataloaders import coco_groundtruth_generator
+
+    masks = os.path.basename(input_glob).startswith("instance")
+    path = os.path.join(os.path.dirname(input_glob),
+                        ("instance" if masks else "detection") + "-annotations.json")
+    if not tf.io.gfile.exists(path):
+        coco_groundtruth_generator.scan_and_generator_annotation_file(
+            input_glob, "tfrecord", -1, masks, path + ".tmp")
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    return path
 
 
 def _ellipse_mask_png(box, size):
@@ -106,8 +132,9 @@ def write_synthetic_tfrecords(data_dir, num_images=NUM_IMAGES, masks=False):
     return pattern
 
 
-def overrides(model, input_glob, steps, dtype=None, eval_steps=0):
-    """The experiment's overrides for `model` (TFM's field names: the same dict for both)."""
+def overrides(model, input_glob, steps, dtype=None, eval_steps=0, annotation_file=None):
+    """The experiment's overrides for `model` (TFM's field names: the same dict for both).
+    With `eval_steps`, the COCO evaluator reads `annotation_file` (`annotation_file_for`)."""
     _, model_overrides = MODELS[model]
     # XLA off on both, stated: Mask R-CNN's experiment turns it on, and TFM compiles only on
     # GPUs where lite's rule is its own (trainer.xla_train_step).
@@ -116,23 +143,31 @@ def overrides(model, input_glob, steps, dtype=None, eval_steps=0):
         runtime["mixed_precision_dtype"] = dtype
     task = {"model": dict(model_overrides, num_classes=NUM_CLASSES,
                           input_size=[IMAGE_SIZE, IMAGE_SIZE, 3]),
-            "init_checkpoint": "", "use_coco_metrics": False, "annotation_file": None,
+            "init_checkpoint": "", "use_coco_metrics": True,
+            "annotation_file": annotation_file,
             "train_data": {"input_path": input_glob, "global_batch_size": BATCH,
                            "shuffle_buffer_size": 16}}
     if eval_steps:
         task["validation_data"] = {"input_path": input_glob, "global_batch_size": BATCH}
+    steps = max(steps, 1)  # an eval-only run (step_vs_tfm.py --steps 0) trains no step
     trainer = {"steps_per_loop": steps, "train_steps": 10 ** 6, "summary_interval": steps,
                "validation_steps": eval_steps or 1}
     return {"runtime": runtime, "task": task, "trainer": trainer}
 
 
-def lite_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0):
-    """lite_launcher's (params, task), the policy set as lite-train sets it."""
+def lite_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0,
+                         extra_overrides=None):
+    """lite_launcher's (params, task), the policy set as lite-train sets it. `extra_overrides`
+    (applied after the row's; the tests shrink the model with it) is None for the rows."""
     return row_params.lite_params_and_task(
-        MODELS[model][0], overrides(model, input_glob, steps, dtype, eval_steps), model_dir)
+        MODELS[model][0], overrides(model, input_glob, steps, dtype, eval_steps,
+                                    annotation_file_for(input_glob) if eval_steps else None),
+        model_dir, extra_overrides)
 
 
 def tfm_params_and_task(model, input_glob, steps, model_dir, dtype=None, eval_steps=0):
     """TFM's (params, task) (TFM's venv only), the policy set as its train.py sets it."""
     return row_params.tfm_params_and_task(
-        MODELS[model][0], overrides(model, input_glob, steps, dtype, eval_steps), model_dir)
+        MODELS[model][0], overrides(model, input_glob, steps, dtype, eval_steps,
+                                    annotation_file_for(input_glob) if eval_steps else None),
+        model_dir)

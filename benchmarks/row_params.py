@@ -3,13 +3,16 @@ each with its mixed-precision policy set as its own driver sets it: what every r
 `step_vs_tfm.py` (detection_rows, video_rows) builds its two sides from."""
 
 
-def lite_params_and_task(experiment, overrides, model_dir):
-    """lite_launcher's (params, task), the policy set as lite-train sets it."""
+def lite_params_and_task(experiment, overrides, model_dir, extra_overrides=None):
+    """lite_launcher's (params, task), the policy set as lite-train sets it; `extra_overrides`
+    (tests shrinking a row's model) are applied after `overrides`."""
     import lite_launcher as ll
     from lite_launcher.common import distribute_utils as strategy_lib
 
     params = ll.get_exp_config(experiment)
     params.override(overrides)
+    if extra_overrides:
+        params.override(extra_overrides)
     params.validate()
     strategy_lib.set_mixed_precision_policy(params.runtime.mixed_precision_dtype)
     return params, ll.get_task(params.task, logging_dir=model_dir)

@@ -34,6 +34,7 @@ _ROOT = os.path.dirname(_HERE)
 sys.path.insert(0, _HERE)
 
 import detection_rows  # noqa: E402
+import eval_graph  # noqa: E402
 import measure  # noqa: E402
 import rounds as rounds_lib  # noqa: E402
 import row_params  # noqa: E402
@@ -121,7 +122,9 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, prof
                 "tfm": _tfm_trainer(model, dtype, input_glob, steps, eval_steps)}
     n_train = tf.constant(steps, tf.int32)
     n_eval = tf.constant(eval_steps, tf.int32)
-    calls = {side: {"train": (lambda t=t: t.train(n_train))} for side, t in trainers.items()}
+    # --steps 0: the eval rows alone (a Mask R-CNN training step is ~100 eval steps).
+    calls = {side: ({"train": (lambda t=t: t.train(n_train))} if steps else {})
+             for side, t in trainers.items()}
     if eval_steps:
         for side, t in trainers.items():
             calls[side]["eval"] = lambda t=t: t.evaluate(n_eval)
@@ -141,6 +144,8 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, prof
               "versions": {"lite": vision_rows._versions("lite"),
                            "tfm": vision_rows._versions("tfm")}}
     record.update(vision_rows.compute_state(False, dtype))
+    if eval_steps and model in detection_rows.MODELS:
+        record["eval_step_graph"] = eval_step_graphs(trainers, model)
     if profile:
         units = {"train": steps, "eval": eval_steps}
         record["profile_by"] = profile_by
@@ -149,6 +154,20 @@ def measure_in_process(model, dtype, input_glob, rounds, steps, eval_steps, prof
                                            for kind, call in calls[side].items()}
                                     for side in SIDES}
     return record
+
+
+def eval_step_graphs(trainers, model):
+    """{side: eval_graph.check of the eval step its `evaluate` called}: whether the timed step
+    keeps the model, the detection NMS (and the mask head), per side, with the op types kept
+    and pruned. A side whose step cannot be traced again records the error."""
+    checks = {}
+    for side, trainer in trainers.items():
+        try:
+            checks[side] = eval_graph.check_trainer(
+                trainer, masks=model in detection_rows.WITH_MASKS, timed=True)
+        except Exception as error:  # pylint: disable=broad-except  (recorded, not fatal)
+            checks[side] = {"ok": False, "missing": ["trace"], "error": repr(error)[:500]}
+    return checks
 
 
 def profile_call(call, steps, side, by="type"):
@@ -192,6 +211,8 @@ def _dtype_speedup(records, model, side, kind):
     if not {"float32", "bfloat16"} <= set(by_dtype):
         return None
     f32, bf16 = (summarize(by_dtype[d], kind) for d in ("float32", "bfloat16"))
+    if f32 is None or bf16 is None:  # an eval-only run (--steps 0)
+        return None
     return f32[f"{side}_ms"] / bf16[f"{side}_ms"]
 
 
@@ -223,7 +244,13 @@ def render(results):
                          f"{s['lite_ms']:.1f} | {s['tfm_ms']:.1f} | {s['median']:.3f} "
                          f"[{s['min']:.3f}–{s['max']:.3f}] | {s['lite_wins']}/{s['rounds']} | "
                          f"{'pass' if ok else 'MISS'} |")
-    lines += ["", f"{passed} of {total} rows ≥ 1.0 on the median.", "",
+    lines += ["", f"{passed} of {total} rows ≥ 1.0 on the median."]
+    for record in records:
+        for side, check in sorted((record.get("eval_step_graph") or {}).items()):
+            if not check.get("ok"):
+                lines.append(f"- {record['model']} {record['dtype']}: {side}'s eval step does "
+                             f"not keep {', '.join(check.get('missing', []))} (pruned).")
+    lines += ["",
               "| model | bf16/fp32 train, lite | bf16/fp32 train, TFM |", "|---|---|---|"]
     for model in dict.fromkeys(r["model"] for r in records):
         lite, tfm = (_dtype_speedup(records, model, side, "train") for side in SIDES)
@@ -238,7 +265,8 @@ def main(argv=None):
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5, help="train steps per timed call")
+    parser.add_argument("--steps", type=int, default=5,
+                        help="train steps per timed call (0: no train rows)")
     parser.add_argument("--eval_steps", type=int, default=10,
                         help="eval steps per timed call (0: no eval rows)")
     parser.add_argument("--tfm_python", default=vision_rows.DEFAULT_TFM_PYTHON)
@@ -257,8 +285,9 @@ def main(argv=None):
                         help="key the profile by op type or by op name (which layer)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.steps < 1 or args.eval_steps < 0:
-        parser.error("--rounds and --steps must be >= 1 and --eval_steps >= 0")
+    if args.rounds < 1 or args.steps < 0 or args.eval_steps < 0 or not (
+            args.steps or args.eval_steps):
+        parser.error("--rounds must be >= 1, --steps and --eval_steps >= 0, not both 0")
     if args.report:
         with open(args.report) as f:
             results = json.load(f)
@@ -310,8 +339,9 @@ def main(argv=None):
         results["records"].extend(records)
         with open(out, "w") as f:  # after every process: a cut-short run keeps what it measured
             json.dump(results, f, indent=1)
-        s = summarize(records[0], "train")
-        print(f"{model} {dtype}: train lite/TFM {s['median']:.3f} "
+        kind = "train" if args.steps else "eval"
+        s = summarize(records[0], kind)
+        print(f"{model} {dtype}: {kind} lite/TFM {s['median']:.3f} "
               f"[{s['min']:.3f}-{s['max']:.3f}]", file=sys.stderr, flush=True)
     results["file"] = os.path.relpath(out, _ROOT)
     with open(out, "w") as f:

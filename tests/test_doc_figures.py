@@ -76,7 +76,7 @@ def test_an_altered_cell_of_a_later_block_of_the_same_doc_is_reported():
     assert _docs()["docs/benchmarks.md"].count(report.STEP_VS_TFM_START_MARKER) >= 2
     assert _problems_with_a_cell_altered("docs/benchmarks.md", str.rindex) == [
         _block_differs("docs/benchmarks.md",
-                       "2026-12-06-77e2a9d-step-vs-tfm-retinanet-focal-2.json")]
+                       "2026-12-06-b581a18-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval.json")]
 
 
 def test_check_fails_on_a_copy_of_the_docs_with_one_profile_figure_altered(tmp_path, capsys):

@@ -174,7 +174,7 @@ def test_retinanet_rows_build_lites_configs_from_tfms_yaml_and_field_names():
         config = params.task.model
         assert (config.input_size, config.num_classes) == ([256, 256, 3], 91)
         assert (params.task.use_coco_metrics, params.task.train_data.global_batch_size) == (
-            False, detection_rows.BATCH)
+            True, detection_rows.BATCH)
         if model == "retinanet_mobilenetv2_fpn":
             mine = config.as_dict()
             for key in ("anchor", "backbone", "decoder", "head", "min_level", "max_level"):
