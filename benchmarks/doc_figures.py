@@ -1601,6 +1601,7 @@ def check(docs: Optional[Dict[str, str]] = None, claims: Optional[List[Claim]] =
 
 DD = "docs/detection.md"
 LEARNING_MASKRCNN = "2026-12-06-6635907-learning-maskrcnn.json"
+LEARNING_RETINANET = "2026-12-06-6635907-learning-retinanet.json"
 
 
 def learning_figures(name, *metrics):
@@ -1616,6 +1617,8 @@ CLAIMS += [
     Claim(DD, "box AP50 {}, AP {}, mask AP50 {}, mask AP {} in the run filed as "
           "`benchmarks/results/{}`, {} s on the loaded 2-core AMD EPYC",
           lambda: learning_figures(LEARNING_MASKRCNN, "AP50", "AP", "mask_AP50", "mask_AP")),
+    Claim(DD, "AP50 {}, AP {} in the run filed as\n`benchmarks/results/{}`, {} s on a loaded",
+          lambda: learning_figures(LEARNING_RETINANET, "AP50", "AP")),
 ]
 
 
