@@ -5,6 +5,7 @@ MirroredStrategy tests can run in-process with 2 replicas; everything else uses 
 """
 
 import gc
+import json
 import os
 import sys
 
@@ -25,20 +26,13 @@ except RuntimeError:  # devices already initialised by an earlier import
     pass
 
 
-# The files that take longest (worker-seconds in the 2-worker suite), collected first: with
-# `--dist loadfile` the workers take files in collection order, and the alphabetical order ran
-# the heaviest (tests/vision/...) last, leaving one worker alone for the final minutes.
-LONGEST_FILES_FIRST = (
-    "tests/vision/test_segmentation_train.py",
-    "tests/vision/test_vision_zoo_train.py",
-    "tests/vision/test_tfm_checkpoint.py",
-    "tests/vision/test_vision_layout.py",
-    "tests/reliability/test_multi_worker_faults.py",
-    "tests/test_distribution.py",
-    "tests/vision/test_vision_train.py",
-    "tests/test_modes.py",
-    "tests/test_export.py",
-)
+# The files that take longest (worker-seconds in the 2-worker suite, tests/file_seconds.json),
+# collected first, longest first: with `--dist loadfile` the workers take files in collection
+# order, so the alphabetical order ran the heaviest (tests/vision/...) last and left one worker
+# alone for the final minutes; longest first, the last files handed out are the short ones.
+with open(os.path.join(ROOT, "tests", "file_seconds.json")) as _f:
+    FILE_SECONDS = json.load(_f)["seconds"]
+LONGEST_FILES_FIRST = tuple(sorted(FILE_SECONDS, key=FILE_SECONDS.get, reverse=True))
 
 
 ALL_ITEMS = pytest.StashKey()
