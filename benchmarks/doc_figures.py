@@ -448,6 +448,27 @@ def soak_evaluations(name) -> Tuple[str, str]:
             str(data["evaluator_warm_up_evaluations"]))
 
 
+def soak_after_evaluations(name, counts) -> Tuple[str, ...]:
+    """The evaluator's RSS (MiB) at the first sample after each of its `counts`-th evaluations."""
+    after, seen = {}, 0
+    for sample in load(name)["samples"]:
+        if sample["evaluator"] and sample.get("evaluations", 0) > seen:
+            seen = sample["evaluations"]
+            after[seen] = sample["evaluator"]["rss_kib"] / 1024
+    return tuple(f"{after[count]:.0f}" for count in counts)
+
+
+def soak_second_half_band(name, process) -> Tuple[str, str]:
+    """(smallest, largest) RSS in MiB over the second half of `process`'s judged window."""
+    data = load(name)
+    end = (data.get("stopped") or {}).get("train_step", data["train_steps"])
+    rss = [s[process]["rss_kib"] / 1024 for s in data["samples"]
+           if s[process] and data["warm_up_step"] <= s["train_step"] < end]
+    half = rss[len(rss) // 2:]
+    return f"{min(half):.0f}", f"{max(half):.0f}"
+
+
+SOAK_2H = "2026-12-06-be39ab1-soak-resnet18-2h.json"
 SOAK_MOCK, SOAK_RESNET = "soak_mock_200k.json", "soak_resnet18_64.json"
 MWF = "docs/multi_worker_faults.md"
 
@@ -648,6 +669,29 @@ CLAIMS: List[Claim] = [
     Claim(DB, "{}, ahead in {} of {} rounds — within the spread",
           lambda: (spread(shipped(SHIP[2], "tf_data_1_thread")),)
           + tuple(map(str, shipped_rounds(SHIP[2], "tf_data_1_thread")))),
+    # The two-hour ResNet-18 soak (soak.py, issue 52).
+    Claim(MWF, "the trainer ran {} steps in {} min and the evaluator finished {} evaluations.",
+          lambda: (f"{load(SOAK_2H)['stopped']['train_step']:,}",
+                   f"{load(SOAK_2H)['wall_s'] / 60:.0f}", soak_evaluations(SOAK_2H)[0])),
+    Claim(MWF, "| RSS growth | {} % ({} -> {} KiB): **missed** | {} % ({} -> {} KiB) | <= 5 % |",
+          lambda: soak_cell(SOAK_2H, "trainer", "rss") + soak_cell(SOAK_2H, "evaluator", "rss")),
+    Claim(MWF, "| second half of the window (fitted line) | {} -> {} MiB, {} %: {} | {} -> {} "
+          "MiB, {} %: {} | |",
+          lambda: soak_second_half(SOAK_2H, "trainer") + soak_second_half(SOAK_2H, "evaluator")),
+    Claim(MWF, "| threads | {} -> {} ({} at most) | {} -> {} ({} at most, while an evaluation "
+          "runs) | <= 5 % |",
+          lambda: soak_cell(SOAK_2H, "trainer", "threads")
+          + soak_cell(SOAK_2H, "evaluator", "threads")),
+    Claim(MWF, "| open fds (the smallest in each half) | {} -> {} ({} at most) | {} -> {} ({} at "
+          "most) | constant |",
+          lambda: soak_cell(SOAK_2H, "trainer", "fds") + soak_cell(SOAK_2H, "evaluator", "fds")),
+    Claim(MWF, "| checkpoints in model_dir | {} at most ({} MB at the end) | | max_to_keep |",
+          lambda: (str(load(SOAK_2H)["verdicts"]["model_dir"]["max_checkpoints"]),
+                   f"{soak_model_dir(SOAK_2H)['checkpoint_bytes'] / 1e6:.0f}")),
+    Claim(MWF, "evaluations was {}, {}, {}, {}, {}, {} and {} MiB",
+          lambda: soak_after_evaluations(SOAK_2H, (3, 10, 20, 30, 40, 50, 57))),
+    Claim(MWF, "over the second half its RSS moves in a {}-{} MiB band",
+          lambda: soak_second_half_band(SOAK_2H, "trainer")),
     # The ResNet-18 soak (soak.py).
     Claim(MWF, "it ran {} steps in {} min, the evaluator reaching step {}.",
           lambda: (f"{load(SOAK_RESNET)['final_checkpoint_step']:,}",

@@ -133,3 +133,13 @@ def test_tiny_soak_run_samples_both_processes_and_writes_the_results_file(tmp_pa
     assert sorted(int(name[5:-6]) for name in os.listdir(tmp_path / "model")
                   if name.endswith(".index")) == [110, 160, 210, 260, 300]
     assert final["final"]["event_bytes"] > 0 and final["final"]["checkpoint_bytes"] > 0
+
+
+def test_the_docs_soak_plot_is_drawn_from_its_results_file():
+    import soak_plot
+
+    root = os.path.dirname(BENCH)
+    with open(os.path.join(BENCH, "results", "2026-12-06-be39ab1-soak-resnet18-2h.json")) as f:
+        expected = soak_plot.render(json.load(f))
+    with open(os.path.join(root, "docs", "images", "soak-resnet18-2h.svg")) as f:
+        assert f.read() == expected, "rerun benchmarks/soak_plot.py on the results file"
