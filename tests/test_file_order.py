@@ -14,14 +14,14 @@ def test_every_timed_file_exists_and_they_are_handed_out_longest_first():
     assert seconds == sorted(seconds, reverse=True) and len(seconds) >= 40
 
 
-def test_the_collection_starts_with_the_longest_file(request):
-    items, whole = request.config.stash[conftest.ALL_ITEMS]
-    if whole:
-        paths = [os.path.relpath(str(item.path), conftest.ROOT) for item in items]
-        assert paths[0] == conftest.LONGEST_FILES_FIRST[0]
-        firsts = list(dict.fromkeys(paths))
-        listed = [p for p in firsts if p in conftest.FILE_SECONDS]
-        assert listed == [p for p in conftest.LONGEST_FILES_FIRST if p in listed]
+def test_the_session_runs_the_timed_files_first_longest_first(request):
+    # The session's items: sorted and deselected, as the workers take them.
+    files = list(dict.fromkeys(os.path.relpath(str(item.path), conftest.ROOT)
+                               for item in request.session.items))
+    timed = [path in conftest.FILE_SECONDS for path in files]
+    assert timed == sorted(timed, reverse=True)  # every timed file before every other
+    listed = [path for path in files if path in conftest.FILE_SECONDS]
+    assert listed == [path for path in conftest.LONGEST_FILES_FIRST if path in listed]
 
 
 def test_file_seconds_sums_each_tests_smallest_time(tmp_path):
