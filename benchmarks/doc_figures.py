@@ -1669,9 +1669,10 @@ CLAIMS += [
 # --- The README's test command on a clean clone (benchmarks/suite_time.py) -------------------
 
 TT = "docs/testing.md"
-SUITE_TIME = "2026-12-06-9aaae79-suite-time.json"
+SUITE_TIME = "2026-12-06-3e8f122-suite-time.json"
 EARLIER_SUITE_TIMES = ("2026-12-06-47e7217-suite-time.json", "2026-12-06-9ee15e6-suite-time.json",
-                       "2026-12-06-2fbdc66-suite-time.json", "2026-12-06-60a997b-suite-time.json")
+                       "2026-12-06-2fbdc66-suite-time.json", "2026-12-06-60a997b-suite-time.json",
+                       "2026-12-06-9aaae79-suite-time.json")
 
 
 def _min_s(seconds: float) -> str:
@@ -1711,6 +1712,13 @@ CLAIMS += [
                    f"{load(EARLIER_SUITE_TIMES[3])['setup_s']:.0f}",
                    f"{load(EARLIER_SUITE_TIMES[3])['tests_s']:.0f}",
                    f"{load(EARLIER_SUITE_TIMES[3])['tests_cpu_s']:.0f}")),
+    Claim(TT, "That is **within the 10-minute budget**, with {} s to spare. The run before it, "
+          "`{}`: {} ({} s and {} s of tests, {} CPU-seconds)",
+          lambda: (f"{600 - load(SUITE_TIME)['total_s']:.0f}", EARLIER_SUITE_TIMES[4],
+                   _min_s(load(EARLIER_SUITE_TIMES[4])["total_s"]),
+                   f"{load(EARLIER_SUITE_TIMES[4])['setup_s']:.0f}",
+                   f"{load(EARLIER_SUITE_TIMES[4])['tests_s']:.0f}",
+                   f"{load(EARLIER_SUITE_TIMES[4])['tests_cpu_s']:.0f}")),
     Claim(TT, "the CPU-seconds are the fairer comparison ({} -> {})",
           lambda: (f"{load(EARLIER_SUITE_TIMES[1])['tests_cpu_s']:.0f}",
                    f"{load(SUITE_TIME)['tests_cpu_s']:.0f}")),
