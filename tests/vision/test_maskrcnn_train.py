@@ -174,8 +174,9 @@ LEARNING_STEPS = 300
 def test_maskrcnn_learns_the_drawn_shapes_and_their_masks(tmp_path, monkeypatch):
     """300 steps on 64 drawn images with masks reach box AP50 >= 0.5 and mask AP50 >= 0.4 on
     16 held-out ones, where the untrained model (evaluated first, step 0) is below 0.05
-    (AP50 0.959, mask AP50 0.995 in one run of 2026-12-03, 238 s, not filed; with
-    LITE_LEARNING_RUN_OUT set the run writes its numbers there, learning_run.py)."""
+    (box and mask AP50 1.000 in the run filed as benchmarks/results/2026-12-06-6635907-
+    learning-maskrcnn.json, 134 s; with LITE_LEARNING_RUN_OUT set the run writes its numbers
+    there, learning_run.py)."""
     started = time.monotonic()
     data = detection_tfrecords(str(tmp_path / "shapes"), train_count=64, eval_count=16,
                                size=SIZE, masks=True)
