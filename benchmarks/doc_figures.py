@@ -407,15 +407,20 @@ def soak_model_dir(name) -> dict:
     return load(name)["verdicts"]["model_dir"]["final"]
 
 
+def _trainer_window(name, process) -> List[dict]:
+    """`process`'s samples from the warm-up step to the trainer's stop (or last step)."""
+    data = load(name)
+    end = (data.get("stopped") or {}).get("train_step", data["train_steps"])
+    return [s[process] for s in data["samples"]
+            if s[process] and data["warm_up_step"] <= s["train_step"] < end]
+
+
 def soak_fds_spread(name, process="trainer") -> Tuple[str, ...]:
     """(the most frequent fd count, its samples, the judged samples, the other counts) over
     the judged window of a soak."""
-    data = load(name)
-    end = (data.get("stopped") or {}).get("train_step", data["train_steps"])
     counts = {}
-    for sample in data["samples"]:
-        if sample[process] and data["warm_up_step"] <= sample["train_step"] < end:
-            counts[sample[process]["fds"]] = counts.get(sample[process]["fds"], 0) + 1
+    for sample in _trainer_window(name, process):
+        counts[sample["fds"]] = counts.get(sample["fds"], 0) + 1
     common = max(counts, key=counts.get)
     others = " or ".join(str(c) for c in sorted(counts) if c != common)
     return str(common), str(counts[common]), str(sum(counts.values())), others
@@ -460,10 +465,7 @@ def soak_after_evaluations(name, counts) -> Tuple[str, ...]:
 
 def soak_second_half_band(name, process) -> Tuple[str, str]:
     """(smallest, largest) RSS in MiB over the second half of `process`'s judged window."""
-    data = load(name)
-    end = (data.get("stopped") or {}).get("train_step", data["train_steps"])
-    rss = [s[process]["rss_kib"] / 1024 for s in data["samples"]
-           if s[process] and data["warm_up_step"] <= s["train_step"] < end]
+    rss = [s["rss_kib"] / 1024 for s in _trainer_window(name, process)]
     half = rss[len(rss) // 2:]
     return f"{min(half):.0f}", f"{max(half):.0f}"
 

@@ -251,10 +251,11 @@ def run(train_steps: int, out_path: str, model_dir: Optional[str] = None,
             elapsed = time.monotonic() - start
             if elapsed > timeout_s:
                 raise TimeoutError(f"the soak did not end within {timeout_s} s")
+            evaluated = logged_steps(logs["evaluator"], _EVAL_STEP)  # the log read once
             sample = {"time_s": round(elapsed, 2),
                       "train_step": last_step(logs["trainer"], _TRAIN_STEP),
-                      "eval_step": last_step(logs["evaluator"], _EVAL_STEP),
-                      "evaluations": len(logged_steps(logs["evaluator"], _EVAL_STEP)),
+                      "eval_step": evaluated[-1] if evaluated else 0,
+                      "evaluations": len(evaluated),
                       "model_dir": model_dir_sizes(model_dir)}
             for name, process in processes.items():
                 sample[name] = process_sample(process.pid) if process.poll() is None else None
