@@ -202,6 +202,35 @@ def test_sorted_tiled_nms_equals_tfm_across_two_tiles():
     np.testing.assert_array_equal(boxes.numpy(), REF["nms_boxes"])
 
 
+def _tail_nms():
+    return nms.sorted_non_max_suppression_padded(
+        tf.constant(DATA["nms_tail_scores"]), tf.constant(DATA["nms_tail_boxes"]),
+        GEN.NMS_TAIL_INPUT["max_output_size"], GEN.NMS_TAIL_INPUT["iou_threshold"])
+
+
+def test_sorted_tiled_nms_equals_tfm_with_trailing_tiles_of_zero_boxes():
+    scores, boxes = _tail_nms()
+    np.testing.assert_array_equal(scores.numpy(), REF["nms_tail_scores"])
+    np.testing.assert_array_equal(boxes.numpy(), REF["nms_tail_boxes"])
+    assert (REF["nms_tail_scores"][2] == 0).all()  # the image without boxes is padding only
+
+
+def test_sorted_tiled_nms_stops_after_the_last_tile_holding_a_box(monkeypatch):
+    # Four tiles; the last non-zero box (image 1's 1,100th) is in the third. TFM's loop
+    # runs all four (image 2 never fills its 100 slots); lite's stops after the third. Eager
+    # `tf.while_loop` calls the body from Python, so the calls can be counted.
+    tiles = []
+    body = nms._suppression_loop_body
+
+    def counting_body(boxes, iou_threshold, output_size, idx):
+        tiles.append(int(idx))
+        return body(boxes, iou_threshold, output_size, idx)
+
+    monkeypatch.setattr(nms, "_suppression_loop_body", counting_body)
+    _tail_nms()
+    assert tiles == [0, 1, 2]
+
+
 # ----- losses ------------------------------------------------------------------------------
 
 def _loss_batch():

@@ -65,6 +65,19 @@ def _suppression_loop_body(boxes, iou_threshold, output_size, idx):
     return boxes, iou_threshold, output_size, idx + 1
 
 
+def _tiles_with_boxes(boxes):
+    """How many leading tiles of boxes [batch, num_tiles * NMS_TILE_SIZE, 4] hold a non-zero
+    box in some image: the loop stops there. A tile of zero boxes only (the score filter's
+    "dots", the padding) keeps no box and suppresses none — suppression runs from earlier
+    tiles to later ones — so skipping the trailing ones leaves every output as it was, while
+    the loop's cost, quadratic in its tiles, falls to what the scores above the threshold
+    need (TFM's loop runs every tile)."""
+    non_zero = tf.reduce_any(tf.not_equal(boxes, 0.0), axis=2)  # [batch, num_boxes]
+    positions = tf.range(1, tf.shape(boxes)[1] + 1)[None, :]
+    last_non_zero = tf.reduce_max(tf.where(non_zero, positions, 0))
+    return (last_non_zero + NMS_TILE_SIZE - 1) // NMS_TILE_SIZE
+
+
 def sorted_non_max_suppression_padded(scores, boxes, max_output_size, iou_threshold):
     """NMS of boxes [batch, N, 4] already sorted by scores [batch, N] (descending).
 
@@ -78,10 +91,11 @@ def sorted_non_max_suppression_padded(scores, boxes, max_output_size, iou_thresh
     boxes = tf.pad(tf.cast(boxes, tf.float32), [[0, 0], [0, pad], [0, 0]])
     scores = tf.pad(tf.cast(scores, tf.float32), [[0, 0], [0, pad]], constant_values=-1)
     num_boxes += pad
+    tiles_with_boxes = _tiles_with_boxes(boxes)
 
     def not_done(unused_boxes, unused_threshold, output_size, idx):
         return tf.logical_and(tf.reduce_min(output_size) < max_output_size,
-                              idx < num_boxes // NMS_TILE_SIZE)
+                              idx < tiles_with_boxes)
 
     selected_boxes, _, output_size, _ = tf.while_loop(
         not_done, _suppression_loop_body,

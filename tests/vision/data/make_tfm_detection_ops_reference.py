@@ -53,6 +53,10 @@ GENERATOR_CASES = {
 }
 GENERATOR_IMAGE_SHAPE = [[64, 64], [48, 56]]
 NMS_INPUT = dict(num_boxes=600, max_output_size=40, iou_threshold=0.45)
+# Tiled NMS over four tiles whose last holds zero boxes only, as the score filter leaves them:
+# image 0 has boxes in its first tile only, image 1 up to its third tile, image 2 none.
+NMS_TAIL_INPUT = dict(num_boxes=1700, boxes_per_image=(300, 1100, 0), max_output_size=100,
+                      iou_threshold=0.5)
 
 
 def inputs():
@@ -120,6 +124,18 @@ def inputs():
         out[f"gen_boxes_{level}"] = boxes
         out[f"gen_scores_{level}"] = logits
         out[f"gen_att_{level}"] = rng.normal(size=(2, h, w, per_cell * 2)).astype(np.float32)
+    # Its own generator, so that the arrays above stay as they were.
+    tail_rng = np.random.default_rng(1)
+    n = NMS_TAIL_INPUT["num_boxes"]
+    centers = tail_rng.uniform(20, 80, size=(3, n, 2)).round(0)
+    sizes = tail_rng.uniform(10, 30, size=(3, n, 2)).round(0)
+    tail_boxes = np.concatenate([centers - sizes / 2, centers + sizes / 2], -1)
+    tail_scores = -np.sort(-tail_rng.uniform(0, 1, size=(3, n)).round(2), axis=1)
+    for image, count in enumerate(NMS_TAIL_INPUT["boxes_per_image"]):
+        tail_boxes[image, count:] = 0.0
+        tail_scores[image, count:] = -1.0
+    out["nms_tail_boxes"] = tail_boxes.astype(np.float32)
+    out["nms_tail_scores"] = tail_scores.astype(np.float32)
     return out
 
 
@@ -183,6 +199,10 @@ def main():
         tf.constant(data["nms_scores"]), tf.constant(data["nms_boxes"]),
         NMS_INPUT["max_output_size"], NMS_INPUT["iou_threshold"])
     ref["nms_scores"], ref["nms_boxes"] = nms_scores.numpy(), nms_boxes.numpy()
+    nms_scores, nms_boxes = nms.sorted_non_max_suppression_padded(
+        tf.constant(data["nms_tail_scores"]), tf.constant(data["nms_tail_boxes"]),
+        NMS_TAIL_INPUT["max_output_size"], NMS_TAIL_INPUT["iou_threshold"])
+    ref["nms_tail_scores"], ref["nms_tail_boxes"] = nms_scores.numpy(), nms_boxes.numpy()
 
     # RetinaNet losses through TFM's task, labels from TFM's labeler (stored for the test).
     labeler = anchor.AnchorLabeler(0.5, 0.4)
