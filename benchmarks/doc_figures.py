@@ -39,6 +39,7 @@ sys.path.insert(0, _HERE)
 import first_step  # noqa: E402
 import report  # noqa: E402
 import rounds as rounds_lib  # noqa: E402
+import speed_targets  # noqa: E402
 import step_vs_tfm  # noqa: E402
 
 REPO_ROOT = os.path.dirname(_HERE)
@@ -1631,6 +1632,12 @@ def check(docs: Optional[Dict[str, str]] = None, claims: Optional[List[Claim]] =
                     problems.append(f"{path}: the {start} block differs from what report.py "
                                     f"renders from {source.group(1)}; rerun report.py --update")
                 i = text.find(start, stop) if stop >= 0 else -1
+        if blocks and speed_targets.START_MARKER in text:
+            start = text.index(speed_targets.START_MARKER) + len(speed_targets.START_MARKER)
+            block = text[start:text.find(speed_targets.END_MARKER, start)]
+            if block.strip() != speed_targets.render().strip():
+                problems.append(f"{path}: the speed-targets block differs from what "
+                                f"speed_targets.py renders; rerun report.py --targets --update")
     for claim in CLAIMS if claims is None else claims:
         try:
             expected = claim.text.format(*claim.figures())

@@ -16,7 +16,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,16 +84,9 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/"
                         "<UTC date>-<commit>-focal-loss-ab.json)")
     args = parser.parse_args(argv)
-    commit = subprocess.run(["git", "-C", _HERE, "rev-parse", "--short=7", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
     started = datetime.datetime.now(datetime.timezone.utc)
     record = measure_ab(args.rounds, args.calls)
-    out = args.out or os.path.join(_HERE, "results",
-                                   f"{started:%Y-%m-%d}-{commit or 'nocommit'}-focal-loss-ab.json")
-    with open(out, "w") as f:
-        json.dump({"kind": "focal_loss_ab", "commit": commit,
-                   "started": f"{started:%Y-%m-%d %H:%M} UTC", "command": sys.argv,
-                   "records": [record]}, f, indent=1)
+    out = rounds_lib.write_results("focal_loss_ab", "focal-loss-ab", [record], started, args.out)
     print(json.dumps({"file": out, "tfm_over_lite_ms": record["tfm_over_lite_ms"],
                       "loss": record["loss"],
                       "max_abs_gradient_difference": record["max_abs_gradient_difference"]}))

@@ -20,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,17 +130,9 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/"
                         "<UTC date>-<commit>-nms-ab.json)")
     args = parser.parse_args(argv)
-    commit = subprocess.run(["git", "-C", _HERE, "rev-parse", "--short=7", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
     started = datetime.datetime.now(datetime.timezone.utc)
-    out = args.out or os.path.join(_HERE, "results",
-                                   f"{started:%Y-%m-%d}-{commit or 'nocommit'}-nms-ab.json")
     records = [measure_ab(above, args.rounds, args.calls) for above in args.above]
-    with open(out, "w") as f:
-        json.dump({"kind": "nms_ab", "commit": commit,
-                   "started": f"{started:%Y-%m-%d %H:%M} UTC", "command": sys.argv,
-                   "file": os.path.relpath(out, os.path.dirname(_HERE)),
-                   "records": records}, f, indent=1)
+    out = rounds_lib.write_results("nms_ab", "nms-ab", records, started, args.out)
     print(json.dumps({"file": out, "rows": [
         {"above": r["above"], "tfm_over_lite_ms": r["tfm_over_lite_ms"],
          "outputs_equal": r["outputs_equal"]} for r in records]}))

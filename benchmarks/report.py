@@ -3,11 +3,13 @@
     .venv/bin/python benchmarks/report.py benchmarks/results/2026-12-01-abc1234.json
     .venv/bin/python benchmarks/report.py RESULTS.json --update docs/benchmarks.md benchmarks/README.md
     .venv/bin/python benchmarks/report.py --check
+    .venv/bin/python benchmarks/report.py --targets --update docs/benchmarks.md
 
 The first prints the report; `--update` also replaces, in each named file, the text between
 the lines `<!-- bench-results:start -->` and `<!-- bench-results:end -->` with it, so the
 README tables are always regenerated from one committed results file, which they name.
-`--check` renders every such block again from the file it names and recomputes every figure
+`--targets` renders issue 55's speed targets, each from its own results file
+(`speed_targets.py`), into the `<!-- speed-targets:start -->` block. `--check` renders every such block again from the file it names and recomputes every figure
 the docs quote in prose (`doc_figures.py`), prints each mismatch and exits 1 on any.
 
 Everything is recomputed from the file's per-process records: each ratio within one round,
@@ -689,7 +691,18 @@ def main(argv=None):
     parser.add_argument("--update", nargs="+", default=[], metavar="FILE",
                         help="replace the bench-results block of these files (docs/benchmarks.md, "
                         "benchmarks/README.md) with the report")
+    parser.add_argument("--targets", action="store_true",
+                        help="render issue 55's speed targets (speed_targets.py) from their "
+                        "results files; with --update, into each file's speed-targets block")
     args = parser.parse_args(argv)
+    if args.targets:
+        import speed_targets  # pylint: disable=import-outside-toplevel
+        text = speed_targets.render()
+        print(text)
+        for path in args.update:
+            update_file(path, text, speed_targets.START_MARKER, speed_targets.END_MARKER)
+            print(f"updated {path}")
+        return 0
     if args.check:
         import doc_figures  # pylint: disable=import-outside-toplevel
         problems = doc_figures.check(docs_root=args.docs_root or doc_figures.REPO_ROOT)

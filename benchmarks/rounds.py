@@ -60,3 +60,24 @@ def alternate_calls(calls, sides, rounds, units, label=""):
             f"{side} {kind} {ms[side][kind]:.0f} ms" for side in sides for kind in ms[side]),
             file=sys.stderr, flush=True)
     return per_round
+
+
+def write_results(kind, suffix, records, started, out=None):
+    """Writes an in-process A/B's results file: `benchmarks/results/<UTC date>-<commit>-
+    <suffix>.json` unless `out` is given, holding the kind, commit, start time, the command
+    line, the file's own path and the records. Returns the path."""
+    import datetime  # pylint: disable=import-outside-toplevel
+    import json  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    commit = subprocess.run(["git", "-C", here, "rev-parse", "--short=7", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    started = started or datetime.datetime.now(datetime.timezone.utc)
+    out = out or os.path.join(here, "results",
+                              f"{started:%Y-%m-%d}-{commit or 'nocommit'}-{suffix}.json")
+    with open(out, "w") as f:
+        json.dump({"kind": kind, "commit": commit, "started": f"{started:%Y-%m-%d %H:%M} UTC",
+                   "command": sys.argv, "file": os.path.relpath(out, os.path.dirname(here)),
+                   "records": records}, f, indent=1)
+    return out

@@ -103,6 +103,9 @@ RENAMED_AFTER_THEIR_RUN = {
     "2026-12-03-90dc296-step-vs-tfm-retinanet-train-profile.json",
     "2026-12-06-1d3825c-step-vs-tfm-retinanet-mobilenetv2-profile-by-name.json",
     "2026-12-06-77e2a9d-step-vs-tfm-retinanet-focal-2.json",
+    # Written to a scratch path; its float32 row was complete when the run (still on its
+    # bfloat16 row, not wanted) was stopped.
+    "2026-12-06-1a5e0d3-step-vs-tfm-retinanet-honest-eval-profile-by-name.json",
 }
 
 

@@ -1,0 +1,100 @@
+"""Issue 55's speed targets, each judged from its committed results file: one table.
+
+Every row names a target (lite/TFM speed, or lite's share of TFM's time or memory), the
+results file that measures it, and how to read the figure from that file. `render()` writes
+the markdown block `report.py --targets --update docs/benchmarks.md` puts between the
+`<!-- speed-targets:start -->` / `<!-- speed-targets:end -->` lines; `report.py --check`
+(doc_figures) renders it again and fails on any difference. Each row carries what its run
+was measured on: the CPU model, the load average over its rounds and the commit.
+
+A ratio is computed within each round, then median [min–max] over the rounds; the target is
+judged on the median and a miss is printed as a MISS. Standard library only.
+"""
+
+import json
+import os
+import statistics
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(_HERE, "results")
+START_MARKER = "<!-- speed-targets:start -->"
+END_MARKER = "<!-- speed-targets:end -->"
+
+
+def _load(name):
+    with open(os.path.join(RESULTS, name)) as f:
+        return json.load(f)
+
+
+def _spread(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _loads(rounds):
+    values = [r["loadavg"][0] for r in rounds if r.get("loadavg")]
+    return (min(values), max(values)) if values else None
+
+
+def step_vs_tfm_row(data, model, loop, dtype="float32"):
+    """lite/TFM images per second of a `step_vs_tfm.py` row (TFM's ms over lite's, each
+    round), the rounds lite was faster in, the record's machine."""
+    record = next(r for r in data["records"]
+                  if r["model"] == model and r["dtype"] == dtype and r.get("rounds"))
+    rounds = [r for r in record["rounds"] if loop in r["ms_per_step"]["lite"]]
+    ratios = [r["ms_per_step"]["tfm"][loop] / r["ms_per_step"]["lite"][loop] for r in rounds]
+    return {"ratios": ratios, "wins": sum(v > 1.0 for v in ratios),
+            "cpu": record.get("cpu_model"), "load": _loads(rounds)}
+
+
+def nms_ab_row(data, above):
+    """lite/TFM calls per second of `nms_ab.py`'s regime `above`."""
+    record = next(r for r in data["records"] if r["above"] == above)
+    ratios = [r["ms_per_step"]["tfm"]["generator"] / r["ms_per_step"]["lite"]["generator"]
+              for r in record["rounds"]]
+    return {"ratios": ratios, "wins": sum(v > 1.0 for v in ratios),
+            "cpu": record.get("cpu_model"), "load": _loads(record["rounds"])}
+
+
+# (what, comparison, threshold, results file, reader, its arguments). Speeds are lite/TFM
+# (>= target); times and memory lite's share of TFM's (<= target).
+TARGETS = [
+    ("detection eval with NMS and COCO update, RetinaNet R50-FPN 256², initialised model",
+     ">=", 1.2, "2026-12-06-b581a18-step-vs-tfm-retinanet_resnet50_fpn-honest-eval.json",
+     step_vs_tfm_row, ("retinanet_resnet50_fpn", "eval")),
+    ("detection eval with NMS, masks and COCO update, Mask R-CNN R50-FPN 256²",
+     ">=", 1.2, "2026-12-06-b581a18-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval.json",
+     step_vs_tfm_row, ("maskrcnn_resnet50_fpn", "eval")),
+]
+
+
+def rows(targets=None):
+    """Each target's figures: (what, comparison, threshold, file, commit, summary, verdict)."""
+    out = []
+    for what, comparison, threshold, name, reader, args in targets or TARGETS:
+        data = _load(name)
+        figures = reader(data, *args)
+        summary = _spread(figures["ratios"])
+        met = (summary["median"] >= threshold if comparison == ">="
+               else summary["median"] <= threshold)
+        out.append((what, comparison, threshold, name, data.get("commit", "?"),
+                    dict(figures, **summary), "met" if met else "MISS"))
+    return out
+
+
+def render(targets=None):
+    """The markdown table of every target."""
+    lines = ["| target | goal | lite/TFM median [min–max] | rounds lite ahead | verdict | CPU, "
+             "load average (1 min) over the rounds | commit, results file |",
+             "|---|---|---|---|---|---|---|"]
+    table = rows(targets)
+    for what, comparison, threshold, name, commit, s, verdict in table:
+        load = s["load"]
+        load_text = f"{load[0]:.1f}–{load[1]:.1f}" if load else "not recorded"
+        lines.append(
+            f"| {what} | {comparison} {threshold:g} | {s['median']:.3f} [{s['min']:.3f}–"
+            f"{s['max']:.3f}] | {s['wins']}/{len(s['ratios'])} | {verdict} | "
+            f"{s['cpu'] or 'CPU not recorded'}, {load_text} | `{commit}`, "
+            f"`benchmarks/results/{name}` |")
+    met = sum(row[-1] == "met" for row in table)
+    lines += ["", f"{met} of {len(table)} targets met on the median."]
+    return "\n".join(lines) + "\n"
