@@ -1863,3 +1863,47 @@ CLAIMS += [
           lambda: (spread(_honest("maskrcnn_resnet50_fpn")),
                    str(_honest("maskrcnn_resnet50_fpn")["lite_wins"]))),
 ]
+
+
+# --- Issue 55: where lite chooses the ops (nms_ab.py, the honest eval profile) ---------------
+
+EVAL_PROFILE = "2026-12-06-1a5e0d3-step-vs-tfm-retinanet-honest-eval-profile-by-name.json"
+GENERATOR_SCOPES = ("detection_generator", "generate_detections")
+
+
+def eval_profile_split(side: str) -> Tuple[str, ...]:
+    """Op time (ms, summed over threads) of one side's profiled honest RetinaNet eval step:
+    inside its detection generator, in all, and the generator's share in per cent. The
+    function-call wrapper (`EagerLocalExecute`) spans the others and is left out."""
+    ops = load(EVAL_PROFILE)["records"][0]["op_ms_per_step"][side]["eval"]
+    total = sum(v for k, v in ops.items() if not k.startswith("EagerLocalExecute"))
+    inside = sum(v for k, v in ops.items() if any(s in k for s in GENERATOR_SCOPES))
+    return f"{inside:,.0f}", f"{total:,.0f}", f"{100 * inside / total:.0f}"
+
+
+def nms_ab_figures(name: str, above: float) -> Tuple[str, ...]:
+    """A regime of an nms_ab.py file: median ms of lite and TFM, lite/TFM median [min–max],
+    rounds lite was faster in, scores above the threshold per image, outputs equal."""
+    record = next(r for r in load(name)["records"] if r["above"] == above)
+    ms = {side: statistics.median(r["ms_per_step"][side]["generator"]
+                                  for r in record["rounds"]) for side in ("lite", "tfm")}
+    ratios = [r["ms_per_step"]["tfm"]["generator"] / r["ms_per_step"]["lite"]["generator"]
+              for r in record["rounds"]]
+    return (f"{ms['lite']:,.0f}", f"{ms['tfm']:,.0f}",
+            spread(rounds_lib.spread(ratios), 1), f"{sum(v > 1 for v in ratios)}/{len(ratios)}",
+            f"{record['scores_above_threshold_per_image']:,.0f}",
+            "equal" if all(record["outputs_equal"].values()) else "NOT equal")
+
+
+NMS_AB = "2026-12-06-bd6dcd4-nms-ab.json"
+CLAIMS += [
+    Claim(DB, "of lite's step, {} ms of {} ms of op time (summed over threads) ran inside the "
+          "detection generator ({} %); of TFM's, {} ms of {} ms ({} %).",
+          lambda: eval_profile_split("lite") + eval_profile_split("tfm")),
+    Claim(DB, "the eval rows' case) lite {} ms against TFM's {} ms a call, lite/TFM {} (lite "
+          "faster in {})", lambda: nms_ab_figures(NMS_AB, 0.0)[:4]),
+    Claim(DB, "with {} scores per image above 0.05, about 12 a class (a trained model's order), "
+          "lite {} ms against {} ms, lite/TFM {} (lite faster in {}). In both, the detections "
+          "were {}",
+          lambda: (lambda f: (f[4],) + f[:4] + (f[5],))(nms_ab_figures(NMS_AB, 0.001))),
+]

@@ -64,6 +64,11 @@ TARGETS = [
     ("detection eval with NMS, masks and COCO update, Mask R-CNN R50-FPN 256²",
      ">=", 1.2, "2026-12-06-b581a18-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval.json",
      step_vs_tfm_row, ("maskrcnn_resnet50_fpn", "eval")),
+    ("RetinaNet detection generator alone (decoding + NMS v2), 2 × 12,276 anchors × 90 "
+     "classes, no score above 0.05 (an initialised model)", ">=", 1.2,
+     "2026-12-06-bd6dcd4-nms-ab.json", nms_ab_row, (0.0,)),
+    ("RetinaNet detection generator alone, 1,122 scores above 0.05 per image (a trained "
+     "model's order)", ">=", 1.2, "2026-12-06-bd6dcd4-nms-ab.json", nms_ab_row, (0.001,)),
 ]
 
 
