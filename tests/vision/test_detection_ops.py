@@ -215,10 +215,12 @@ def test_sorted_tiled_nms_equals_tfm_with_trailing_tiles_of_zero_boxes():
     assert (REF["nms_tail_scores"][2] == 0).all()  # the image without boxes is padding only
 
 
-def test_sorted_tiled_nms_stops_after_the_last_tile_holding_a_box(monkeypatch):
-    # Four tiles; the last non-zero box (image 1's 1,100th) is in the third. TFM's loop
-    # runs all four (image 2 never fills its 100 slots); lite's stops after the third. Eager
-    # `tf.while_loop` calls the body from Python, so the calls can be counted.
+def test_sorted_tiled_nms_runs_each_rows_tiles_up_to_its_own_last_box_or_quota(monkeypatch):
+    # Four tiles; image 0's boxes fill its 100 slots in tile 0, image 1's too (its last box is
+    # in tile 2), image 2 has none. TFM's one loop over the batch runs all four tiles for
+    # every image (image 2 never fills its 100); lite's per-row loops run one tile each for
+    # images 0 and 1 and none for image 2. Eager `tf.while_loop` / `tf.map_fn` call their
+    # bodies from Python, so the tiles can be counted.
     tiles = []
     body = nms._suppression_loop_body
 
@@ -228,7 +230,7 @@ def test_sorted_tiled_nms_stops_after_the_last_tile_holding_a_box(monkeypatch):
 
     monkeypatch.setattr(nms, "_suppression_loop_body", counting_body)
     _tail_nms()
-    assert tiles == [0, 1, 2]
+    assert tiles == [0, 0]
 
 
 # ----- losses ------------------------------------------------------------------------------

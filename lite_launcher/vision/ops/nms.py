@@ -83,7 +83,26 @@ def sorted_non_max_suppression_padded(scores, boxes, max_output_size, iou_thresh
 
     Returns `(nms_scores [batch, max_output_size], nms_boxes [batch, max_output_size, 4])`,
     float32: the kept boxes in score order, then zeros (scores and boxes) as padding.
+
+    Each row (an image, or an image and class) runs its own tile loop, `tf.map_fn` over the
+    rows: a row stops at its own last box or when it has `max_output_size`, where one loop
+    over all rows would run every tile until the slowest row is done, over [rows, 512, 512]
+    IoU tensors too large for the caches. Rows never interact, and a row's first
+    `max_output_size` kept boxes do not depend on later tiles (suppression runs forward), so
+    the outputs are those of TFM's loop over the whole batch.
     """
+    def one_row(row):
+        row_scores, row_boxes = _sorted_nms_rows(row[0][None], row[1][None], max_output_size,
+                                                 iou_threshold)
+        return row_scores[0], row_boxes[0]
+
+    return tf.map_fn(one_row, (tf.cast(scores, tf.float32), tf.cast(boxes, tf.float32)),
+                     fn_output_signature=(tf.TensorSpec([max_output_size], tf.float32),
+                                          tf.TensorSpec([max_output_size, 4], tf.float32)))
+
+
+def _sorted_nms_rows(scores, boxes, max_output_size, iou_threshold):
+    """`sorted_non_max_suppression_padded` in one tile loop over all rows (TFM's way)."""
     batch_size = tf.shape(boxes)[0]
     num_boxes = tf.shape(boxes)[1]
     pad = (tf.cast(tf.math.ceil(tf.cast(num_boxes, tf.float32) / NMS_TILE_SIZE), tf.int32)
