@@ -21,7 +21,9 @@ their ratio (lite steps/s over raw steps/s). Then the profile of where lite's ti
 - the op types of each side's `tf.while_loop` body (what one step runs) and of the graph call
   around it (lite's loop end: metric reads and resets, the learning rate);
 - the per-step cost of each graph, (t(300 steps) - t(100 steps)) / 200 in alternating calls,
-  which leaves out everything paid once per call;
+  which leaves out everything paid once per call, and each call's fixed cost (t(100 steps) -
+  100 x that): lite's `trainer.train`, the raw `tf.function` call, and the raw graph called
+  as lite calls its own (`loops.DirectCall`, no per-call argument binding);
 - lite's per-loop host work: the Controller's cycle minus its `trainer.train` call, and the
   main pieces of it (global-step reads, output conversion, summaries, checkpoint check).
 
@@ -121,7 +123,20 @@ def _raw_side():
         int(optimizer.iterations.numpy())
         return time.perf_counter() - start
 
-    return loop, iterator, call
+    # The same graph called as lite calls its loop (loops.DirectCall: the traced graph with
+    # flat tensors, without the tf.function's per-call argument binding): what is left
+    # between this and lite is lite's own work.
+    from lite_launcher.orbit import loops
+
+    direct = loops.DirectCall(loop)
+
+    def direct_call(num_steps):
+        start = time.perf_counter()
+        direct(iterator, num_steps)
+        int(optimizer.iterations.numpy())
+        return time.perf_counter() - start
+
+    return loop, iterator, call, direct_call
 
 
 class _Pieces:
@@ -164,7 +179,7 @@ def measure_round(index, loops, split_reps, profile_loops):
     from lite_launcher.orbit import controller as controller_lib
     from lite_launcher.orbit import summaries
 
-    loop, iterator, raw_call_n = _raw_side()
+    loop, iterator, raw_call_n, raw_direct_n = _raw_side()
     steps = tf.constant(STEPS, tf.int32)
     clock = PairedClock(lambda: raw_call_n(steps))
     params, save_summary = _experiment(WARMUP + loops)
@@ -186,11 +201,11 @@ def measure_round(index, loops, split_reps, profile_loops):
         int(trainer.global_step.value().numpy())
         return time.perf_counter() - start
 
-    calls = {"lite": lite_call, "raw": raw_call_n}
+    calls = {"lite": lite_call, "raw": raw_call_n, "raw_direct": raw_direct_n}
     split = {side: {n: [] for n in SPLIT_STEPS} for side in calls}
     for rep in range(split_reps):
         for n, length in zip(SPLIT_STEPS, lengths):
-            for side in rounds_lib.round_order(("lite", "raw"), rep):
+            for side in rounds_lib.round_order(tuple(calls), rep):
                 split[side][n].append(calls[side](length))
     per_step_us = {side: [1e6 * (b - a) / (SPLIT_STEPS[1] - SPLIT_STEPS[0])
                           for a, b in zip(split[side][SPLIT_STEPS[0]],
@@ -236,10 +251,17 @@ def measure_round(index, loops, split_reps, profile_loops):
         "per_step_us": {side: statistics.median(v) for side, v in per_step_us.items()},
         "per_step_lite_over_raw": statistics.median(
             [r / l for l, r in zip(per_step_us["lite"], per_step_us["raw"])]),
+        # A call's fixed cost: t(100 steps) - 100 x the per-step cost, medians of the reps.
+        "call_us": {side: statistics.median(
+            [1e6 * a - SPLIT_STEPS[0] * p for a, p in zip(split[side][SPLIT_STEPS[0]],
+                                                          per_step_us[side])])
+            for side in calls},
         "split_reps": split_reps, "host_us": host, "loadavg": list(os.getloadavg())}
     print(f"round {index}: lite {lite_ms:.3f} ms  raw {raw_ms:.3f} ms  lite/raw "
           f"{record['lite_over_raw']:.3f}  per step lite {record['per_step_us']['lite']:.1f} "
-          f"raw {record['per_step_us']['raw']:.1f} us  host "
+          f"raw {record['per_step_us']['raw']:.1f} us  call lite "
+          f"{record['call_us']['lite']:.0f} raw {record['call_us']['raw']:.0f} raw_direct "
+          f"{record['call_us']['raw_direct']:.0f} us  host "
           f"{host['cycle_minus_trainer_train']:.0f} us  load {os.getloadavg()[0]:.2f}",
           file=sys.stderr, flush=True)
     return record, runner, loop, iterator
@@ -290,6 +312,8 @@ def main(argv=None):
         "per_step_us_raw": rounds_lib.spread([r["per_step_us"]["raw"] for r in records]),
         "per_step_lite_over_raw": rounds_lib.spread(
             [r["per_step_lite_over_raw"] for r in records]),
+        **{f"call_us_{side}": rounds_lib.spread([r["call_us"][side] for r in records])
+           for side in ("lite", "raw", "raw_direct")},
         "host_us": rounds_lib.spread([r["host_us"]["cycle_minus_trainer_train"]
                                       for r in records]),
         "body_ops": graphs["body_ops"],
