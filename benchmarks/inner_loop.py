@@ -14,9 +14,12 @@ on both alike:
   batch, loss, SGD update and `accuracy` / `loss` metric updates), timed as raw_loop.py does:
   the call and a read of the optimizer's step count.
 
-The measurement train action runs one raw call after each lite loop. Per round (a new runner
+The measurement train action runs one raw call after each lite loop, and one of the raw
+graph called as lite calls its own (`raw_direct`, below), the two in turn-about order. Per round (a new runner
 and raw loop each, warm-up loops excluded): the median ms of each side's 100-step loop and
-their ratio (lite steps/s over raw steps/s). Then the profile of where lite's time goes:
+their ratio (lite steps/s over raw steps/s), and two ratios less moved by a load that changes
+within the round (`paired_ratios`: each lite loop against the raw calls on either side of it;
+each side's 10th-percentile loop). Then the profile of where lite's time goes:
 
 - the op types of each side's `tf.while_loop` body (what one step runs) and of the graph call
   around it (lite's loop end: metric reads and resets, the learning rate);
@@ -93,11 +96,12 @@ def _experiment(loops):
 
 class PairedClock:
     """A train action: times the Controller's cycle since the previous action, then runs and
-    times one raw loop call."""
+    times one call of each raw side (`raw_calls`: {name: call}), in turn-about order."""
 
-    def __init__(self, raw_call):
-        self.raw_call = raw_call
-        self.lite_s, self.raw_s = [], []
+    def __init__(self, raw_calls):
+        self.raw_calls = raw_calls
+        self.lite_s = []
+        self.raw_s = {name: [] for name in raw_calls}
         self._left = None
 
     def __call__(self, output):
@@ -105,7 +109,8 @@ class PairedClock:
         now = time.perf_counter()
         if self._left is not None:
             self.lite_s.append(now - self._left)
-        self.raw_s.append(self.raw_call())
+        for name in rounds_lib.round_order(tuple(self.raw_calls), len(self.lite_s)):
+            self.raw_s[name].append(self.raw_calls[name]())
         self._left = time.perf_counter()
 
 
@@ -165,6 +170,21 @@ class _Pieces:
         self._undo = []
 
 
+def paired_ratios(record, raw_key="raw_loop_ms") -> dict:
+    """A round's lite/raw speed ratios from its per-loop times (ms, warm-up included; `raw_key`
+    names the raw side's): "paired", the median over lite loops of (mean of the raw calls just
+    before and just after it) / the lite loop, which cancels load that drifts slower than a
+    loop; "p10", the ratio of each side's 10th-percentile loop, the loops least disturbed by
+    other processes."""
+    lite, raw = record["lite_loop_ms"], record[raw_key]
+    # lite[j] ran between raw[j] and raw[j + 1]; the first WARMUP - 1 of lite are warm-up.
+    pairs = [((raw[j] + raw[j + 1]) / 2) / lite[j]
+             for j in range(WARMUP - 1, min(len(lite), len(raw) - 1))]
+    timed_lite, timed_raw = sorted(lite[WARMUP - 1:]), sorted(raw[WARMUP:])
+    p10 = (timed_raw[len(timed_raw) // 10] / timed_lite[len(timed_lite) // 10])
+    return {"paired": statistics.median(pairs), "p10": p10}
+
+
 def _median_us(values, skip=0):
     values = values[skip:]
     return 1e6 * statistics.median(values) if values else None
@@ -181,7 +201,8 @@ def measure_round(index, loops, split_reps, profile_loops):
 
     loop, iterator, raw_call_n, raw_direct_n = _raw_side()
     steps = tf.constant(STEPS, tf.int32)
-    clock = PairedClock(lambda: raw_call_n(steps))
+    clock = PairedClock({"raw": lambda: raw_call_n(steps),
+                         "raw_direct": lambda: raw_direct_n(steps)})
     params, save_summary = _experiment(WARMUP + loops)
     model_dir = tempfile.mkdtemp(prefix="lite_inner_loop_")
     task = ll.get_task(params.task, logging_dir=model_dir)
@@ -189,7 +210,8 @@ def measure_round(index, loops, split_reps, profile_loops):
                               save_summary=save_summary, train_actions=[clock])
     runner.run()
     lite_ms = 1e3 * statistics.median(clock.lite_s[WARMUP - 1:])
-    raw_ms = 1e3 * statistics.median(clock.raw_s[WARMUP:])
+    raw_ms = 1e3 * statistics.median(clock.raw_s["raw"][WARMUP:])
+    raw_direct_ms = 1e3 * statistics.median(clock.raw_s["raw_direct"][WARMUP:])
     trainer = runner.trainer
 
     # Per-step cost: calls of 100 and 300 steps, sides alternating, order reversed each rep.
@@ -221,7 +243,7 @@ def measure_round(index, loops, split_reps, profile_loops):
     pieces.wrap(summaries.SummaryManager, "write_summaries", "summaries")
     pieces.wrap(summaries.SummaryManager, "_write_pending", "summaries: batch write")
     pieces.wrap(controller_lib.Controller, "_checkpoint_due", "checkpoint check")
-    profile = PairedClock(lambda: raw_call_n(steps))
+    profile = PairedClock({"raw": lambda: raw_call_n(steps)})
     controller = runner.controller
     controller.train_actions = tuple(a for a in controller.train_actions
                                      if a is not clock) + (profile,)
@@ -247,7 +269,9 @@ def measure_round(index, loops, split_reps, profile_loops):
         "round": index, "loops": loops, "steps_per_loop": STEPS,
         "lite_ms": lite_ms, "raw_ms": raw_ms, "lite_over_raw": raw_ms / lite_ms,
         "lite_loop_ms": [round(1e3 * s, 3) for s in clock.lite_s],
-        "raw_loop_ms": [round(1e3 * s, 3) for s in clock.raw_s],
+        "raw_loop_ms": [round(1e3 * s, 3) for s in clock.raw_s["raw"]],
+        "raw_direct_ms": raw_direct_ms, "lite_over_raw_direct": raw_direct_ms / lite_ms,
+        "raw_direct_loop_ms": [round(1e3 * s, 3) for s in clock.raw_s["raw_direct"]],
         "per_step_us": {side: statistics.median(v) for side, v in per_step_us.items()},
         "per_step_lite_over_raw": statistics.median(
             [r / l for l, r in zip(per_step_us["lite"], per_step_us["raw"])]),
@@ -258,7 +282,9 @@ def measure_round(index, loops, split_reps, profile_loops):
             for side in calls},
         "split_reps": split_reps, "host_us": host, "loadavg": list(os.getloadavg())}
     print(f"round {index}: lite {lite_ms:.3f} ms  raw {raw_ms:.3f} ms  lite/raw "
-          f"{record['lite_over_raw']:.3f}  per step lite {record['per_step_us']['lite']:.1f} "
+          f"{record['lite_over_raw']:.3f} (paired {paired_ratios(record)['paired']:.3f}, "
+          f"against raw_direct {paired_ratios(record, 'raw_direct_loop_ms')['paired']:.3f})"
+          f"  per step lite {record['per_step_us']['lite']:.1f} "
           f"raw {record['per_step_us']['raw']:.1f} us  call lite "
           f"{record['call_us']['lite']:.0f} raw {record['call_us']['raw']:.0f} raw_direct "
           f"{record['call_us']['raw_direct']:.0f} us  host "
@@ -304,8 +330,14 @@ def main(argv=None):
         record, *last = measure_round(index, args.loops, args.split_reps, args.profile_loops)
         records.append(record)
     graphs = graph_profile(*last)
+    ratios = [paired_ratios(r) for r in records]
+    direct = [paired_ratios(r, "raw_direct_loop_ms") for r in records]
     summary = {
         "lite_over_raw": rounds_lib.spread([r["lite_over_raw"] for r in records]),
+        "lite_over_raw_paired": rounds_lib.spread([r["paired"] for r in ratios]),
+        "lite_over_raw_p10": rounds_lib.spread([r["p10"] for r in ratios]),
+        "lite_over_raw_direct_paired": rounds_lib.spread([r["paired"] for r in direct]),
+        "lite_over_raw_direct_p10": rounds_lib.spread([r["p10"] for r in direct]),
         "lite_ms": rounds_lib.spread([r["lite_ms"] for r in records]),
         "raw_ms": rounds_lib.spread([r["raw_ms"] for r in records]),
         "per_step_us_lite": rounds_lib.spread([r["per_step_us"]["lite"] for r in records]),
