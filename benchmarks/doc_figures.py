@@ -1856,3 +1856,51 @@ CLAIMS += [
           lambda: (spread(_honest("maskrcnn_resnet50_fpn")),
                    str(_honest("maskrcnn_resnet50_fpn")["lite_wins"]))),
 ]
+
+
+# Issue 55, the inner loop (benchmarks/inner_loop.py): before and after the reported step, and
+# the final run; run.py's cross-process rows of the same commit.
+INNER_BEFORE, INNER_AFTER, INNER = ("2026-12-06-453d986-inner-loop-before.json",
+                                    "2026-12-06-e952a50-inner-loop.json",
+                                    "2026-12-06-9438a04-inner-loop.json")
+
+
+def inner_paired(name, raw_key="raw_loop_ms") -> dict:
+    """The paired lite/raw ratio of each round of an inner_loop.py file, as median/min/max."""
+    import inner_loop  # pylint: disable=import-outside-toplevel
+
+    return rounds_lib.spread([inner_loop.paired_ratios(r, raw_key)["paired"]
+                              for r in load(name)["records"]])
+
+
+def inner_host(name) -> Tuple[str, str]:
+    """(global-step reads a loop, lite's host µs a loop as median [min–max]) of a file."""
+    records = load(name)["records"]
+    reads = statistics.median(r["host_us"]["global-step read"]["calls_per_loop"]
+                              for r in records)
+    host = rounds_lib.spread([r["host_us"]["cycle_minus_trainer_train"] for r in records])
+    return f"{reads:.2f}", spread(host, 0)
+
+
+CLAIMS += [
+    Claim(DB, "lite's `tf.while_loop` body runs {} ops against the raw loop's {}",
+          lambda: tuple(str(load(INNER)["graphs"]["body_ops"][side]) for side in ("lite", "raw"))),
+    Claim(DB, "per step, lite/raw {} (speed; each step's cost from calls of 100 and 300 steps)",
+          lambda: (spread(load(INNER)["summary"]["per_step_lite_over_raw"]),)),
+    Claim(DB, "Before: {} global-step reads a loop and {} µs of host work a loop",
+          lambda: inner_host(INNER_BEFORE)),
+    Claim(DB, "after: {} reads and {} µs",
+          lambda: inner_host(INNER_AFTER)),
+    Claim(DB, "the paired lite/raw ratio went from {} to {}",
+          lambda: (spread(inner_paired(INNER_BEFORE)), spread(inner_paired(INNER_AFTER)))),
+    Claim(DB, "lite/raw {} paired, {} from each side's median loop",
+          lambda: (spread(inner_paired(INNER)), spread(load(INNER)["summary"]["lite_over_raw"]))),
+    Claim(DB, "against the raw graph called as lite calls its own, {}",
+          lambda: (spread(inner_paired(INNER, "raw_direct_loop_ms")),)),
+    Claim(DB, "host work a loop {} µs",
+          lambda: (inner_host(INNER)[1],)),
+    Claim(DB, "1-minute load average {}–{} over the inner-loop rounds",
+          lambda: (lambda loads: (f"{min(loads):.1f}", f"{max(loads):.1f}"))(
+              [r["loadavg"][0] for name in (INNER_BEFORE, INNER_AFTER, INNER)
+               for r in load(name)["records"]])),
+]
