@@ -14,7 +14,8 @@ docs/benchmarks.md), the summary-write A/B (45 / 76 µs) and the in-process loop
 the first-step bullets' op / conversion / import counts, `import tensorflow, keras` 4.15–4.65 s
 and the 437-variable cProfile, the ViT projection A/B (1.16×) and the op-histogram counts of
 the Adam powers and MobileNetV3 activations, the
-convolution bias `add` / `bias_add` A/B (1.001), the float32 noise figures measured on an Intel
+convolution bias `add` / `bias_add` A/B (1.001), the cost of an eager global-step read right
+after a graph call against a tight loop's (issue 55's inner loop), the float32 noise figures measured on an Intel
 Xeon with AMX in an earlier session (tests/vision/fp32_noise.py, docs/detection.md), the
 learning runs' APs of 2026-12-03 (docs/detection.md; the release learning tests write a results
 file when `LITE_LEARNING_RUN_OUT` names one, tests/vision/learning_run.py). The soaks' own prose about how they ran, machine
@@ -1899,6 +1900,14 @@ CLAIMS += [
           lambda: (spread(inner_paired(INNER, "raw_direct_loop_ms")),)),
     Claim(DB, "host work a loop {} µs",
           lambda: (inner_host(INNER)[1],)),
+    Claim(DB, "`benchmarks/results/2026-12-06-338e246-inner-loop-run.json`, TF 2.21): lite/raw "
+          "{}, load average {} at the start and {} at the end of the run.",
+          lambda: (lambda data: (spread(next(
+              t for t in data["targets"]
+              if t["target"] == "train100 lite@project/raw@project >= 0.97")),
+                                 *(f"{float(data['meta'][k].split()[0]):.1f}"
+                                   for k in ("loadavg_start", "loadavg_end"))))(
+              load("2026-12-06-338e246-inner-loop-run.json"))),
     Claim(DB, "1-minute load average {}–{} over the inner-loop rounds",
           lambda: (lambda loads: (f"{min(loads):.1f}", f"{max(loads):.1f}"))(
               [r["loadavg"][0] for name in (INNER_BEFORE, INNER_AFTER, INNER)
