@@ -1861,9 +1861,9 @@ CLAIMS += [
 
 # Issue 55, the inner loop (benchmarks/inner_loop.py): before and after the reported step, and
 # the final run; run.py's cross-process rows of the same commit.
-INNER_BEFORE, INNER_AFTER, INNER = ("2026-12-06-453d986-inner-loop-before.json",
-                                    "2026-12-06-e952a50-inner-loop.json",
-                                    "2026-12-06-9438a04-inner-loop.json")
+INNER_BEFORE, INNER_AFTER, INNER, INNER_TF220 = (
+    "2026-12-06-453d986-inner-loop-before.json", "2026-12-06-e952a50-inner-loop.json",
+    "2026-12-06-9438a04-inner-loop.json", "2026-12-06-47c4883-inner-loop-tf220.json")
 
 
 def inner_paired(name, raw_key="raw_loop_ms") -> dict:
@@ -1910,6 +1910,12 @@ CLAIMS += [
               load("2026-12-06-338e246-inner-loop-run.json"))),
     Claim(DB, "1-minute load average {}–{} over the inner-loop rounds",
           lambda: (lambda loads: (f"{min(loads):.1f}", f"{max(loads):.1f}"))(
-              [r["loadavg"][0] for name in (INNER_BEFORE, INNER_AFTER, INNER)
+              [r["loadavg"][0] for name in (INNER_BEFORE, INNER_AFTER, INNER, INNER_TF220)
                for r in load(name)["records"]])),
+    Claim(DB, "8 rounds): lite/raw {} paired, {} against the raw graph through DirectCall, per "
+          "step {}, host work a loop {} µs.",
+          lambda: (spread(inner_paired(INNER_TF220)),
+                   spread(inner_paired(INNER_TF220, "raw_direct_loop_ms")),
+                   spread(load(INNER_TF220)["summary"]["per_step_lite_over_raw"]),
+                   inner_host(INNER_TF220)[1])),
 ]
