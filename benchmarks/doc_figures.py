@@ -14,7 +14,8 @@ docs/benchmarks.md), the summary-write A/B (45 / 76 µs) and the in-process loop
 the first-step bullets' op / conversion / import counts, `import tensorflow, keras` 4.15–4.65 s
 and the 437-variable cProfile, the ViT projection A/B (1.16×) and the op-histogram counts of
 the Adam powers and MobileNetV3 activations, the
-convolution bias `add` / `bias_add` A/B (1.001), the float32 noise figures measured on an Intel
+convolution bias `add` / `bias_add` A/B (1.001), the cost of an eager global-step read right
+after a graph call against a tight loop's (issue 55's inner loop), the float32 noise figures measured on an Intel
 Xeon with AMX in an earlier session (tests/vision/fp32_noise.py, docs/detection.md), the
 learning runs' APs of 2026-12-03 (docs/detection.md; the release learning tests write a results
 file when `LITE_LEARNING_RUN_OUT` names one, tests/vision/learning_run.py). The soaks' own prose about how they ran, machine
@@ -1906,4 +1907,65 @@ CLAIMS += [
           "lite {} ms against {} ms, lite/TFM {} (lite faster in {}). In both, the detections "
           "were {}",
           lambda: (lambda f: (f[4],) + f[:4] + (f[5],))(nms_ab_figures(NMS_AB, 0.001))),
+]
+
+# Issue 55, the inner loop (benchmarks/inner_loop.py): before and after the reported step, and
+# the final run; run.py's cross-process rows of the same commit.
+INNER_BEFORE, INNER_AFTER, INNER, INNER_TF220 = (
+    "2026-12-06-453d986-inner-loop-before.json", "2026-12-06-e952a50-inner-loop.json",
+    "2026-12-06-9438a04-inner-loop.json", "2026-12-06-47c4883-inner-loop-tf220.json")
+
+
+def inner_paired(name, raw_key="raw_loop_ms") -> dict:
+    """The paired lite/raw ratio of each round of an inner_loop.py file, as median/min/max."""
+    import inner_loop  # pylint: disable=import-outside-toplevel
+
+    return rounds_lib.spread([inner_loop.paired_ratios(r, raw_key)["paired"]
+                              for r in load(name)["records"]])
+
+
+def inner_host(name) -> Tuple[str, str]:
+    """(global-step reads a loop, lite's host µs a loop as median [min–max]) of a file."""
+    records = load(name)["records"]
+    reads = statistics.median(r["host_us"]["global-step read"]["calls_per_loop"]
+                              for r in records)
+    host = rounds_lib.spread([r["host_us"]["cycle_minus_trainer_train"] for r in records])
+    return f"{reads:.2f}", spread(host, 0)
+
+
+CLAIMS += [
+    Claim(DB, "lite's `tf.while_loop` body runs {} ops against the raw loop's {}",
+          lambda: tuple(str(load(INNER)["graphs"]["body_ops"][side]) for side in ("lite", "raw"))),
+    Claim(DB, "per step, lite/raw {} (speed; each step's cost from calls of 100 and 300 steps)",
+          lambda: (spread(load(INNER)["summary"]["per_step_lite_over_raw"]),)),
+    Claim(DB, "Before: {} global-step reads a loop and {} µs of host work a loop",
+          lambda: inner_host(INNER_BEFORE)),
+    Claim(DB, "after: {} reads and {} µs",
+          lambda: inner_host(INNER_AFTER)),
+    Claim(DB, "the paired lite/raw ratio went from {} to {}",
+          lambda: (spread(inner_paired(INNER_BEFORE)), spread(inner_paired(INNER_AFTER)))),
+    Claim(DB, "lite/raw {} paired, {} from each side's median loop",
+          lambda: (spread(inner_paired(INNER)), spread(load(INNER)["summary"]["lite_over_raw"]))),
+    Claim(DB, "against the raw graph called as lite calls its own, {}",
+          lambda: (spread(inner_paired(INNER, "raw_direct_loop_ms")),)),
+    Claim(DB, "host work a loop {} µs",
+          lambda: (inner_host(INNER)[1],)),
+    Claim(DB, "`benchmarks/results/2026-12-06-338e246-inner-loop-run.json`, TF 2.21): lite/raw "
+          "{}, load average {} at the start and {} at the end of the run.",
+          lambda: (lambda data: (spread(next(
+              t for t in data["targets"]
+              if t["target"] == "train100 lite@project/raw@project >= 0.97")),
+                                 *(f"{float(data['meta'][k].split()[0]):.1f}"
+                                   for k in ("loadavg_start", "loadavg_end"))))(
+              load("2026-12-06-338e246-inner-loop-run.json"))),
+    Claim(DB, "1-minute load average {}–{} over the inner-loop rounds",
+          lambda: (lambda loads: (f"{min(loads):.1f}", f"{max(loads):.1f}"))(
+              [r["loadavg"][0] for name in (INNER_BEFORE, INNER_AFTER, INNER, INNER_TF220)
+               for r in load(name)["records"]])),
+    Claim(DB, "8 rounds): lite/raw {} paired, {} against the raw graph through DirectCall, per "
+          "step {}, host work a loop {} µs.",
+          lambda: (spread(inner_paired(INNER_TF220)),
+                   spread(inner_paired(INNER_TF220, "raw_direct_loop_ms")),
+                   spread(load(INNER_TF220)["summary"]["per_step_lite_over_raw"]),
+                   inner_host(INNER_TF220)[1])),
 ]

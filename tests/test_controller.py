@@ -273,6 +273,63 @@ def test_raises_when_trainer_does_not_advance_global_step_at_all():
         controller.train(6)
 
 
+class ReportingTrainer(FakeTrainer):
+    """Reports the step each train call ended at (`last_train_step`), as lite's Trainer does
+    when its loop reads it in the loop's own graph call; `lie` is added to the report."""
+
+    def __init__(self, global_step, lie=0, **kwargs):
+        super().__init__(global_step, **kwargs)
+        self.lie = lie
+        self.last_train_step = None
+
+    def train(self, num_steps):
+        output = super().train(num_steps)
+        self.last_train_step = int(self.global_step.numpy()) + self.lie
+        return output
+
+
+def _count_reads(monkeypatch):
+    reads = []
+    read = Controller._read_step
+    monkeypatch.setattr(Controller, "_read_step", lambda self: reads.append(1) or read(self))
+    return reads
+
+
+def test_a_reported_step_replaces_the_read_after_each_loop(monkeypatch):
+    reads = _count_reads(monkeypatch)
+    global_step = make_step()
+    controller = Controller(global_step=global_step, trainer=ReportingTrainer(global_step),
+                            steps_per_loop=4)
+    assert controller.train(12) is not None
+    assert len(reads) == 1  # when the call starts; none after the loops
+    # The controller goes by the report: a trainer that reports one step more than it ran
+    # is trusted, and ends one loop early.
+    reads.clear()
+    lying = ReportingTrainer(global_step, lie=1)
+    Controller(global_step=global_step, trainer=lying, steps_per_loop=4).train(20)
+    assert lying.calls == [4, 3] and len(reads) == 1
+
+
+def test_a_step_reported_for_another_variable_is_not_used(monkeypatch):
+    reads = _count_reads(monkeypatch)
+    global_step = make_step()
+    trainer = ReportingTrainer(make_step(), lie=1000)
+    trainer.train(tf.constant(4))  # its own step: 4, reported 1004
+    # The controller's step is another variable: read after each loop, the report ignored.
+    controller = Controller(global_step=global_step, trainer=trainer, steps_per_loop=4)
+    with pytest.raises(RuntimeError, match=r"did not advance global_step"):
+        controller.train(8)
+    assert len(reads) == 2
+
+
+def test_a_reported_step_that_did_not_advance_still_raises():
+    global_step = make_step()
+    controller = Controller(global_step=global_step, steps_per_loop=2,
+                            trainer=ReportingTrainer(global_step, short_once=2))
+    with pytest.raises(RuntimeError, match=r"trainer.train\(2\) did not advance global_step"):
+        controller.train(6)
+
+
 def test_checkpoints_saved_at_interval_and_pruned_to_max_to_keep(tmp_path):
     global_step, model = make_step(), make_model()
     manager = make_manager(str(tmp_path), global_step, model, max_to_keep=2, interval=10)

@@ -5,6 +5,8 @@ Trainer's fused inner loop (`train_step` loop + `train_loop_end` in one graph ca
 changes only: these tests pin that they compute exactly what the plain calls compute.
 """
 
+import os
+import sys
 import threading
 import time
 import weakref
@@ -16,7 +18,9 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.core.base_trainer import fuses_train_loop_end
+from lite_launcher.core.train_lib import create_trainer
 from lite_launcher.orbit import loops
+from lite_launcher.orbit.controller import Controller
 
 import tiny
 
@@ -206,3 +210,104 @@ def test_evaluation_iterators_are_released_after_each_evaluation():
     while any(ref() is not None for ref in made) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(made) == 3 and all(ref() is None for ref in made)
+
+
+# The step after the fused loop (issue 55): read in the loop's own graph call, so that the
+# Controller need not read the variable after each loop.
+
+class OverridesTrain(ll.Trainer):
+    """Moves the step after the base loop: the step the loop read is not the one it ends at."""
+
+    def train(self, num_steps):
+        logs = super().train(num_steps)
+        self.global_step.assign_add(100)
+        return logs
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_fused_loop_reports_the_step_it_ended_at(replicas):
+    strategy = _strategy(replicas)
+    trainer = tiny.make_trainer(strategy=strategy)
+    assert trainer.last_train_step is None  # nothing trained yet
+    with strategy.scope():
+        for n, expected in ((6, 6), (1, 7), (4, 11)):
+            trainer.train(tf.constant(n))
+            assert trainer.last_train_step == expected == int(trainer.global_step.numpy())
+
+
+def test_no_step_is_reported_where_the_loop_does_not_end_the_call():
+    for trainer_cls in (SeparateLoopEnd, OverridesTrain):
+        trainer = tiny.make_trainer(trainer_cls=trainer_cls)
+        trainer.train(tf.constant(3))
+        assert trainer.last_train_step is None, trainer_cls
+    trainer = tiny.make_trainer(tiny.make_config(train_tf_while_loop=False))
+    trainer.train(3)
+    assert trainer.last_train_step is None
+
+
+def _counted_reads(monkeypatch):
+    reads = []
+    read = Controller._read_step
+
+    def counted(self):
+        reads.append(int(self.global_step.numpy()))
+        return read(self)
+
+    monkeypatch.setattr(Controller, "_read_step", counted)
+    return reads
+
+
+def test_the_controller_reads_the_step_only_after_actions_that_may_move_it(monkeypatch):
+    reads = _counted_reads(monkeypatch)
+    trainer = tiny.make_trainer()
+    controller = Controller(global_step=trainer.global_step, trainer=trainer,
+                            steps_per_loop=3)
+    controller.train(9)
+    # One read when the call starts, none after the three loops (the Trainer reported them).
+    assert reads == [0] and int(trainer.global_step.numpy()) == 9
+
+    # An action that moves the step back once: read after each loop's actions, and followed.
+    reads.clear()
+    moved = []
+
+    def move_back(output):
+        if not moved:
+            moved.append(trainer.global_step.assign_add(-3))
+
+    controller = Controller(global_step=trainer.global_step, trainer=trainer,
+                            steps_per_loop=3, train_actions=[move_back])
+    controller.train(15)
+    # Loops end at 12 (moved to 9), 12, 15: a read at the start and after every loop's actions.
+    assert reads == [9, 9, 12, 15]
+    assert int(trainer.global_step.numpy()) == 15
+
+
+_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+
+
+def test_lite_step_runs_no_more_ops_than_the_raw_loop_and_one_write_more():
+    """The profile of issue 55: lite's `mlp_tiny` step against the raw loop's
+    (benchmarks/raw_loop.py: same model, loss, SGD update, accuracy and loss metrics) in their
+    `tf.while_loop` bodies. lite's extra work per step is the global step's increment alone."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "benchmarks"))
+    import inner_loop  # noqa: E402  pylint: disable=import-outside-toplevel
+    import raw_loop  # noqa: E402  pylint: disable=import-outside-toplevel
+    import workloads as bench_workloads  # noqa: E402  pylint: disable=import-outside-toplevel
+
+    one = tf.constant(1, tf.int32)
+    loop, iterator, _ = raw_loop.build_train_loop(bench_workloads.get("mlp_tiny"))
+    loop(iterator, one)
+    raw = inner_loop.while_body_ops(loop.get_concrete_function(iterator, one))["body"]
+
+    params = ll.get_exp_config("mlp_tiny")
+    trainer = create_trainer(params, ll.get_task(params.task), train=True, evaluate=False)
+    trainer.train(one)
+    train_loop = trainer._train_loop
+    lite = inner_loop.while_body_ops(
+        train_loop.loop_fn.get_concrete_function(train_loop.iterator, one))["body"]
+
+    assert sum(lite.values()) <= sum(raw.values()), (lite, raw)
+    assert sum(lite.get(op, 0) for op in _WRITES) == sum(raw.get(op, 0) for op in _WRITES) + 1
+    for op in ("MatMul", "BiasAddGrad", "SparseSoftmaxCrossEntropyWithLogits", "IteratorGetNext"):
+        assert lite[op] == raw[op], op

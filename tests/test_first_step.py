@@ -140,6 +140,7 @@ UNCONVERTED = {
     "Task.process_metrics", "ImageClassificationTask.process_metrics",
     "ImageClassificationTask.build_losses", "ImageClassificationTask._loss_labels",
     "ImageClassificationTask._with_loss_labels", "Trainer._loop_end_logs",
+    "Trainer._fused_loop_end",
     "Parser._label", "Parser._resize", "Parser._needs_decoding", "normalize_image",
     "decode_and_random_crop_jpeg", "_sample_crop", "_crop_window", "_center_box",
     "decode_and_center_crop_jpeg",

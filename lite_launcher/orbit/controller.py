@@ -3,7 +3,10 @@
 The Controller knows two duck-typed interfaces and nothing else:
 
 - a trainer: `trainer.train(num_steps) -> Optional[dict]` runs `num_steps` training steps
-  (the inner loop) and advances the global step by `num_steps`;
+  (the inner loop) and advances the global step by `num_steps`. Optionally it also has
+  `global_step` (the Controller's variable) and `last_train_step`, the int value of that
+  variable its last `train` call ended at, or None: read inside the loop's own graph call, it
+  spares the Controller a host read of the variable after each inner loop;
 - an evaluator: `evaluator.evaluate(num_steps) -> Optional[dict]` runs one evaluation of
   `num_steps` steps, or until the data ends when `num_steps == -1`.
 
@@ -11,13 +14,14 @@ The Controller knows two duck-typed interfaces and nothing else:
 traces once. Returned dicts map names to scalars (Python numbers, NumPy values, tensors) or to
 nested dicts (written as summary sub-directories).
 
-Between inner loops the Controller calls the actions, logs one line, writes the loop's
-output (and `steps_per_second`) to the training summaries and saves a checkpoint when the
-checkpoint manager's `checkpoint_interval` is due, as Orbit does (a manager without a truthy
-interval saves nothing); how is `lite_launcher.checkpointing.checkpoints`' business. Per-loop host work is
-small: a global-step read, summaries queued for one compiled write (see `summaries`), one
-writer entry per call, flushes at checkpoints, evaluations and a call's end, nothing formatted
-unless logged.
+Between inner loops the Controller calls the actions, logs one line, writes the loop's output
+(and `steps_per_second`) to the training summaries and saves a checkpoint when the checkpoint
+manager's `checkpoint_interval` is due, as Orbit does (a manager without a truthy interval
+saves nothing); how is `lite_launcher.checkpointing.checkpoints`' business. Per-loop host work
+is small: a global-step read (none when the trainer reports `last_train_step`; one more after
+train actions, which may move the step), summaries queued for one compiled write (see
+`summaries`), one writer entry per call, flushes at checkpoints, evaluations and a call's end,
+nothing formatted unless logged.
 """
 
 from __future__ import annotations
@@ -411,6 +415,15 @@ class Controller:
         # `value()` is one read op; `numpy()` on the variable adds an identity op (a copy).
         return int(self.global_step.value().numpy())
 
+    def _step_after_train(self) -> int:
+        # The step a trainer read in its own graph call (the module docstring), when it
+        # reads this controller's step variable; else one host read.
+        trainer = self.trainer
+        reported = getattr(trainer, "last_train_step", None)
+        if reported is None or getattr(trainer, "global_step", None) is not self.global_step:
+            return self._read_step()
+        return int(reported)
+
     def _loop_size(self, current: int) -> int:
         size = self._steps_per_loop
         if callable(size):
@@ -434,7 +447,7 @@ class Controller:
         # Only the loop records under the interval's predicate (actions record as outside).
         with tf.summary.record_if(self._record_predicate):
             raw_output = self.trainer.train(self._steps_tensor(num_steps))
-        step = self._read_step()
+        step = self._step_after_train()
         if step <= current:
             # Not an off-by-some trainer but a stuck one: looping on would never end.
             raise RuntimeError(
