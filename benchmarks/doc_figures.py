@@ -1969,3 +1969,35 @@ CLAIMS += [
                    spread(load(INNER_TF220)["summary"]["per_step_lite_over_raw"]),
                    inner_host(INNER_TF220)[1])),
 ]
+
+
+# Issue 55, training: where a Mask R-CNN training step's op time goes (the by-name profile of
+# issue 43's row): the heads' convolutions, against what lite chooses (ROI Align, sampling).
+MASKRCNN_TRAIN_PROFILE = "2026-12-06-46b4fcc-step-vs-tfm-maskrcnn-profile-by-name.json"
+TRAIN_SCOPES = {"heads": ("mask_head", "detection_head"), "roi_align": ("roi_aligner",),
+                "sampling": ("roi_sampler", "mask_sampler")}
+
+
+def train_profile_split(side: str) -> Tuple[str, ...]:
+    """ms of op time (summed over threads, forward and backward) of one side's profiled Mask
+    R-CNN training step in its box and mask heads, its ROI aligners and its ROI / mask
+    samplers, the step's total, and the heads' and ROI Align's shares in per cent."""
+    ops = load(MASKRCNN_TRAIN_PROFILE)["records"][0]["op_ms_per_step"][side]["train"]
+    total = sum(v for k, v in ops.items() if not k.startswith("EagerLocalExecute"))
+    part = {name: sum(v for k, v in ops.items() if any(s in k for s in scopes))
+            for name, scopes in TRAIN_SCOPES.items()}
+    return (f"{part['heads']:,.0f}", f"{part['roi_align']:,.0f}", f"{part['sampling']:,.0f}",
+            f"{total:,.0f}", f"{100 * part['heads'] / total:.0f}",
+            f"{100 * part['roi_align'] / total:.1f}")
+
+CLAIMS += [
+    Claim(DB, "slow. The by-name profile of the Mask R-CNN training row (`benchmarks/results/{}`, "
+          "issue 43's, one profiled call a side on the loaded AMD EPYC) says otherwise: of "
+          "lite's step, {} ms of op time (forward and backward) ran in the box and mask heads, "
+          "{} ms in the two ROI aligners and {} ms in the ROI and mask samplers, of {} ms in all "
+          "— the heads {} %, ROI Align {} %; TFM's: {} ms, {} ms, {} ms of {} ms ({} %, {} %).",
+          lambda: ((MASKRCNN_TRAIN_PROFILE,) + train_profile_split("lite")
+                   + train_profile_split("tfm"))),
+    Claim(DB, "taking ROI Align to zero would buy lite at most its {} %",
+          lambda: (train_profile_split("lite")[5],)),
+]
