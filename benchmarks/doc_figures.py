@@ -2001,3 +2001,64 @@ CLAIMS += [
     Claim(DB, "taking ROI Align to zero would buy lite at most its {} %",
           lambda: (train_profile_split("lite")[5],)),
 ]
+
+# --- Detection input alone (issue 55): decode + parser, no model --------------------------
+
+DETECTION_INPUT = "2026-12-06-4c727e8-detection-input.json"
+DETECTION_INPUT_BEFORE = "2026-12-06-3954ab1-detection-input.json"
+DETECTION_INPUT_PROFILE = "2026-12-06-4c727e8-detection-input-profile.json"
+_INPUT_ROWS = {"retinanet_resnet50_fpn train": "RetinaNet R50-FPN, training",
+               "retinanet_resnet50_fpn eval": "RetinaNet R50-FPN, evaluation",
+               "maskrcnn_resnet50_fpn train": "Mask R-CNN R50-FPN, training",
+               "maskrcnn_resnet50_fpn eval": "Mask R-CNN R50-FPN, evaluation"}
+
+
+def input_row(label, name=DETECTION_INPUT) -> Tuple[str, ...]:
+    """lite and TFM images/s (medians), lite/TFM median [min–max], rounds lite faster of
+    rounds, CPU ms an image lite / TFM (medians), TFM/lite CPU median [min–max]."""
+    row = load(name)["rows"][label]
+    s = row["summary"]
+    return (f"{s['lite']['median']:.1f}", f"{s['tfm']['median']:.1f}",
+            spread(s["lite_over_tfm"], 2), str(s["rounds_lite_faster"]), str(len(row["rounds"])),
+            f"{s['cpu_ms_per_image']['lite']['median']:.2f}",
+            f"{s['cpu_ms_per_image']['tfm']['median']:.2f}", spread(s["cpu_tfm_over_lite"], 2))
+
+
+def input_loads(name=DETECTION_INPUT) -> Tuple[str, str]:
+    loads = [r["loadavg"][0] for row in load(name)["rows"].values() for r in row["rounds"]]
+    return f"{min(loads):.1f}", f"{max(loads):.1f}"
+
+
+def input_profile_ms(label, side, ops=None) -> str:
+    """ms an image of a stage's ops (all of them, or those whose "name:Type" ends with one
+    of `ops`' types), one thread, from the profile file."""
+    record = load(DETECTION_INPUT_PROFILE)["rows"][label][side]
+    if ops is None:
+        return f"{record['op_ms_per_image_total']:.2f}"
+    return f"{sum(v for k, v in record['op_ms_per_image'].items() if k.rsplit(':', 1)[-1] in ops):.2f}"
+
+
+_IMAGE_OPS = ("RealDiv", "Sub", "ResizeBilinear")
+
+CLAIMS += [
+    *[Claim(DB, f"| {title} | {{}} | {{}} | {{}} | {{}}/{{}} | {{}} / {{}} | {{}} |",
+            lambda label=label: input_row(label)) for label, title in _INPUT_ROWS.items()],
+    *[Claim(DB, f"| {title}, before | {{}} | {{}} | {{}} | {{}}/{{}} | {{}} / {{}} | {{}} |",
+            lambda label=label: input_row(label, DETECTION_INPUT_BEFORE))
+      for label, title in _INPUT_ROWS.items()],
+    Claim(DB, "commit `{}` on an {} ({} CPUs), 1-minute load average {}–{} over its rounds",
+          lambda: (load(DETECTION_INPUT)["commit"], load(DETECTION_INPUT)["cpu_model"],
+                   str(load(DETECTION_INPUT)["cpus"])) + input_loads()),
+    Claim(DB, "(`{}`, load average {}–{})",
+          lambda: (load(DETECTION_INPUT_BEFORE)["commit"],) + input_loads(DETECTION_INPUT_BEFORE)),
+    Claim(DB, "RetinaNet's training parse ran {} ms of ops an image in lite and {} in TFM, of "
+              "which the normalisation's division and subtraction and the bilinear resize {} "
+              "and {}",
+          lambda: (input_profile_ms("retinanet_resnet50_fpn train parse", "lite"),
+                   input_profile_ms("retinanet_resnet50_fpn train parse", "tfm"),
+                   input_profile_ms("retinanet_resnet50_fpn train parse", "lite", _IMAGE_OPS),
+                   input_profile_ms("retinanet_resnet50_fpn train parse", "tfm", _IMAGE_OPS))),
+    Claim(DB, "the JPEG decoding stage {} / {} ms",
+          lambda: tuple(input_profile_ms("retinanet_resnet50_fpn train decode", side)
+                        for side in ("lite", "tfm"))),
+]

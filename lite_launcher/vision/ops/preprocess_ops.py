@@ -229,9 +229,11 @@ def clip_or_pad_to_fixed_size(tensor, size: int, constant_values=0):
     static shape then starts with `size`)."""
     length = tf.minimum(tf.shape(tensor)[0], size)
     tensor = tensor[:length]
-    padding = tf.fill(tf.concat([[size - length], tf.shape(tensor)[1:]], axis=0),
-                      tf.cast(constant_values, tensor.dtype))
-    padded = tf.concat([tensor, padding], axis=0)
+    rank = len(tensor.shape)  # a static rank, as the static shape set below needs
+    # One op writing the result once: a filled block concatenated to the rows wrote and
+    # read it twice more (Mask R-CNN's 100 x 112 x 112 mask targets: 5 MB an image).
+    paddings = tf.concat([[[0, size - length]], tf.zeros([rank - 1, 2], tf.int32)], axis=0)
+    padded = tf.pad(tensor, paddings, constant_values=tf.cast(constant_values, tensor.dtype))
     padded.set_shape([size] + tensor.shape.as_list()[1:])
     return padded
 
