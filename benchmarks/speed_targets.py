@@ -56,6 +56,18 @@ def nms_ab_row(data, above):
             "cpu": record.get("cpu_model"), "load": _loads(record["rounds"])}
 
 
+def detection_input_row(data, label, measure="images_per_sec"):
+    """lite/TFM of a `detection_input.py` row: images per second (wall), or, with
+    `measure="cpu_ms_per_image"`, TFM's process CPU per image over lite's."""
+    rounds = data["rows"][label]["rounds"]
+    if measure == "images_per_sec":
+        ratios = [r[measure]["lite"] / r[measure]["tfm"] for r in rounds]
+    else:
+        ratios = [r[measure]["tfm"] / r[measure]["lite"] for r in rounds]
+    return {"ratios": ratios, "wins": sum(v > 1.0 for v in ratios), "cpu": data.get("cpu_model"),
+            "load": _loads(rounds)}
+
+
 def inner_loop_row(data):
     """lite/raw loops per second of an `inner_loop.py` file: each round's paired ratio (each
     lite loop against the raw calls just before and after it)."""
@@ -90,6 +102,13 @@ TARGETS = [
     ("RetinaNet MobileNetV2-FPN training 256², float32", ">=", 1.05,
      "2026-12-06-77e2a9d-step-vs-tfm-retinanet-focal-2.json", step_vs_tfm_row,
      ("retinanet_mobilenetv2_fpn", "train")),
+    *[(f"detection input alone ({title}: decode + parser, batch 2, no model), images/s",
+       ">=", 1.3, "2026-12-06-4c727e8-detection-input.json", detection_input_row, (label,))
+      for label, title in (
+          ("retinanet_resnet50_fpn train", "RetinaNet R50-FPN training"),
+          ("retinanet_resnet50_fpn eval", "RetinaNet R50-FPN evaluation"),
+          ("maskrcnn_resnet50_fpn train", "Mask R-CNN R50-FPN training"),
+          ("maskrcnn_resnet50_fpn eval", "Mask R-CNN R50-FPN evaluation"))],
     ("inner loop, `mlp_tiny` at steps_per_loop=100, lite/raw `tf.function` loop (lite/raw, "
      "not lite/TFM), TF 2.21", ">=", 0.97, "2026-12-06-9438a04-inner-loop.json",
      inner_loop_row, ()),
