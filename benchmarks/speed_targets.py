@@ -83,10 +83,12 @@ def inner_loop_row(data):
 # (>= target); times and memory lite's share of TFM's (<= target).
 TARGETS = [
     ("detection eval with NMS and COCO update, RetinaNet R50-FPN 256², initialised model",
-     ">=", 1.2, "2026-12-06-b581a18-step-vs-tfm-retinanet_resnet50_fpn-honest-eval.json",
+     ">=", 1.2,
+     "2026-12-06-04297a2-step-vs-tfm-retinanet_resnet50_fpn-honest-eval-per-row-nms.json",
      step_vs_tfm_row, ("retinanet_resnet50_fpn", "eval")),
     ("detection eval with NMS, masks and COCO update, Mask R-CNN R50-FPN 256²",
-     ">=", 1.2, "2026-12-06-b581a18-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval.json",
+     ">=", 1.2,
+     "2026-12-06-04297a2-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval-per-row-nms.json",
      step_vs_tfm_row, ("maskrcnn_resnet50_fpn", "eval")),
     ("RetinaNet detection generator alone (decoding + NMS v2), 2 × 12,276 anchors × 90 "
      "classes, no score above 0.05 (an initialised model)", ">=", 1.2,
