@@ -2110,3 +2110,12 @@ CLAIMS += [
           lambda: (maskrcnn_eval_generator_share("tfm"), MASKRCNN_EVAL_PROFILE,
                    maskrcnn_eval_generator_share("lite"))),
 ]
+
+CLAIMS += [
+    Claim(DD, "Measured again on the same machine: RetinaNet ResNet-50 FPN eval lite/TFM {}, "
+          "Mask R-CNN with masks {}; the detection generator alone, with a trained model's "
+          "order of scores above the threshold ({} an image), {} with the batched-rows loop",
+          lambda: (per_row_eval("retinanet_resnet50_fpn")[2],
+                   per_row_eval("maskrcnn_resnet50_fpn")[2],
+                   nms_ab_figures(NMS_AB, 0.001)[4], nms_ab_figures(NMS_AB, 0.001)[2])),
+]
