@@ -75,8 +75,9 @@ def test_an_altered_cell_of_a_later_block_of_the_same_doc_is_reported():
     one altered is reported, naming that file (a check of the first block only missed it)."""
     assert _docs()["docs/benchmarks.md"].count(report.STEP_VS_TFM_START_MARKER) >= 2
     assert _problems_with_a_cell_altered("docs/benchmarks.md", str.rindex) == [
-        _block_differs("docs/benchmarks.md",
-                       "2026-12-06-b581a18-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval.json")]
+        _block_differs(
+            "docs/benchmarks.md",
+            "2026-12-06-04297a2-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval-per-row-nms.json")]
 
 
 def test_check_fails_on_a_copy_of_the_docs_with_one_profile_figure_altered(tmp_path, capsys):
