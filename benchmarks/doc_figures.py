@@ -2066,7 +2066,8 @@ CLAIMS += [
 
 # Issue 55: the honest eval rows after the tile stop and the per-row loop.
 PER_ROW_EVAL = {model: f"2026-12-06-04297a2-step-vs-tfm-{model}-honest-eval-per-row-nms.json"
-                for model in ("retinanet_resnet50_fpn", "maskrcnn_resnet50_fpn")}
+                for model in ("retinanet_resnet50_fpn", "maskrcnn_resnet50_fpn",
+                              "retinanet_mobilenetv2_fpn")}
 
 
 def per_row_eval(model) -> Tuple[str, ...]:
@@ -2089,6 +2090,9 @@ CLAIMS += [
     Claim(DB, "Mask R-CNN ResNet-50 FPN with masks: lite {} ms against {} ms, lite/TFM {}, lite "
           "faster in {} rounds (load {}–{}); first call {} s against {} s.",
           lambda: per_row_eval("maskrcnn_resnet50_fpn")),
+    Claim(DB, "RetinaNet MobileNetV2 FPN (its first honest row): lite {} ms against {} ms, "
+          "lite/TFM {}, lite faster in {} rounds (load {}–{}); first call {} s against {} s.",
+          lambda: per_row_eval("retinanet_mobilenetv2_fpn")),
 ]
 
 MASKRCNN_EVAL_PROFILE = "2026-12-06-d5a132e-step-vs-tfm-maskrcnn-honest-eval-profile-by-name.json"

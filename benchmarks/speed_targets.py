@@ -86,6 +86,10 @@ TARGETS = [
      ">=", 1.2,
      "2026-12-06-04297a2-step-vs-tfm-retinanet_resnet50_fpn-honest-eval-per-row-nms.json",
      step_vs_tfm_row, ("retinanet_resnet50_fpn", "eval")),
+    ("detection eval with NMS and COCO update, RetinaNet MobileNetV2-FPN 256², initialised "
+     "model", ">=", 1.2,
+     "2026-12-06-04297a2-step-vs-tfm-retinanet_mobilenetv2_fpn-honest-eval-per-row-nms.json",
+     step_vs_tfm_row, ("retinanet_mobilenetv2_fpn", "eval")),
     ("detection eval with NMS, masks and COCO update, Mask R-CNN R50-FPN 256²",
      ">=", 1.2,
      "2026-12-06-04297a2-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval-per-row-nms.json",

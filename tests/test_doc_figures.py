@@ -77,7 +77,7 @@ def test_an_altered_cell_of_a_later_block_of_the_same_doc_is_reported():
     assert _problems_with_a_cell_altered("docs/benchmarks.md", str.rindex) == [
         _block_differs(
             "docs/benchmarks.md",
-            "2026-12-06-04297a2-step-vs-tfm-maskrcnn_resnet50_fpn-honest-eval-per-row-nms.json")]
+            "2026-12-06-04297a2-step-vs-tfm-retinanet_mobilenetv2_fpn-honest-eval-per-row-nms.json")]
 
 
 def test_check_fails_on_a_copy_of_the_docs_with_one_profile_figure_altered(tmp_path, capsys):
