@@ -1,11 +1,13 @@
-"""Time to first step (issue 31): a whole driver process, lite's `lite-train` against TFM's
-`official/vision/train.py`, from process start to the first training step finished.
+"""Time to first step (issue 31) and peak memory (issue 55): a whole driver process, lite's
+`lite-train` against TFM's `official/vision/train.py`, from process start to the first training
+step finished, and the process's peak resident memory.
 
-One run measures every model (ResNet-50, MobileNetV2, ViT-Ti/16 by default) on both sides, in
+One run measures every model (ResNet-50, MobileNetV2, ViT-Ti/16 by default; RetinaNet R50-FPN,
+`retinanet_resnet50_fpn`, the detection row of step_vs_tfm.py, on request) on both sides, in
 rounds; within a round the sides of a model run back to back, order reversed every other round.
 Each side is one fresh process of the real driver, on the same experiment with the same
 overrides (TFM's field names: `overrides`), reading the synthetic TFRecords `vision_rows.py`
-writes. The driver's own log is the clock: the parent timestamps each line as it arrives
+writes (RetinaNet: those of `detection_rows.py`). The driver's own log is the clock: the parent timestamps each line as it arrives
 (children run with PYTHONUNBUFFERED=1) and reads
 
 - `first_step_s`: process start -> the log line of step 1 ("train | step: 1 | steps/sec"),
@@ -14,7 +16,9 @@ writes. The driver's own log is the clock: the parent timestamps each line as it
   strategy, task, model, optimizer, dataset, checkpoint restore: all before the first loop);
 - `first_loop_s`: that line -> step 1's (tracing, graph optimisation, the first run);
 - `steady_step_s`: step `STEPS-1` -> step `STEPS` (one step once everything is warm);
-- `trace_compile_s` = first_loop_s - steady_step_s: the step's trace/compile cost alone.
+- `trace_compile_s` = first_loop_s - steady_step_s: the step's trace/compile cost alone;
+- `peak_rss_mb`: the process's peak resident memory to its exit (wait4's ru_maxrss), read
+  the same way for both drivers.
 
 Several lite checkouts can run side by side (`--lite NAME=DIR`, each put first on PYTHONPATH),
 so one run is also an A/B of lite before and after a change. Every record carries the CPU
@@ -448,6 +452,8 @@ def main(argv=None):
     machine = {"cpu_model": cpu_model(), "cores": os.cpu_count()}
     results = {"file": os.path.relpath(out, _ROOT), "started": f"{started:%Y-%m-%d %H:%M} UTC",
                "commit": commit, "argv": sys.argv[1:] if argv is None else argv,
+               "command": ["benchmarks/first_step.py"] + list(
+                   sys.argv[1:] if argv is None else argv),
                "label": args.label, "rounds": args.rounds, "baseline": baseline,
                "machine": machine, "lite_checkouts": lite_dirs, "env": ENV, "records": []}
     os.makedirs(args.work_dir, exist_ok=True)
