@@ -309,6 +309,10 @@ print(json.dumps({{"saw": tensorflow.SAW, "status": status,
 """
 
 
+def _without_opt_out():
+    return {k: v for k, v in os.environ.items() if k != "LITE_KERAS_OPTIONAL_IMPORTS"}
+
+
 @pytest.mark.parametrize("env, before, hidden", [
     ({}, "status = None", False),
     ({}, "from lite_launcher.common import lean_imports\n"
@@ -329,7 +333,7 @@ def test_keras_optional_packages_are_hidden_from_tensorflows_import_only(tmp_pat
     out = subprocess.run(
         [sys.executable, "-c", _AFTER_TF.format(before=before)], capture_output=True,
         text=True, check=True, cwd=tmp_path,
-        env=dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", **env)).stdout
+        env=dict(_without_opt_out(), PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", **env)).stdout
     result = json.loads(out.splitlines()[-1])
     expected = {"sklearn.base": not hidden, "matplotlib.pyplot": not hidden,
                 "pandas": not hidden, "json": True}
@@ -351,5 +355,5 @@ def test_the_driver_hides_them_before_tensorflow_loads():
               "print('FINDERS', 'tensorflow' in sys.modules, "
               "[type(f).__name__ for f in sys.meta_path][0])")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, PYTHONPATH=ROOT)).stdout
+                         check=True, env=dict(_without_opt_out(), PYTHONPATH=ROOT)).stdout
     assert out.splitlines()[-1] == "FINDERS False _HidingFinder"
