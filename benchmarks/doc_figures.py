@@ -38,6 +38,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 
 import first_step  # noqa: E402
+import startup_profile  # noqa: E402
 import report  # noqa: E402
 import rounds as rounds_lib  # noqa: E402
 import speed_targets  # noqa: E402
@@ -96,7 +97,8 @@ DOCS = ("README.md", "docs/benchmarks.md", "benchmarks/README.md", "docs/multi_w
 # The rendered blocks: (start marker, end marker).
 BLOCKS = ((report.START_MARKER, report.END_MARKER),
           (report.VISION_START_MARKER, report.VISION_END_MARKER),
-          (report.STEP_VS_TFM_START_MARKER, report.STEP_VS_TFM_END_MARKER))
+          (report.STEP_VS_TFM_START_MARKER, report.STEP_VS_TFM_END_MARKER),
+          (report.FIRST_STEP_START_MARKER, report.FIRST_STEP_END_MARKER))
 _SOURCE = re.compile(r"From `(benchmarks/results/[^`]+\.json)`")
 
 
@@ -239,6 +241,34 @@ LOADED = "2026-12-02-2af19b0-first-step.json"
 def _median(name, model, side, field="first_step_s", baseline="tfm"):
     table = first_step.summarize(load(name)["records"], baseline=baseline)["table"]
     return table[f"{model}/{side}"][field]["median"]
+
+
+# Issue 55: time to first step and peak memory (first_step.py with its RetinaNet row and peak
+# RSS; startup_profile.py's phases of one lite process).
+FS55_RESNET50 = "2026-12-06-b9f462a-first-step-resnet50.json"
+FS55_RETINANET = "2026-12-06-b9f462a-first-step.json"
+PROFILE55 = "2026-12-06-b9f462a-startup-profile.json"
+_PHASES55 = ("imports", "build_model", "optimizer_variables", "build_inputs", "trace",
+             "first_run", "first_step")
+
+
+def startup_phases(model: str) -> Tuple[str, ...]:
+    """The load, the phases' seconds, the peak and where it was reached, of `model`'s lite
+    process in PROFILE55."""
+    record = next(r for r in load(PROFILE55)["records"] if r["model"] == model)
+    phases = startup_profile.phases(record["marks"])
+    where = {"first loop end": "after step 1 (the checkpoint written after it, steps 2–3)"}.get(
+        phases["peak_phase"], "in graph optimisation and the first run"
+        if str(phases["peak_phase"]).startswith("trace loop") else phases["peak_phase"])
+    at_step1 = next(m["hwm_mb"] for m in record["marks"] if m["what"] == "first loop end")
+    return ((f"{record['loadavg_1m_before']:.1f}",)
+            + tuple(f"{phases[k]:.1f}" for k in _PHASES55)
+            + (str(phases["peak_hwm_mb"]), str(at_step1), where))
+
+
+def fs55_ratio(name: str, model: str, field: str, side: str = "lite") -> str:
+    return spread(first_step.summarize(load(name)["records"])["ratios"][
+        f"{model}/{side}/tfm"][field])
 
 
 def first_step_rows() -> List[Tuple[str, Callable[[], Tuple[str, ...]]]]:
@@ -652,6 +682,24 @@ CLAIMS: List[Claim] = [
           + tuple(f"{first_ratio(LOADED, m, side, 'cpu_s')['median']:.3f}"
                   for side in ("lite", "base") for m in FIRST_STEP_MODELS)),
     *[Claim(DB, row, figures) for row, figures in (first_step_rows())],
+    # Time to first step and peak memory (issue 55).
+    Claim(DB, "base → lite (medians): process CPU {} → {} s, peak RSS {} → {} MB",
+          lambda: tuple(f"{_median(FS55_RESNET50, 'resnet50', side, field):.{d}f}"
+                        for field, d in (("cpu_s", 1), ("peak_rss_mb", 0))
+                        for side in ("base", "lite"))),
+    Claim(DB, "lite/TFM process CPU {} (ResNet-50) and {} (RetinaNet)",
+          lambda: (fs55_ratio(FS55_RESNET50, "resnet50", "cpu_s"),
+                   fs55_ratio(FS55_RETINANET, "retinanet_resnet50_fpn", "cpu_s"))),
+    Claim(DB, "ResNet-50 (1-min load {} at its start): TensorFlow's import {} s, the model {} s, "
+          "the optimizer's variables {} s, the dataset {} s, the loop's trace {} s, graph "
+          "optimisation and the first run {} s; step 1 at {} s; the peak, {} MB ({} MB at step 1), "
+          "{}.",
+          lambda: startup_phases("resnet50")),
+    Claim(DB, "RetinaNet R50-FPN (1-min load {} at its start): TensorFlow's import {} s, the "
+          "model {} s, the optimizer's variables {} s, the dataset {} s, the loop's trace {} s, "
+          "graph optimisation and the first run {} s; step 1 at {} s; the peak, {} MB ({} MB at "
+          "step 1), {}.",
+          lambda: startup_phases("retinanet_resnet50_fpn")),
     # The outer loop's own cost (run.py, b9a447a).
     *[Claim(DB, *lite_raw_row(w)) for w in ("mlp_tiny", "cnn_small", "mock")],
     *[Claim(DB, f"| {w} | spl=1 with summaries, lite/TFM ≥ 8 | {{}} | pass (median only) |",
@@ -1602,6 +1650,8 @@ def render_block(source: str) -> str:
         return report.vision_suite_markdown(data, source=source)[0]
     if report.is_step_vs_tfm(data):
         return step_vs_tfm.render(dict(data, file=source))
+    if report.is_first_step(data):
+        return first_step.render(dict(data, file=source), data.get("baseline", "tfm"))
     return report.markdown(data, source=source)[0]
 
 

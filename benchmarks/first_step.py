@@ -1,11 +1,13 @@
-"""Time to first step (issue 31): a whole driver process, lite's `lite-train` against TFM's
-`official/vision/train.py`, from process start to the first training step finished.
+"""Time to first step (issue 31) and peak memory (issue 55): a whole driver process, lite's
+`lite-train` against TFM's `official/vision/train.py`, from process start to the first training
+step finished, and the process's peak resident memory.
 
-One run measures every model (ResNet-50, MobileNetV2, ViT-Ti/16 by default) on both sides, in
+One run measures every model (ResNet-50, MobileNetV2, ViT-Ti/16 by default; RetinaNet R50-FPN,
+`retinanet_resnet50_fpn`, the detection row of step_vs_tfm.py, on request) on both sides, in
 rounds; within a round the sides of a model run back to back, order reversed every other round.
 Each side is one fresh process of the real driver, on the same experiment with the same
 overrides (TFM's field names: `overrides`), reading the synthetic TFRecords `vision_rows.py`
-writes. The driver's own log is the clock: the parent timestamps each line as it arrives
+writes (RetinaNet: those of `detection_rows.py`). The driver's own log is the clock: the parent timestamps each line as it arrives
 (children run with PYTHONUNBUFFERED=1) and reads
 
 - `first_step_s`: process start -> the log line of step 1 ("train | step: 1 | steps/sec"),
@@ -14,7 +16,9 @@ writes. The driver's own log is the clock: the parent timestamps each line as it
   strategy, task, model, optimizer, dataset, checkpoint restore: all before the first loop);
 - `first_loop_s`: that line -> step 1's (tracing, graph optimisation, the first run);
 - `steady_step_s`: step `STEPS-1` -> step `STEPS` (one step once everything is warm);
-- `trace_compile_s` = first_loop_s - steady_step_s: the step's trace/compile cost alone.
+- `trace_compile_s` = first_loop_s - steady_step_s: the step's trace/compile cost alone;
+- `peak_rss_mb`: the process's peak resident memory to its exit (wait4's ru_maxrss), read
+  the same way for both drivers.
 
 Several lite checkouts can run side by side (`--lite NAME=DIR`, each put first on PYTHONPATH),
 so one run is also an A/B of lite before and after a change. Every record carries the CPU
@@ -42,16 +46,28 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 sys.path.insert(0, _HERE)
 
+import detection_rows  # noqa: E402
 import rounds as rounds_lib  # noqa: E402
 
-# Model -> (experiment, backbone override, input size), the same on both sides.
+# Model -> (experiment, backbone override, input size), the same on both sides. A detection
+# model's backbone is its experiment's (None here); its overrides are detection_rows.py's.
 MODELS = {
     "resnet50": ("resnet_imagenet", {"resnet": {"model_id": 50}}, 64),
     "mobilenetv2": ("mobilenet_imagenet", {"mobilenet": {"model_id": "MobileNetV2"}}, 64),
     # DeiT's recipe (RandAugment, MixUp/CutMix, AdamW, cosine) with ViT-Ti/16; 64x64 is a 4x4
     # grid of 16-pixel patches, the smallest input that still makes a patch sequence.
     "vit_ti16": ("deit_imagenet_pretrain", {"vit": {"model_name": "vit-ti16"}}, 64),
+    # The step_vs_tfm.py detection row (issue 55): 256x256, batch 2, synthetic detection
+    # TFRecords in TFM's format.
+    "retinanet_resnet50_fpn": ("retinanet_resnetfpn_coco", None, detection_rows.IMAGE_SIZE),
 }
+DETECTION = ("retinanet_resnet50_fpn",)
+DEFAULT_MODELS = ("resnet50", "mobilenetv2", "vit_ti16")
+# Targets, lite/TFM medians of per-round ratios: issue 31's 0.45 first step; issue 55's
+# first step for ResNet-50 and RetinaNet and peak resident memory (`peak_rss_mb`).
+FIRST_STEP_TARGETS = {"resnet50": 0.40, "retinanet_resnet50_fpn": 0.50}
+DEFAULT_FIRST_STEP_TARGET = 0.45
+RSS_TARGETS = {"resnet50": 0.9, "retinanet_resnet50_fpn": 0.9}
 SIDES = ("lite", "tfm")
 BATCH = 16
 STEPS = 3  # step 1 ends the first loop; steps 2 -> 3 give the steady step
@@ -65,19 +81,48 @@ ENV = {"TF_ENABLE_ONEDNN_OPTS": "1", "PYTHONUNBUFFERED": "1"}
 RESULTS_DIR = os.path.join(_HERE, "results")
 
 
+def loop_overrides(steps=STEPS):
+    """1-step loops, `steps` steps, a summary every step, no checkpoint, no eval."""
+    return {"steps_per_loop": 1, "train_steps": steps, "summary_interval": 1,
+            "checkpoint_interval": NEVER, "validation_interval": NEVER}
+
+
 def overrides(model, input_glob, steps=STEPS):
-    """The model's experiment at its small size, batch 16, 1-step loops, no eval, no export;
-    TFM's field names, so the same dict overrides lite's and TFM's experiment."""
+    """The model's experiment at its small size, batch 16 (a detection model: detection_rows'
+    overrides, batch 2), 1-step loops, no eval, no export; TFM's field names, so the same dict
+    overrides lite's and TFM's experiment."""
     experiment, backbone, size = MODELS[model]
     del experiment
+    if model in DETECTION:
+        # float32 stated: TFM's experiment defaults to bfloat16 (its TPU recipe).
+        params = detection_rows.overrides(model, input_glob, steps, dtype="float32")
+        params["trainer"] = loop_overrides(steps)
+        return params
     return {
         "runtime": {"distribution_strategy": "off", "enable_xla": False},
         "task": {"model": {"input_size": [size, size, 3], "backbone": backbone},
                  "train_data": {"input_path": input_glob, "global_batch_size": BATCH,
                                 "shuffle_buffer_size": 256}},
-        "trainer": {"steps_per_loop": 1, "train_steps": steps, "summary_interval": 1,
-                    "checkpoint_interval": NEVER, "validation_interval": NEVER},
+        "trainer": loop_overrides(steps),
     }
+
+
+def input_glob_for(model, data_dir):
+    """The records `model` reads under `data_dir` (vision_rows.py's classification records or
+    detection_rows.py's detection records)."""
+    if model in DETECTION:
+        return os.path.join(data_dir, "detection-*.tfrecord")
+    return os.path.join(data_dir, "train-*-of-*")
+
+
+def write_data_command(python, model, data_dir):
+    """The command that writes `model`'s records into `data_dir` (once; the writers skip
+    records already there)."""
+    if model in DETECTION:
+        return [python, "-c", f"import sys; sys.path.insert(0, {_HERE!r}); import "
+                f"detection_rows; detection_rows.write_synthetic_tfrecords({data_dir!r})"]
+    return [python, os.path.join(_HERE, "vision_rows.py"), "--write_data_only",
+            "--data_dir", data_dir]
 
 
 def lite_command(python):
@@ -125,33 +170,42 @@ def parse_log(lines, steps=STEPS):
             "steady_step_s": steady, "trace_compile_s": trace}
 
 
-def _children_cpu_s():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _reap(proc, timeout):
+    """Waits for `proc` (killed after `timeout` s) with wait4: (exit code, its own rusage)."""
+    deadline = time.perf_counter() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return proc.returncode, usage
+        if time.perf_counter() > deadline:
+            proc.kill()
+            deadline = float("inf")
+        time.sleep(0.02)
 
 
 def run_process(command, env, timeout, cwd=None):
     """Runs `command`, timestamping each output line (stdout and stderr merged) against the
-    moment just before the process was started. Returns (rc, [(t, line)], wall_s, cpu_s):
-    cpu_s is the process's user + system CPU time (less sensitive than wall time to other
-    processes on a shared machine; only one child runs at a time)."""
-    cpu_before = _children_cpu_s()
+    moment just before the process was started. Returns (rc, [(t, line)], wall_s, cpu_s,
+    peak_rss_mb): cpu_s is the process's user + system CPU time (less sensitive than wall time
+    to other processes on a shared machine), peak_rss_mb its peak resident memory (the kernel's
+    ru_maxrss of that one process, from wait4: the same reading for both drivers). Linux starts
+    an exec'd child's ru_maxrss at its parent's RSS at spawn, so the harness keeps TensorFlow
+    out of its own process and records its RSS (`harness_rss_mb`): a floor both sides share."""
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, text=True, bufsize=1, cwd=cwd)
     lines = []
     deadline = start + timeout
-    try:
-        for line in proc.stdout:
-            lines.append((time.perf_counter() - start, line.rstrip("\n")))
-            if time.perf_counter() > deadline:
-                proc.kill()
-                break
-        rc = proc.wait(timeout=max(1.0, deadline - time.perf_counter()))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        rc = proc.wait()
-    return rc, lines, time.perf_counter() - start, _children_cpu_s() - cpu_before
+    for line in proc.stdout:
+        lines.append((time.perf_counter() - start, line.rstrip("\n")))
+        if time.perf_counter() > deadline:
+            proc.kill()
+            break
+    rc, usage = _reap(proc, max(1.0, deadline - time.perf_counter()))
+    proc.stdout.close()
+    return (rc, lines, time.perf_counter() - start, usage.ru_utime + usage.ru_stime,
+            usage.ru_maxrss / 1024.0)  # Linux reports kilobytes
 
 
 _PROBE = """
@@ -242,24 +296,25 @@ def summarize(records, baseline="tfm"):
     models = sorted({r["model"] for r in ok}, key=list(MODELS).index)
     sides = sorted({r["side"] for r in ok}, key=lambda s: (s == "tfm", s))
     figures = ("first_step_s", "startup_s", "first_loop_s", "trace_compile_s",
-               "steady_step_s", "cpu_s")
+               "steady_step_s", "cpu_s", "peak_rss_mb")
     table = {}
     ratios = {}
     for model in models:
         for side in sides:
             mine = [r for r in ok if r["model"] == model and r["side"] == side]
             if mine:
-                table[f"{model}/{side}"] = {f: spread([r[f] for r in mine]) for f in figures}
+                table[f"{model}/{side}"] = {f: spread([r.get(f) for r in mine])
+                                            for f in figures}
         base = {r["round"]: r for r in ok if r["model"] == model and r["side"] == baseline}
         for side in sides:
             if side == baseline:
                 continue
             per_round = {}
-            for field in ("first_step_s", "trace_compile_s", "cpu_s"):
+            for field in ("first_step_s", "trace_compile_s", "cpu_s", "peak_rss_mb"):
                 per_round[field] = [
                     r[field] / base[r["round"]][field] for r in ok
                     if r["model"] == model and r["side"] == side and r["round"] in base
-                    and r[field] is not None and base[r["round"]][field]]
+                    and r.get(field) is not None and base[r["round"]].get(field)]
             ratios[f"{model}/{side}/{baseline}"] = {f: spread(v) for f, v in per_round.items()}
     return {"table": table, "ratios": ratios}
 
@@ -270,16 +325,28 @@ def _fmt(s, digits=2):
     return f"{s['median']:.{digits}f} [{s['min']:.{digits}f}–{s['max']:.{digits}f}]"
 
 
-def render(results, baseline="tfm", target=0.45):
-    """Markdown tables of a results dict: seconds per side, then ratios with the target."""
+def _verdict(ratio, target):
+    if not ratio or target is None:
+        return "—"
+    return f"<= {target}: " + ("pass" if ratio["median"] <= target else "MISS")
+
+
+def render(results, baseline="tfm", target=None):
+    """Markdown tables of a results dict: seconds and peak RSS per side, then the per-round
+    ratios against `baseline` with the targets (first step: `target` if given, else
+    FIRST_STEP_TARGETS; peak RSS: RSS_TARGETS)."""
     summary = summarize(results["records"], baseline)
     meta = results.get("machine", {})
-    lines = [f"From `{results.get('file', '?')}`: {results.get('started', '?')}, "
-             f"{meta.get('cpu_model', 'CPU not recorded')} ({meta.get('cores', '?')} cores), "
-             f"{results.get('rounds', '?')} round(s); median [min–max] over rounds.", "",
+    loads = [r["loadavg_1m_before"] for r in results["records"] if "loadavg_1m_before" in r]
+    load = f", 1-min load {min(loads):.2f}–{max(loads):.2f}" if loads else ""
+    commit = f", commit `{results['commit']}`" if results.get("commit") else ""
+    lines = [f"From `{results.get('file', '?')}`: {results.get('started', '?')}{commit}, "
+             f"{meta.get('cpu_model', 'CPU not recorded')} ({meta.get('cores', '?')} cores)"
+             f"{load}, {results.get('rounds', '?')} round(s); median [min–max] over rounds.", "",
              "| model | side | TF | oneDNN | XLA | dtype | first step (s) | start-up (s) | "
-             "first loop (s) | trace+compile (s) | steady step (s) | process CPU to exit (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "first loop (s) | trace+compile (s) | steady step (s) | process CPU to exit (s) | "
+             "peak RSS (MB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     states = {(r["model"], r["side"]): r for r in results["records"]}
     for key, figs in summary["table"].items():
         model, side = key.split("/")
@@ -290,19 +357,23 @@ def render(results, baseline="tfm", target=0.45):
             f"{'on' if rec.get('enable_xla') else 'off'} | {rec.get('dtype', '?')} | "
             f"{_fmt(figs['first_step_s'])} | {_fmt(figs['startup_s'])} | "
             f"{_fmt(figs['first_loop_s'])} | {_fmt(figs['trace_compile_s'])} | "
-            f"{_fmt(figs['steady_step_s'], 3)} | {_fmt(figs['cpu_s'], 1)} |")
+            f"{_fmt(figs['steady_step_s'], 3)} | {_fmt(figs['cpu_s'], 1)} | "
+            f"{_fmt(figs['peak_rss_mb'], 0)} |")
     if summary["ratios"]:
-        lines += ["", f"| model | ratio (per round) | first step | trace+compile | "
-                  f"process CPU | target first step <= {target} |", "|---|---|---|---|---|---|"]
+        lines += ["", "| model | ratio (per round) | first step | trace+compile | process CPU | "
+                  "peak RSS | target first step | target peak RSS |",
+                  "|---|---|---|---|---|---|---|---|"]
         for key, figs in summary["ratios"].items():
             model, side, base = key.split("/")
-            first = figs["first_step_s"]
-            verdict = "—"
-            if first and base == "tfm":
-                verdict = "pass" if first["median"] <= target else "MISS"
+            first, rss = figs["first_step_s"], figs["peak_rss_mb"]
+            first_target = (target if target is not None else
+                            FIRST_STEP_TARGETS.get(model, DEFAULT_FIRST_STEP_TARGET))
+            judged = base == "tfm"
             lines.append(f"| {model} | {side}/{base} | {_fmt(first, 3)} | "
                          f"{_fmt(figs['trace_compile_s'], 3)} | {_fmt(figs['cpu_s'], 3)} | "
-                         f"{verdict} |")
+                         f"{_fmt(rss, 3)} | "
+                         f"{_verdict(first, first_target if judged else None)} | "
+                         f"{_verdict(rss, RSS_TARGETS.get(model) if judged else None)} |")
     failed = [r for r in results["records"] if r.get("rc") != 0 or r.get("first_step_s") is None]
     if failed:
         lines += ["", f"{len(failed)} process(es) failed or logged no first step: " + ", ".join(
@@ -312,7 +383,8 @@ def render(results, baseline="tfm", target=0.45):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
+                        choices=list(MODELS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--lite", nargs="+", default=[_ROOT], metavar="[NAME=]DIR",
                         help="lite checkouts to run (default: this one, named lite)")
@@ -349,17 +421,18 @@ def main(argv=None):
     baseline = args.baseline or ("tfm" if not args.no_tfm else sides[0])
     if baseline not in sides:
         parser.error(f"--baseline {baseline} is not one of the sides {sides}")
-    input_glob = os.path.join(args.data_dir, "train-*-of-*")
     if args.list:
         for r, model, side, _ in plan(args.models, sides, 1):
             python = args.tfm_python if side == "tfm" else args.python
             path = lite_dirs.get(side, "")
             print(f"{model} {side}: PYTHONPATH={path} " + " ".join(
-                side_command(side, python, model, input_glob, "MODEL_DIR")))
+                side_command(side, python, model, input_glob_for(model, args.data_dir),
+                             "MODEL_DIR")))
         return 0
-    subprocess.run([args.python, os.path.join(_HERE, "vision_rows.py"), "--write_data_only",
-                    "--data_dir", args.data_dir], check=True, env=side_env(sides[0], lite_dirs),
-                   capture_output=True)
+    for command in {tuple(write_data_command(args.python, m, args.data_dir))
+                    for m in args.models}:
+        subprocess.run(list(command), check=True, env=side_env(sides[0], lite_dirs),
+                       capture_output=True)
     commit = subprocess.run(["git", "-C", _ROOT, "rev-parse", "--short=7", "HEAD"],
                             capture_output=True, text=True, check=False).stdout.strip()
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -379,6 +452,8 @@ def main(argv=None):
     machine = {"cpu_model": cpu_model(), "cores": os.cpu_count()}
     results = {"file": os.path.relpath(out, _ROOT), "started": f"{started:%Y-%m-%d %H:%M} UTC",
                "commit": commit, "argv": sys.argv[1:] if argv is None else argv,
+               "command": ["benchmarks/first_step.py"] + list(
+                   sys.argv[1:] if argv is None else argv),
                "label": args.label, "rounds": args.rounds, "baseline": baseline,
                "machine": machine, "lite_checkouts": lite_dirs, "env": ENV, "records": []}
     os.makedirs(args.work_dir, exist_ok=True)
@@ -387,14 +462,17 @@ def main(argv=None):
         model_dir = os.path.join(args.work_dir, f"{model}-{side}-r{r}-{os.getpid()}")
         subprocess.run(["rm", "-rf", model_dir], check=False)
         load = os.getloadavg()[0]
-        rc, lines, wall, cpu = run_process(side_command(side, python, model, input_glob, model_dir),
-                                           side_env(side, lite_dirs), args.timeout,
-                                           cwd=args.work_dir)
+        command = side_command(side, python, model, input_glob_for(model, args.data_dir),
+                               model_dir)
+        rc, lines, wall, cpu, rss = run_process(command, side_env(side, lite_dirs),
+                                                args.timeout, cwd=args.work_dir)
         record = {"round": r, "model": model, "side": side, "position": position, "rc": rc,
-                  "exit_s": wall, "cpu_s": cpu, "loadavg_1m_before": load, **parse_log(lines),
+                  "exit_s": wall, "cpu_s": cpu, "peak_rss_mb": rss,
+                  "harness_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "loadavg_1m_before": load, **parse_log(lines),
                   **machine, **states[side], "enable_xla": False, "dtype": "float32",
                   "experiment": MODELS[model][0], "image_size": MODELS[model][2],
-                  "batch": BATCH}
+                  "batch": detection_rows.BATCH if model in DETECTION else BATCH}
         if rc != 0 or record["first_step_s"] is None:
             record["log_tail"] = [text for _, text in lines[-15:]]
         results["records"].append(record)

@@ -30,6 +30,9 @@ VISION_START_MARKER = "<!-- vision-speed:start -->"
 VISION_END_MARKER = "<!-- vision-speed:end -->"
 STEP_VS_TFM_START_MARKER = "<!-- step-vs-tfm:start -->"
 STEP_VS_TFM_END_MARKER = "<!-- step-vs-tfm:end -->"
+# The block a first_step.py file (time to first step and peak RSS, issues 31 / 55) renders into.
+FIRST_STEP_START_MARKER = "<!-- first-step:start -->"
+FIRST_STEP_END_MARKER = "<!-- first-step:end -->"
 
 # Where each side ran: the project's environment (lite_launcher's TensorFlow) or TFM's venv
 # (TFM's TensorFlow, where lite_launcher and the raw loop also run, so that lite/TFM compares
@@ -665,6 +668,13 @@ def is_step_vs_tfm(data):
         r.get("row") == "step_vs_tfm" for r in records)
 
 
+def is_first_step(data):
+    """A file written by first_step.py (its lite checkouts and per-process driver records)."""
+    records = data.get("records") or []
+    return "lite_checkouts" in data and bool(records) and all(
+        "first_step_s" in r for r in records)
+
+
 def update_file(path, text, start_marker=START_MARKER, end_marker=END_MARKER):
     """Replaces the text between the start and end marker lines in `path` with `text`."""
     with open(path) as f:
@@ -681,7 +691,7 @@ def update_file(path, text, start_marker=START_MARKER, end_marker=END_MARKER):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", help="a results file written by "
-                        "benchmarks/run.py, vision_suite.py or step_vs_tfm.py")
+                        "benchmarks/run.py, vision_suite.py, step_vs_tfm.py or first_step.py")
     parser.add_argument("--check", action="store_true",
                         help="check every benchmark figure in the docs against its results "
                         "file; exit 1 on a mismatch")
@@ -725,6 +735,10 @@ def main(argv=None):
         import step_vs_tfm  # pylint: disable=import-outside-toplevel
         text = step_vs_tfm.render(dict(data, file=source))
         markers = (STEP_VS_TFM_START_MARKER, STEP_VS_TFM_END_MARKER)
+    elif is_first_step(data):
+        import first_step  # pylint: disable=import-outside-toplevel
+        text = first_step.render(dict(data, file=source), data.get("baseline", "tfm"))
+        markers = (FIRST_STEP_START_MARKER, FIRST_STEP_END_MARKER)
     else:
         text, _, _ = markdown(data, source=source)
     print(text)

@@ -155,7 +155,8 @@ def test_one_way_data_flow_between_the_layers():
 
 
 @pytest.mark.parametrize("module", ["common/errors.py", "core/base_config.py", "core/config_definitions.py", "core/modes.py",
-                                    "common/atomic_write.py", "optimization/configs.py"])
+                                    "common/atomic_write.py", "optimization/configs.py",
+                                    "common/lean_imports.py"])
 def test_modules_the_driver_reads_before_tensorflow_do_not_import_it(module):
     assert not {n for n in _imports(module) if n.split(".")[0] in ("tensorflow", "keras")}
 

@@ -154,3 +154,17 @@ def test_the_results_file_check_sees_an_edited_file_field():
     assert _recorded_out("LITE_LEARNING_RUN_OUT=benchmarks/results/c.json python -m pytest") == \
         "benchmarks/results/c.json"
     assert _recorded_out(None) is None
+
+
+def test_an_altered_cell_of_a_first_step_block_is_reported():
+    """The first-step blocks (issue 55, first_step.py files) are rendered blocks too: a cell of
+    one altered is reported, naming its file."""
+    doc = "docs/benchmarks.md"
+    text = _docs()[doc]
+    start = text.index(report.FIRST_STEP_START_MARKER)
+    source = doc_figures._SOURCE.search(text, start).group(1)
+    cell = re.compile(r"\| \d+\.\d{2} \[").search(text, start)
+    altered = text[:cell.start()] + "| 99.99 [" + text[cell.end():]
+    assert doc_figures.check({doc: altered}, claims=[]) == [
+        f"{doc}: the {report.FIRST_STEP_START_MARKER} block differs from what report.py "
+        f"renders from {source}; rerun report.py --update"]

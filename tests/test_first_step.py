@@ -285,3 +285,76 @@ def test_the_unconverted_step_traces_the_same_graph(tmp_path, monkeypatch):
     unconverted, converted = graphs
     assert sum(unconverted.values()) > 1000  # the whole step: forward, backward, update
     assert unconverted == converted
+
+
+# A stand-in for TensorFlow's package (first on the path): at import it tries what Keras's
+# import tries and records which of them it could import.
+_FAKE_TF = """
+import importlib
+SAW = {}
+for name in ("sklearn.base", "matplotlib.pyplot", "pandas", "json"):
+    try:
+        importlib.import_module(name)
+        SAW[name] = True
+    except ImportError:
+        SAW[name] = False
+"""
+_AFTER_TF = """
+import json, sys
+{before}
+import tensorflow
+import sklearn.base, matplotlib.pyplot, pandas  # a user's own imports, after TensorFlow's
+print(json.dumps({{"saw": tensorflow.SAW, "status": status,
+                   "loader": type(tensorflow.__loader__).__name__,
+                   "finders": [type(f).__name__ for f in sys.meta_path]}}))
+"""
+
+
+def _without_opt_out():
+    return {k: v for k, v in os.environ.items() if k != "LITE_KERAS_OPTIONAL_IMPORTS"}
+
+
+@pytest.mark.parametrize("env, before, hidden", [
+    ({}, "status = None", False),
+    ({}, "from lite_launcher.common import lean_imports\n"
+         "status = lean_imports.hide_while_tensorflow_loads()", True),
+    ({"LITE_KERAS_OPTIONAL_IMPORTS": "1"}, "from lite_launcher.common import lean_imports\n"
+     "status = lean_imports.hide_while_tensorflow_loads()", False),
+    ({}, "import pandas, sklearn\nfrom lite_launcher.common import lean_imports\n"
+         "status = lean_imports.hide_while_tensorflow_loads()", "partly"),
+])
+def test_keras_optional_packages_are_hidden_from_tensorflows_import_only(tmp_path, env, before,
+                                                                         hidden):
+    for package in ("tensorflow", "sklearn", "matplotlib", "pandas"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text(_FAKE_TF if package == "tensorflow"
+                                                        else "")
+    (tmp_path / "sklearn" / "base.py").write_text("")
+    (tmp_path / "matplotlib" / "pyplot.py").write_text("")
+    out = subprocess.run(
+        [sys.executable, "-c", _AFTER_TF.format(before=before)], capture_output=True,
+        text=True, check=True, cwd=tmp_path,
+        env=dict(_without_opt_out(), PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", **env)).stdout
+    result = json.loads(out.splitlines()[-1])
+    expected = {"sklearn.base": not hidden, "matplotlib.pyplot": not hidden,
+                "pandas": not hidden, "json": True}
+    if hidden == "partly":  # imported before TensorFlow: never hidden
+        expected = {"sklearn.base": True, "matplotlib.pyplot": False, "pandas": True,
+                    "json": True}
+    assert result["saw"] == expected
+    assert result["status"] == {"LITE_KERAS_OPTIONAL_IMPORTS": "user"}.get(
+        next(iter(env), None), None if before == "status = None" else "set")
+    # Once TensorFlow has loaded, the finder is gone and TensorFlow keeps its own loader.
+    assert result["loader"] == "SourceFileLoader" and "_HidingFinder" not in result["finders"]
+
+
+def test_the_driver_hides_them_before_tensorflow_loads():
+    # `lite-train --help` exits before TensorFlow loads: by then the finder is in place.
+    script = ("import sys\nfrom lite_launcher.commands import train\n"
+              "sys.argv = ['lite-train', '--help']\ntry:\n    train.run()\n"
+              "except SystemExit:\n    pass\n"
+              "print('FINDERS', 'tensorflow' in sys.modules, "
+              "[type(f).__name__ for f in sys.meta_path][0])")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, env=dict(_without_opt_out(), PYTHONPATH=ROOT)).stdout
+    assert out.splitlines()[-1] == "FINDERS False _HidingFinder"
