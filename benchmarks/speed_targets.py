@@ -68,6 +68,21 @@ def detection_input_row(data, label, measure="images_per_sec"):
             "load": _loads(rounds)}
 
 
+def first_step_row(data, model, measure="first_step_s"):
+    """lite's share of TFM's `measure` (time to first step, process CPU or peak RSS) of a
+    `first_step.py` row, per round; "ahead" counts rounds where lite's share is below 1."""
+    by_round = {}
+    for r in data["records"]:
+        if r["model"] == model and r.get("rc") == 0 and r.get(measure) is not None:
+            by_round.setdefault(r["round"], {})[r["side"]] = r
+    pairs = [sides for _, sides in sorted(by_round.items()) if {"lite", "tfm"} <= set(sides)]
+    ratios = [sides["lite"][measure] / sides["tfm"][measure] for sides in pairs]
+    loads = [sides[side]["loadavg_1m_before"] for sides in pairs for side in ("lite", "tfm")]
+    return {"ratios": ratios, "wins": sum(v < 1.0 for v in ratios),
+            "cpu": pairs[0]["lite"].get("cpu_model") if pairs else None,
+            "load": (min(loads), max(loads)) if loads else None}
+
+
 def inner_loop_row(data):
     """lite/raw loops per second of an `inner_loop.py` file: each round's paired ratio (each
     lite loop against the raw calls just before and after it)."""
@@ -115,6 +130,13 @@ TARGETS = [
           ("retinanet_resnet50_fpn eval", "RetinaNet R50-FPN evaluation"),
           ("maskrcnn_resnet50_fpn train", "Mask R-CNN R50-FPN training"),
           ("maskrcnn_resnet50_fpn eval", "Mask R-CNN R50-FPN evaluation"))],
+    *[(f"{what}, {title} (lite-train vs TFM's train.py, whole process)", "<=", goal,
+       "2026-12-06-8501b9c-first-step-quieter.json", first_step_row, (model, measure))
+      for model, title, first_goal in (("resnet50", "ResNet-50 64², batch 16", 0.40),
+                                       ("retinanet_resnet50_fpn", "RetinaNet R50-FPN 256², "
+                                        "batch 2", 0.50))
+      for what, measure, goal in (("time to first step", "first_step_s", first_goal),
+                                  ("peak resident memory", "peak_rss_mb", 0.9))],
     ("inner loop, `mlp_tiny` at steps_per_loop=100, lite/raw `tf.function` loop (lite/raw, "
      "not lite/TFM), TF 2.21", ">=", 0.97, "2026-12-06-9438a04-inner-loop.json",
      inner_loop_row, ()),
