@@ -2168,8 +2168,30 @@ CLAIMS += [
 CLAIMS += [
     Claim(DD, "Measured again on the same machine: RetinaNet ResNet-50 FPN eval lite/TFM {}, "
           "Mask R-CNN with masks {}; the detection generator alone, with a trained model's "
-          "order of scores above the threshold ({} an image), {} with the batched-rows loop",
+          "order of scores above the threshold ({} an image), {} with the batched-rows loop "
+          "before the per-row one and {} with it.",
           lambda: (per_row_eval("retinanet_resnet50_fpn")[2],
                    per_row_eval("maskrcnn_resnet50_fpn")[2],
-                   nms_ab_figures(NMS_AB, 0.001)[4], nms_ab_figures(NMS_AB, 0.001)[2])),
+                   nms_ab_figures(NMS_AB, 0.001)[4], nms_ab_figures(NMS_AB, 0.001)[2],
+                   nms_ab_figures("2026-12-06-90a1028-nms-ab.json", 0.001)[2])),
+]
+
+NMS_AB_PER_ROW = "2026-12-06-90a1028-nms-ab.json"
+CLAIMS += [
+    Claim(DB, "no score above the threshold, lite {} ms against TFM's {} ms, lite/TFM {} (lite "
+          "faster in {}); {} an image, lite {} ms against {} ms, lite/TFM {} (lite faster in {}); "
+          "{} an image (about 120 a class: every class fills its 100 boxes within its first "
+          "tile, where TFM's loop stops early too), lite {} ms against {} ms, lite/TFM {} (lite "
+          "faster in {}). The detections were {} in all three, bit for bit.",
+          lambda: (nms_ab_figures(NMS_AB_PER_ROW, 0.0)[:4]
+                   + (nms_ab_figures(NMS_AB_PER_ROW, 0.001)[4],)
+                   + nms_ab_figures(NMS_AB_PER_ROW, 0.001)[:4]
+                   + (nms_ab_figures(NMS_AB_PER_ROW, 0.01)[4],)
+                   + nms_ab_figures(NMS_AB_PER_ROW, 0.01)[:4]
+                   + (("equal" if all(nms_ab_figures(NMS_AB_PER_ROW, a)[5] == "equal"
+                                      for a in (0.0, 0.001, 0.01)) else "NOT equal"),))),
+    Claim(DB, "`benchmarks/results/2026-12-06-90a1028-nms-ab.json`, load average {}–{}): no score",
+          lambda: (lambda loads: (f"{min(loads):.1f}", f"{max(loads):.1f}"))(
+              [r["loadavg"][0] for rec in load(NMS_AB_PER_ROW)["records"]
+               for r in rec["rounds"]])),
 ]
