@@ -93,6 +93,22 @@ def _restore_tf_config():
         os.environ["TF_CONFIG"] = _SESSION_TF_CONFIG
 
 
+def _keep_the_global_dtype_policy():
+    import keras  # pylint: disable=import-outside-toplevel
+    policy = keras.mixed_precision.global_policy()
+    yield
+    keras.mixed_precision.set_global_policy(policy)
+
+
+# Keras's global dtype policy as a module and as a test found it: building a task the way a
+# driver does sets it (`runtime.mixed_precision_dtype`; TFM's detection experiments default to
+# bfloat16), and a policy left behind made a later module's models bfloat16 in the same worker
+# (a float TFLite export failed to convert, served detections differed from TFM's).
+_restore_the_modules_dtype_policy = pytest.fixture(scope="module", autouse=True)(
+    _keep_the_global_dtype_policy)
+_restore_the_tests_dtype_policy = pytest.fixture(autouse=True)(_keep_the_global_dtype_policy)
+
+
 @pytest.fixture(autouse=True)
 def _reset_the_driver_flags():
     """The driver's flags that an in-process `lite-train` parsed go back to their defaults

@@ -106,5 +106,10 @@ def hide_while_tensorflow_loads(environ: Optional[MutableMapping[str, str]] = No
     if any(name in sys.modules for name in _WINDOW):
         return "loaded"
     if not any(isinstance(f, _HidingFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _HidingFinder(HIDDEN))
+        # Just before the path finder that would load TensorFlow, behind any finder the
+        # process installed earlier (import hooks, watches), which still see the import first.
+        path_finders = [i for i, f in enumerate(sys.meta_path)
+                        if f is importlib.machinery.PathFinder]
+        sys.meta_path.insert(path_finders[0] if path_finders else len(sys.meta_path),
+                             _HidingFinder(HIDDEN))
     return "set"
