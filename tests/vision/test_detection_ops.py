@@ -229,7 +229,11 @@ def test_sorted_tiled_nms_runs_each_rows_tiles_up_to_its_own_last_box_or_quota(m
         return body(boxes, iou_threshold, output_size, idx)
 
     monkeypatch.setattr(nms, "_suppression_loop_body", counting_body)
-    _tail_nms()
+    tf.config.run_functions_eagerly(True)  # the eager call's tf.function, run from Python
+    try:
+        _tail_nms()
+    finally:
+        tf.config.run_functions_eagerly(False)
     assert tiles == [0, 0]
 
 

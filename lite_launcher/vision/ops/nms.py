@@ -91,14 +91,25 @@ def sorted_non_max_suppression_padded(scores, boxes, max_output_size, iou_thresh
     `max_output_size` kept boxes do not depend on later tiles (suppression runs forward), so
     the outputs are those of TFM's loop over the whole batch.
     """
+    scores, boxes = tf.cast(scores, tf.float32), tf.cast(boxes, tf.float32)
+    if tf.executing_eagerly():
+        # Eagerly, `tf.map_fn` and the tile loops would run op by op from Python, row by row.
+        return _per_row_graph(scores, boxes, max_output_size, iou_threshold)
+    return _per_row(scores, boxes, max_output_size, iou_threshold)
+
+
+def _per_row(scores, boxes, max_output_size, iou_threshold):
     def one_row(row):
         row_scores, row_boxes = _sorted_nms_rows(row[0][None], row[1][None], max_output_size,
                                                  iou_threshold)
         return row_scores[0], row_boxes[0]
 
-    return tf.map_fn(one_row, (tf.cast(scores, tf.float32), tf.cast(boxes, tf.float32)),
+    return tf.map_fn(one_row, (scores, boxes),
                      fn_output_signature=(tf.TensorSpec([max_output_size], tf.float32),
                                           tf.TensorSpec([max_output_size, 4], tf.float32)))
+
+
+_per_row_graph = tf.function(_per_row, reduce_retracing=True)
 
 
 def _sorted_nms_rows(scores, boxes, max_output_size, iou_threshold):
