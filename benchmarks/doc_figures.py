@@ -1922,13 +1922,19 @@ EVAL_PROFILE = "2026-12-06-1a5e0d3-step-vs-tfm-retinanet-honest-eval-profile-by-
 GENERATOR_SCOPES = ("detection_generator", "generate_detections")
 
 
-def eval_profile_split(side: str) -> Tuple[str, ...]:
-    """Op time (ms, summed over threads) of one side's profiled honest RetinaNet eval step:
-    inside its detection generator, in all, and the generator's share in per cent. The
-    function-call wrapper (`EagerLocalExecute`) spans the others and is left out."""
-    ops = load(EVAL_PROFILE)["records"][0]["op_ms_per_step"][side]["eval"]
+def profile_scopes(name: str, side: str, kind: str, scopes: Tuple[str, ...]):
+    """(op ms inside any of `scopes`, op ms in all) of one side's profiled call of a
+    by-name profile file, summed over threads; the function-call wrapper
+    (`EagerLocalExecute`) spans the others and is left out."""
+    ops = load(name)["records"][0]["op_ms_per_step"][side][kind]
     total = sum(v for k, v in ops.items() if not k.startswith("EagerLocalExecute"))
-    inside = sum(v for k, v in ops.items() if any(s in k for s in GENERATOR_SCOPES))
+    return sum(v for k, v in ops.items() if any(s in k for s in scopes)), total
+
+
+def eval_profile_split(side: str) -> Tuple[str, ...]:
+    """Op time of one side's profiled honest RetinaNet eval step: inside its detection
+    generator, in all, and the generator's share in per cent."""
+    inside, total = profile_scopes(EVAL_PROFILE, side, "eval", GENERATOR_SCOPES)
     return f"{inside:,.0f}", f"{total:,.0f}", f"{100 * inside / total:.0f}"
 
 
@@ -2032,10 +2038,9 @@ def train_profile_split(side: str) -> Tuple[str, ...]:
     """ms of op time (summed over threads, forward and backward) of one side's profiled Mask
     R-CNN training step in its box and mask heads, its ROI aligners and its ROI / mask
     samplers, the step's total, and the heads' and ROI Align's shares in per cent."""
-    ops = load(MASKRCNN_TRAIN_PROFILE)["records"][0]["op_ms_per_step"][side]["train"]
-    total = sum(v for k, v in ops.items() if not k.startswith("EagerLocalExecute"))
-    part = {name: sum(v for k, v in ops.items() if any(s in k for s in scopes))
+    part = {name: profile_scopes(MASKRCNN_TRAIN_PROFILE, side, "train", scopes)[0]
             for name, scopes in TRAIN_SCOPES.items()}
+    total = profile_scopes(MASKRCNN_TRAIN_PROFILE, side, "train", ())[1]
     return (f"{part['heads']:,.0f}", f"{part['roi_align']:,.0f}", f"{part['sampling']:,.0f}",
             f"{total:,.0f}", f"{100 * part['heads'] / total:.0f}",
             f"{100 * part['roi_align'] / total:.1f}")
@@ -2151,9 +2156,7 @@ MASKRCNN_EVAL_PROFILE = "2026-12-06-d5a132e-step-vs-tfm-maskrcnn-honest-eval-pro
 def maskrcnn_eval_generator_share(side: str) -> str:
     """Per cent of one side's profiled Mask R-CNN eval step's op time in its detection
     generator (the `EagerLocalExecute` wrapper left out)."""
-    ops = load(MASKRCNN_EVAL_PROFILE)["records"][0]["op_ms_per_step"][side]["eval"]
-    total = sum(v for k, v in ops.items() if not k.startswith("EagerLocalExecute"))
-    inside = sum(v for k, v in ops.items() if any(s in k for s in GENERATOR_SCOPES))
+    inside, total = profile_scopes(MASKRCNN_EVAL_PROFILE, side, "eval", GENERATOR_SCOPES)
     return f"{100 * inside / total:.0f}"
 
 

@@ -8,15 +8,19 @@ the markdown block `report.py --targets --update docs/benchmarks.md` puts betwee
 was measured on: the CPU model, the load average over its rounds and the commit.
 
 A ratio is computed within each round, then median [min–max] over the rounds; the target is
-judged on the median and a miss is printed as a MISS. Standard library only (and
+judged on the median and a miss is printed as a MISS. Standard library only (with `rounds.py`'s
+spread and
 `inner_loop.py`'s pairing of its rounds).
 """
 
 import json
 import os
-import statistics
+import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+
+import rounds as rounds_lib  # noqa: E402  (the one median [min-max] of per-round ratios)
 RESULTS = os.path.join(_HERE, "results")
 START_MARKER = "<!-- speed-targets:start -->"
 END_MARKER = "<!-- speed-targets:end -->"
@@ -25,10 +29,6 @@ END_MARKER = "<!-- speed-targets:end -->"
 def _load(name):
     with open(os.path.join(RESULTS, name)) as f:
         return json.load(f)
-
-
-def _spread(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def _loads(rounds):
@@ -151,7 +151,7 @@ def rows(targets=None):
     for what, comparison, threshold, name, reader, args in targets or TARGETS:
         data = _load(name)
         figures = reader(data, *args)
-        summary = _spread(figures["ratios"])
+        summary = rounds_lib.spread(figures["ratios"])
         met = (summary["median"] >= threshold if comparison == ">="
                else summary["median"] <= threshold)
         out.append((what, comparison, threshold, name, data.get("commit", "?"),
