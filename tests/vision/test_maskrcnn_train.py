@@ -225,7 +225,7 @@ def _box_only_override(box_data, root, **changes):
         "trainer.checkpoint_interval": 1, "trainer.validation_interval": 1, **changes})
 
 
-# ~16 s: `release`; its sibling runs the box-only model and task (TFM's weights, two steps
+# ~16 s: `release`; its sibling runs the box-only model and task (TFM's weights, a step
 # and an evaluation through the task's own steps).
 @pytest.mark.release(sibling=release_siblings.FASTER_RCNN_SIBLING)
 def test_include_mask_false_trains_and_evaluates_boxes_on_records_without_masks(
