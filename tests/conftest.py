@@ -16,14 +16,29 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
-_cpus = tf.config.list_physical_devices("CPU")
-try:
-    tf.config.set_logical_device_configuration(
-        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-except RuntimeError:  # devices already initialised by an earlier import
-    pass
+
+def _runs_no_test(config) -> bool:
+    """True in pytest-xdist's controller (`-n N`), which only hands out files and gathers
+    reports: importing TensorFlow there (~6 s) would delay the workers' start by as much."""
+    return bool(config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses",
+                                                                               None)
+                and not os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def pytest_configure(config):
+    if _runs_no_test(config):
+        return
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    try:
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration()] * 2)
+    except RuntimeError:  # devices already initialised by an earlier import
+        pass
+    # TensorFlow's and Keras's objects (~270,000) are never garbage: moved out of the
+    # collector's reach, each full collection scans only what the tests made.
+    gc.freeze()
 
 
 # The files that take longest (worker-seconds in the 2-worker suite, tests/file_seconds.json),
@@ -127,9 +142,6 @@ def _reset_the_driver_flags():
 absl_logging.use_absl_handler()
 
 
-# The objects of the imports above (TensorFlow's, Keras's: ~270,000) are never garbage: moved
-# out of the collector's reach, each full collection scans only what the tests made.
-gc.freeze()
 
 
 @pytest.fixture(autouse=True)
