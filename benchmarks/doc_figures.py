@@ -1741,18 +1741,34 @@ def _min_s(seconds: float) -> str:
     return f"{whole // 60} min {whole % 60:02d} s"
 
 
-def _suite_time_figures():
-    run = load(SUITE_TIME)
-    return (SUITE_TIME, run["commit"], run["cpu_model"], str(run["cores"]),
+# The newest clean-clone run (issue 55's suite work), and the one just before it.
+SUITE_NOW = "2026-12-06-f2669b8-suite-time.json"
+SUITE_NOW_BEFORE = "2026-12-06-8fb0cca-suite-time.json"
+
+
+def _suite_time_figures(name=SUITE_TIME):
+    run = load(name)
+    return (name, run["commit"], run["cpu_model"], str(run["cores"]),
             str(run["load_before"][0]), _min_s(run["total_s"]), f"{run['setup_s']:.0f}",
             f"{run['tests_s']:.0f}", str(run["passed"]), str(run["failed"]),
             str(run["skipped"]), f"{run['tests_cpu_s']:.0f}")
 
 
 CLAIMS += [
-    Claim(TT, "The last run within the budget, `benchmarks/results/{}` (commit {}, on an {} "
-          "with {} cores, load average {} before): {} in all on a clean clone, {} s setting up "
-          "and {} s of tests ({} passed, {} failed, {} skipped; {} CPU-seconds of tests).",
+    Claim(TT, "**Within the budget again** after the suite work that closed issue 55: "
+          "`benchmarks/results/{}` (commit {}, on an {} with {} cores, load average {} before): "
+          "**{}** in all on a clean clone, {} s setting up and {} s of tests ({} passed, {} "
+          "failed, {} skipped; {} CPU-seconds of tests), {} s to spare.",
+          lambda: _suite_time_figures(SUITE_NOW) + (
+              f"{600 - load(SUITE_NOW)['total_s']:.0f}",)),
+    Claim(TT, "The run just before it, `{}` (commit {}, load average {} before): {} in all, {} s "
+          "setting up and {} s of tests ({} CPU-seconds), its one failure",
+          lambda: (lambda f: (f[0], f[1], f[4], f[5], f[6], f[7], f[11]))(
+              _suite_time_figures(SUITE_NOW_BEFORE))),
+    Claim(TT, "Before issue 55's work, the last run within the budget, `benchmarks/results/{}` "
+          "(commit {}, on an {} with {} cores, load average {} before): {} in all on a clean "
+          "clone, {} s setting up and {} s of tests ({} passed, {} failed, {} skipped; {} "
+          "CPU-seconds of tests).",
           _suite_time_figures),
     Claim(TT, "11 min 29 s (`{}`: {} s setting up, {} s of tests; its pass counts read 0",
           lambda: (EARLIER_SUITE_TIMES[0], f"{load(EARLIER_SUITE_TIMES[0])['setup_s']:.0f}",
@@ -2217,5 +2233,5 @@ def suite_runs_after_55() -> str:
     return "; then ".join(parts) + "."
 
 
-CLAIMS += [Claim(TT, "After issue 55's work (2026-12-06, evening) the suite is **over the "
-                 "budget**: {}", lambda: (suite_runs_after_55(),))]
+CLAIMS += [Claim(TT, "After issue 55's first part (2026-12-06, evening) the suite went **over "
+                 "the budget**: {}", lambda: (suite_runs_after_55(),))]
