@@ -13,7 +13,8 @@ NMS that make them. Each timed `evaluate` call also ends with the evaluator's CO
 (pycocotools on the host, once per call of `eval_steps` steps). Before 2026-12-06 the
 evaluator was off on both sides and TensorFlow pruned what nobody consumed: RetinaNet's rows
 timed backbone, heads and losses without decoding or NMS, Mask R-CNN's only the input pipeline
-(its loss is 0). `eval_graph.py` checks what a step keeps.
+(its loss is 0). `eval_graph.py` checks what a step keeps. A training-only row (`eval_steps`
+0) turns the evaluator off: its training steps do not use it.
 """
 
 import os
@@ -141,9 +142,11 @@ def overrides(model, input_glob, steps, dtype=None, eval_steps=0, annotation_fil
     runtime = {"distribution_strategy": "off", "enable_xla": False}
     if dtype is not None:
         runtime["mixed_precision_dtype"] = dtype
+    # A training-only row builds no COCO evaluator: Mask R-CNN's (lite's and TFM's alike) would
+    # scan validation records that row does not give for its annotations, and fail.
     task = {"model": dict(model_overrides, num_classes=NUM_CLASSES,
                           input_size=[IMAGE_SIZE, IMAGE_SIZE, 3]),
-            "init_checkpoint": "", "use_coco_metrics": True,
+            "init_checkpoint": "", "use_coco_metrics": bool(eval_steps),
             "annotation_file": annotation_file,
             "train_data": {"input_path": input_glob, "global_batch_size": BATCH,
                            "shuffle_buffer_size": 16}}

@@ -175,6 +175,9 @@ def test_retinanet_rows_build_lites_configs_from_tfms_yaml_and_field_names():
         assert (config.input_size, config.num_classes) == ([256, 256, 3], 91)
         assert (params.task.use_coco_metrics, params.task.train_data.global_batch_size) == (
             True, detection_rows.BATCH)
+        # Training only (eval_steps 0): no COCO evaluator, which would need validation records.
+        assert detection_rows.overrides(model, "/d/*.tfrecord", 2, "float32", 0)["task"][
+            "use_coco_metrics"] is False
         if model == "retinanet_mobilenetv2_fpn":
             mine = config.as_dict()
             for key in ("anchor", "backbone", "decoder", "head", "min_level", "max_level"):
