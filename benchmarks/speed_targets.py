@@ -123,6 +123,14 @@ TARGETS = [
     ("RetinaNet MobileNetV2-FPN training 256², float32", ">=", 1.05,
      "2026-12-06-77e2a9d-step-vs-tfm-retinanet-focal-2.json", step_vs_tfm_row,
      ("retinanet_mobilenetv2_fpn", "train")),
+    # The two ResNet-50 training rows again on the other CPU kind (AMD EPYC, AVX2), training
+    # only: the rows above are the Intel Xeon's (AMX).
+    ("Mask R-CNN R50-FPN training 256², float32", ">=", 1.1,
+     "2026-12-06-8e26db7-step-vs-tfm-maskrcnn-train-amd.json", step_vs_tfm_row,
+     ("maskrcnn_resnet50_fpn", "train")),
+    ("RetinaNet R50-FPN training 256², float32", ">=", 1.05,
+     "2026-12-06-f2669b8-step-vs-tfm-detection-train-amd.json", step_vs_tfm_row,
+     ("retinanet_resnet50_fpn", "train")),
     *[(f"detection input alone ({title}: decode + parser, batch 2, no model), images/s",
        ">=", 1.3, "2026-12-06-4c727e8-detection-input.json", detection_input_row, (label,))
       for label, title in (
