@@ -21,9 +21,9 @@ from absl import logging as absl_logging  # noqa: E402
 def _runs_no_test(config) -> bool:
     """True in pytest-xdist's controller (`-n N`), which only hands out files and gathers
     reports: importing TensorFlow there (~6 s) would delay the workers' start by as much."""
-    return bool(config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses",
-                                                                               None)
-                and not os.environ.get("PYTEST_XDIST_WORKER"))
+    workers = config.getoption("numprocesses", None) if config.pluginmanager.hasplugin(
+        "xdist") else None
+    return bool(workers) and not os.environ.get("PYTEST_XDIST_WORKER")
 
 
 def pytest_configure(config):
@@ -140,8 +140,6 @@ def _reset_the_driver_flags():
 # test that reads INFO records through caplog passes or fails by whether an earlier test in
 # the same process ran the driver in-process.
 absl_logging.use_absl_handler()
-
-
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,10 @@ counts (12 images and 2 steps in the small versions; the tutorial's batch of 128
 branch's 20 steps at its sizes), the device branches reduced to the CPU one this machine takes,
 `model_dir` under the test's directory (the working directory, so `./export/` is there too).
 
-The suite runs every cell on a smaller model, set by one extra cell after the "Configure model"
-cell: ResNet-10 at depth_multiplier 0.25 instead of ResNet-18, and `runtime.enable_xla = False`
-(resnet_imagenet sets it, as TFM's; under the tutorial's OneDeviceStrategy lite then compiles
+Every cell also runs on a smaller model (`release`, like the notebook as written; ~17 s, its
+suite sibling test_export.py's run of the tutorial's export cell), set by one extra cell after
+the "Configure model" cell: ResNet-10 at depth_multiplier 0.25 instead of ResNet-18, and
+`runtime.enable_xla = False` (resnet_imagenet sets it, as TFM's; under the tutorial's OneDeviceStrategy lite then compiles
 the forward and backward pass with XLA:CPU, ~10 s of CPU for this one step); 12 examples a
 split, one batch of 12, one step. The notebook as written (ResNet-18, XLA) is in the release
 set at the small size and at the tutorial's.
@@ -269,6 +270,13 @@ def _mock_cifar10(tmp_path, num_examples):
                      {"label": CIFAR10_NAMES})
 
 
+# The suite test of the same task path: the tutorial's export cell on a trained ResNet, its
+# SavedModel loaded and served (TFDS reading: tests/test_tfds_input.py).
+_SIBLING = ("tests/test_export.py::"
+            "test_tfm_export_inference_graph_writes_the_saved_model_into_export_dir")
+
+
+@pytest.mark.release(sibling=_SIBLING)
 def test_image_classification_tutorial_whole_on_a_small_resnet(tmp_path, monkeypatch):
     # Every cell, on ResNet-10 at a quarter of the width, one step of one batch of 12 (show_batch
     # draws 12): 12 examples a split, so validation_steps = 12 // 12 = 1.
@@ -288,12 +296,7 @@ def test_image_classification_tutorial_whole_on_a_small_resnet(tmp_path, monkeyp
 
 
 # The notebook as written (ResNet-18): training, two evaluations, Keras predict, the export and
-# the SavedModel's load take ~60 s of CPU (~2 min on the loaded 2-core machine), too long for
-# the suite, which runs every cell on a smaller ResNet instead.
-_SIBLING = ("tests/vision/test_tutorial_image_classification.py::"
-            "test_image_classification_tutorial_whole_on_a_small_resnet")
-
-
+# the SavedModel's load take ~60 s of CPU (~2 min on the loaded 2-core machine).
 @pytest.mark.release(sibling=_SIBLING)
 def test_image_classification_tutorial_small(tmp_path, monkeypatch):
     # 24 examples a split: two batches of 12 (show_batch draws 12).

@@ -8,9 +8,10 @@ recording what would be shown. Changed beyond the imports: the sizes and step co
 2), the device branches reduced to the CPU one this machine takes, and, offline, the default
 `init_checkpoint` (TFM's GCS bucket) cleared.
 
-The suite runs every cell on a smaller RetinaNet, set by one extra cell after the model
-config: ResNet-10 at depth_multiplier 0.25 instead of ResNet-50, level 3 alone instead of 3-7,
-FPN and head of 16 filters, the head with one convolution instead of four, the ten best
+Every cell also runs on a smaller RetinaNet (`release`, like the tutorial's sizes; ~17 s, its
+suite sibling the RetinaNet export test of test_retinanet_train.py), set by one extra cell after
+the model config: ResNet-10 at depth_multiplier 0.25 instead of ResNet-50, level 3 alone
+instead of 3-7, FPN and head of 16 filters, the head with one convolution instead of four, the ten best
 detections whatever their score (after one step all sit near the focal loss's prior, under
 TFM's 0.05 threshold); 64x64 input and images, one step of a batch of 2, one validation batch.
 The served detections are checked against the trained model's own on the same images. The notebook as written (ResNet-50
@@ -366,6 +367,13 @@ def _check(outcome, height, size, train_steps, max_detections=100, some_detectio
                                 some=some_detections)
 
 
+# The suite test of the same task path: a RetinaNet trained by the driver, exported and its
+# SavedModel served (the tutorial's run_experiment, export_inference_graph and load).
+_SIBLING = ("tests/vision/test_retinanet_train.py::"
+            "test_lite_export_serves_detections_loaded_with_tensorflow_alone")
+
+
+@pytest.mark.release(sibling=_SIBLING)
 def test_object_detection_tutorial_whole_on_a_small_retinanet(tmp_path, monkeypatch):
     # Every cell on RetinaNet with ResNet-10 at a quarter of the width, level 3 alone and a
     # 16-filter FPN and head of one convolution: 64x64 input (a multiple of 2**3), one step of
@@ -380,12 +388,7 @@ def test_object_detection_tutorial_whole_on_a_small_retinanet(tmp_path, monkeypa
 
 
 # The notebook as written (ResNet-50 RetinaNet): training, two evaluations, the export and the
-# SavedModel's load took 234 s at the small size on the loaded 2-core machine, too long for the
-# suite, which runs every cell on a smaller RetinaNet instead.
-_SIBLING = ("tests/vision/test_tutorial_object_detection.py::"
-            "test_object_detection_tutorial_whole_on_a_small_retinanet")
-
-
+# SavedModel's load took 234 s at the small size on the loaded 2-core machine.
 @pytest.mark.release(sibling=_SIBLING)
 def test_object_detection_tutorial_small(tmp_path, monkeypatch):
     # 128: the parser pads to a multiple of 2**max_level (7), as TFM's.
