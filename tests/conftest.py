@@ -39,6 +39,7 @@ def pytest_configure(config):
     # TensorFlow's and Keras's objects (~270,000) are never garbage: moved out of the
     # collector's reach, each full collection scans only what the tests made.
     gc.freeze()
+    _FullCollections.frozen_after_last = gc.get_freeze_count()
 
 
 # The files that take longest (worker-seconds in the 2-worker suite, tests/file_seconds.json),
@@ -160,13 +161,38 @@ def _collect_the_tests_garbage():
     gc.freeze()
 
 
+_WIDE_SCOPES = ("module", "session", "package", "class")
+# Objects frozen since the last full collection beyond which a module's end collects anyway:
+# what a test leaves alive in caches and drops later (a few thousand objects a module).
+_FROZEN_GROWTH_LIMIT = 100_000
+
+
+class _FullCollections:
+    """What decides whether a module's end needs a full collection (see below)."""
+    frozen_after_last = 0  # gc.get_freeze_count() after the last full collection
+    wide_fixture_set_up = False  # in the current module
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _collect_the_modules_garbage():
-    """One full collection after each test module (its fixtures are gone by then)."""
+    """A full collection after a test module that set up a module-, class-, package- or
+    session-scoped fixture (gone by then, except a session's), or after the frozen set grew by
+    _FROZEN_GROWTH_LIMIT objects. A full collection scans TensorFlow's and Keras's objects too
+    (0.2-0.7 s): after every one of the suite's 114 modules they took ~70 of a two-worker
+    run's worker-seconds (py-spy, 2026-12-07); now 33 modules need one (22 s), while a module
+    without such fixtures leaves almost nothing that the per-test collections did not take."""
+    _FullCollections.wide_fixture_set_up = False
     yield
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    grown = gc.get_freeze_count() - _FullCollections.frozen_after_last
+    if _FullCollections.wide_fixture_set_up or grown > _FROZEN_GROWTH_LIMIT:
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+        _FullCollections.frozen_after_last = gc.get_freeze_count()
+
+
+# The suite's own wide-scoped autouse fixtures hold nothing to collect.
+_HOLD_NOTHING = ("_collect_the_modules_garbage", "_restore_the_modules_dtype_policy")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -177,5 +203,6 @@ def pytest_fixture_setup(fixturedef, request):
     each destructor waited out an autotuning period doubled that many times (10-20 s
     teardowns); collected now, they are young and go at once."""
     yield
-    if fixturedef.scope in ("module", "session", "package", "class"):
+    if fixturedef.scope in _WIDE_SCOPES and fixturedef.argname not in _HOLD_NOTHING:
+        _FullCollections.wide_fixture_set_up = True
         gc.collect()
