@@ -272,10 +272,13 @@ def _main():
         print("\n".join(train_utils.known_experiments()))
         return
     train_utils.check_experiment_inputs(FLAGS)
-    train_utils.load_builtin_registrations(FLAGS.experiment)
+    # A built-in experiment's config module is TensorFlow-free: the config is parsed and
+    # checked before the task's modules load TensorFlow (seconds), so a bad key or value is
+    # refused at once.
     # Logged by the runner once every check of the input has passed: a bad input gets its one
     # line, not the whole config before it.
-    params = train_utils.parse_configuration(FLAGS, print_return=False)
+    params = train_utils.parse_configuration(FLAGS, print_return=False, register_tasks=False)
+    train_utils.load_builtin_registrations(FLAGS.experiment)
     if FLAGS.mode in ("eval", "continuous_eval") and not FLAGS.dry_run:
         train_utils.check_eval_dir_writable(
             FLAGS.model_dir, params.trainer.validation_summary_subdir, FLAGS.mode)

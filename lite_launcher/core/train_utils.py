@@ -21,7 +21,7 @@ from typing import List, Optional
 
 from absl import logging
 
-from lite_launcher.common import atomic_write
+from lite_launcher.common import atomic_write, builtin_experiments
 from lite_launcher.common.errors import ConfigError, ModelDirWriteError
 # What the chief writes into model_dir (TFM's train_utils names; the runner writes them).
 from lite_launcher.core.model_dir_files import save_gin_config, serialize_config  # noqa: F401
@@ -172,7 +172,6 @@ def load_user_registrations(registry_imports) -> None:
 def known_experiments() -> List[str]:
     """The experiments a driver can run, sorted: the built-ins (by name, not imported) and
     those registered so far (`load_user_registrations` first)."""
-    from lite_launcher.common import builtin_experiments
     from lite_launcher.core import registry
 
     return sorted(set(builtin_experiments.BUILTIN_EXPERIMENTS) |
@@ -213,11 +212,18 @@ def load_builtin_registrations(experiment: Optional[str] = None) -> None:
     load_builtin_experiment(experiment)
 
 
+def load_builtin_experiment_config(experiment: Optional[str]) -> None:
+    """Imports the module registering built-in `experiment`'s config factory, without its
+    task's module: for the vision families, TensorFlow-free (`vision/configs`). Any other
+    name (a user's experiment, registered by --registry_imports) imports nothing."""
+    modules = builtin_experiments.modules_for(experiment) if experiment else None
+    if modules:
+        importlib.import_module(modules[0])
+
+
 def load_builtin_experiment(experiment: Optional[str] = None) -> None:
     """Imports the modules registering built-in `experiment` and its task; every built-in
     (`lite_launcher.common.registry_imports`) when `experiment` is None or not a built-in."""
-    from lite_launcher.common import builtin_experiments
-
     modules = builtin_experiments.modules_for(experiment) if experiment else None
     if modules is None:
         import lite_launcher.common.registry_imports  # noqa: F401  (registers the built-ins)
@@ -261,6 +267,10 @@ class ExperimentParser:
     strict (unknown keys are `UnknownConfigKeyError`s, a `KeyError`).
     """
 
+    # False: `base_experiment` imports only a built-in experiment's config module, not its
+    # task's (the driver parses and checks the config before TensorFlow loads).
+    register_tasks = True
+
     def __init__(self, flags_obj):
         self._flags_obj = flags_obj
 
@@ -281,7 +291,11 @@ class ExperimentParser:
 
         if not self._flag("experiment"):
             raise ConfigError("--experiment is required; see --list_experiments.")
-        load_builtin_experiment(self._flag("experiment"))
+        name = self._flag("experiment")
+        if self.register_tasks or builtin_experiments.modules_for(name) is None:
+            load_builtin_experiment(name)
+        else:
+            load_builtin_experiment_config(name)
         return registry.get_exp_config(self._flag("experiment"))
 
     def parse_config_file(self, params):
@@ -316,15 +330,20 @@ class ExperimentParser:
         return params
 
 
-def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool = True):
+def parse_configuration(flags_obj, lock_return: bool = True, print_return: bool = True,
+                        register_tasks: bool = True):
     """The experiment config from the flags (`ExperimentParser(flags_obj).parse()`).
 
     As TFM's: validated, then locked with `lock_return` (a locked config refuses changes;
-    `params.replace(...)` gives a changed copy), and logged with `print_return`.
+    `params.replace(...)` gives a changed copy), and logged with `print_return`. With
+    `register_tasks` False a built-in experiment's task is not imported (nor TensorFlow, for
+    the vision families): `load_builtin_registrations` does that after the check.
     """
     from lite_launcher.core import base_config
 
-    params = ExperimentParser(flags_obj).parse()
+    parser = ExperimentParser(flags_obj)
+    parser.register_tasks = register_tasks
+    params = parser.parse()
     base_config.validate_once(params)
     if lock_return:
         params.lock()

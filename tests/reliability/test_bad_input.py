@@ -5,8 +5,9 @@ process (`run()` runs afresh each time); two rows also run as a `lite-train` sub
 the real exit code and a stderr that stays one line while the process shuts down.
 "Untouched" means the same files, sizes, mtimes and SHA-256 digests before and after; a
 model_dir that did not exist must still not exist. The rows a user most often gets wrong (a
-wrong experiment name, a missing config file, a malformed override) and `--help` are refused
-before TensorFlow is imported: checked in a fresh interpreter.
+wrong experiment name, a missing config file, a malformed override, a vision experiment's unknown
+key or bad value) and `--help` are refused before TensorFlow is imported: checked in a fresh
+interpreter.
 """
 
 from __future__ import annotations
@@ -342,11 +343,18 @@ def _early_rows(tmp_path):
          f"path."),
         (["--experiment", "digits_mlp", *train, "--params_override", "{trainer: [1,"],
          f"{ERROR_PREFIX}--params_override is not valid YAML"),
+        # A vision experiment's config is parsed and validated before its task loads
+        # TensorFlow: an unknown key and a bad value.
+        (["--experiment", "resnet_imagenet", *train, "--params_override", "task.model.foo=1"],
+         f"{ERROR_PREFIX}Unknown config key 'task.model.foo'. Valid keys at this level: "),
+        (["--experiment", "retinanet_resnetfpn_coco", *train, "--params_override",
+          "task.model.backbone.resnet.model_id=7"],
+         f"{ERROR_PREFIX}task.model.backbone.resnet.model_id 7 is not one of 10, 18, "),
         (["--help"], ""),
     ], model_dir
 
 
-def test_a_wrong_name_a_missing_config_file_a_bad_override_and_help_need_no_tensorflow(
+def test_a_wrong_name_file_override_or_vision_config_and_help_need_no_tensorflow(
         tmp_path):
     rows, model_dir = _early_rows(tmp_path)
     report = _probe([args for args, _ in rows])
