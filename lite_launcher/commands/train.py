@@ -272,11 +272,9 @@ def _main():
         print("\n".join(train_utils.known_experiments()))
         return
     train_utils.check_experiment_inputs(FLAGS)
-    # A built-in experiment's config module is TensorFlow-free: the config is parsed and
-    # checked before the task's modules load TensorFlow (seconds), so a bad key or value is
-    # refused at once.
-    # Logged by the runner once every check of the input has passed: a bad input gets its one
-    # line, not the whole config before it.
+    # Parsed and checked before the task's modules load TensorFlow (a built-in experiment's
+    # config module is TensorFlow-free), so a bad key or value is refused at once; logged by
+    # the runner once every check has passed: a bad input gets one line, not the whole config.
     params = train_utils.parse_configuration(FLAGS, print_return=False, register_tasks=False)
     train_utils.load_builtin_registrations(FLAGS.experiment)
     if FLAGS.mode in ("eval", "continuous_eval") and not FLAGS.dry_run:

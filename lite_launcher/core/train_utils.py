@@ -289,14 +289,14 @@ class ExperimentParser:
         """A fresh config of `--experiment`."""
         from lite_launcher.core import registry
 
-        if not self._flag("experiment"):
-            raise ConfigError("--experiment is required; see --list_experiments.")
         name = self._flag("experiment")
+        if not name:
+            raise ConfigError("--experiment is required; see --list_experiments.")
         if self.register_tasks or builtin_experiments.modules_for(name) is None:
             load_builtin_experiment(name)
         else:
             load_builtin_experiment_config(name)
-        return registry.get_exp_config(self._flag("experiment"))
+        return registry.get_exp_config(name)
 
     def parse_config_file(self, params):
         """Applies each `--config_file` in order."""
