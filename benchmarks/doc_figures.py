@@ -2233,7 +2233,8 @@ CLAIMS += [Claim(TT, "After issue 55's first part (2026-12-06, evening) the suit
 
 # Its second session (2026-12-07): the run at the session's start, then the runs after the cut.
 SUITE_55_SECOND = ("2026-12-07-507aff4-suite-time.json", "2026-12-07-3d0a557-suite-time.json",
-                   "2026-12-07-3d0a557-suite-time-2.json", "2026-12-07-5b31b1e-suite-time.json")
+                   "2026-12-07-3d0a557-suite-time-2.json", "2026-12-07-5b31b1e-suite-time.json",
+                   "2026-12-07-8fe0b86-suite-time.json")
 
-CLAIMS += [Claim(TT, "Issue 55's second session (2026-12-07), four clean-clone runs in order: {}",
+CLAIMS += [Claim(TT, "Issue 55's second session (2026-12-07), five clean-clone runs in order: {}",
                  lambda: (suite_runs(SUITE_55_SECOND, with_setup_cpu=True),))]
