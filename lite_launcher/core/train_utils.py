@@ -215,9 +215,12 @@ def load_builtin_registrations(experiment: Optional[str] = None) -> None:
 def load_builtin_experiment_config(experiment: Optional[str]) -> None:
     """Imports the module registering built-in `experiment`'s config factory, without its
     task's module: for the vision families, TensorFlow-free (`vision/configs`). Any other
-    name (a user's experiment, registered by --registry_imports) imports nothing."""
+    name loads every built-in, as `load_builtin_experiment` does (a user's experiment may
+    use a built-in task)."""
     modules = builtin_experiments.modules_for(experiment) if experiment else None
-    if modules:
+    if modules is None:
+        load_builtin_experiment(experiment)
+    else:
         importlib.import_module(modules[0])
 
 
@@ -292,10 +295,8 @@ class ExperimentParser:
         name = self._flag("experiment")
         if not name:
             raise ConfigError("--experiment is required; see --list_experiments.")
-        if self.register_tasks or builtin_experiments.modules_for(name) is None:
-            load_builtin_experiment(name)
-        else:
-            load_builtin_experiment_config(name)
+        load = load_builtin_experiment if self.register_tasks else load_builtin_experiment_config
+        load(name)
         return registry.get_exp_config(name)
 
     def parse_config_file(self, params):
