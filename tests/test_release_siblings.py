@@ -10,7 +10,7 @@ import types
 import release_siblings
 from conftest import ALL_ITEMS, ROOT
 
-RELEASE_COUNT = 135  # the release set's size: a test moved in or out changes it here
+RELEASE_COUNT = 136  # the release set's size: a test moved in or out changes it here
 
 
 def _collected(request):

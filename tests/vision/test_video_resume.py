@@ -28,7 +28,7 @@ TINY_SPECS = [("bottleneck3d", 4, 1), ("bottleneck3d", 8, 1), ("bottleneck3d", 8
               ("bottleneck3d", 8, 1)]
 AVERAGE_DECAY = 0.5
 SIBLING = ("tests/vision/test_video_train.py::"
-           "test_a_tiny_3d_resnet_learns_the_clips_in_bfloat16_and_exports")
+           "test_a_tiny_3d_resnet_trains_evaluates_and_exports_in_bfloat16")
 
 
 @pytest.fixture(scope="module")
