@@ -26,7 +26,19 @@ def _runs_no_test(config) -> bool:
     return bool(workers) and not os.environ.get("PYTEST_XDIST_WORKER")
 
 
+def keep_the_file_order(config):
+    """Makes pytest-xdist's `--dist loadfile` hand out the files in collection order (longest
+    first, below), as its `--no-loadscope-reorder` does (pytest-xdist 3.8+, which [test] asks
+    for). By default its scheduler reorders them by their number of tests, most first: the
+    heavy files of one or two tests (the two-stage variants, the TFLite AP run, Mask R-CNN
+    training) ran last, and one worker finished alone (28 s of a 558 s run, 2026-12-07). Runs
+    in the controller, where the scheduler is."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_configure(config):
+    keep_the_file_order(config)
     if _runs_no_test(config):
         return
     import tensorflow as tf  # pylint: disable=import-outside-toplevel

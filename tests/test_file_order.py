@@ -2,6 +2,9 @@
 which tests/file_seconds.py writes from junit files."""
 
 import os
+import types
+
+import pytest
 
 import conftest
 import file_seconds
@@ -36,3 +39,43 @@ def test_file_seconds_sums_each_tests_smallest_time(tmp_path):
     assert file_seconds.file_seconds(runs) == {"tests/test_trainer.py": 5.5}
     # Below MIN_SECONDS a file is left to collection order.
     assert file_seconds.file_seconds([junit("c.xml", {"t1": 1.0})]) == {}
+
+
+def test_xdists_scheduler_hands_out_the_files_in_collection_order(request):
+    """pytest-xdist's own `--dist loadfile` scheduler, with the options as conftest leaves
+    them, sends a worker its files in collection order; with xdist's default (reorder by number
+    of tests) the one-test heavy file would come last."""
+    pytest.importorskip("xdist")  # in [test]
+    from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
+
+    class Worker:
+        def __init__(self, name):
+            self.gateway = types.SimpleNamespace(id=name)
+            self.shutting_down = False
+            self.sent = []
+
+        def send_runtest_some(self, indices):
+            self.sent.extend(indices)
+
+        def shutdown(self):
+            pass
+
+    collection = ["heavy.py::t"] + [f"many.py::t{i}" for i in range(5)] + \
+        [f"some.py::t{i}" for i in range(3)]
+
+    def first_files_sent(reorder):
+        option = types.SimpleNamespace(loadscopereorder=reorder, tx=["popen"])
+        config = types.SimpleNamespace(option=option,
+                                       getvalue=lambda name: getattr(option, name))
+        if reorder is None:
+            conftest.keep_the_file_order(config)
+        scheduler = LoadFileScheduling(config)
+        worker = Worker("gw0")
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, collection)
+        scheduler.schedule()
+        return list(dict.fromkeys(collection[i].split("::")[0] for i in worker.sent))
+
+    assert request.config.option.loadscopereorder is False
+    assert first_files_sent(reorder=None)[0] == "heavy.py"
+    assert first_files_sent(reorder=True)[0] == "many.py"  # xdist's default: most tests first
