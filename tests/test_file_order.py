@@ -4,8 +4,6 @@ which tests/file_seconds.py writes from junit files."""
 import os
 import types
 
-import pytest
-
 import conftest
 import file_seconds
 
@@ -45,7 +43,7 @@ def test_xdists_scheduler_hands_out_the_files_in_collection_order(request):
     """pytest-xdist's own `--dist loadfile` scheduler, with the options as conftest leaves
     them, sends a worker its files in collection order; with xdist's default (reorder by number
     of tests) the one-test heavy file would come last."""
-    pytest.importorskip("xdist")  # in [test]
+    # pytest-xdist is in [test]: the README's command runs on it.
     from xdist.scheduler import LoadFileScheduling  # pylint: disable=import-outside-toplevel
 
     class Worker:
