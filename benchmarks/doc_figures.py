@@ -1736,8 +1736,9 @@ EARLIER_SUITE_TIMES = ("2026-12-06-47e7217-suite-time.json", "2026-12-06-9ee15e6
 
 
 def _min_s(seconds: float) -> str:
-    """689.4 -> '11 min 29 s'."""
-    whole = round(seconds)
+    """689.4 -> '11 min 29 s'; a half second rounds up (600.5 -> '10 min 01 s': over a
+    10-minute budget, as the run was), not to the even neighbour as round() does."""
+    whole = int(seconds + 0.5)
     return f"{whole // 60} min {whole % 60:02d} s"
 
 

@@ -168,3 +168,11 @@ def test_an_altered_cell_of_a_first_step_block_is_reported():
     assert doc_figures.check({doc: altered}, claims=[]) == [
         f"{doc}: the {report.FIRST_STEP_START_MARKER} block differs from what report.py "
         f"renders from {source}; rerun report.py --update"]
+
+
+def test_suite_times_round_a_half_second_up():
+    # round() would give 600.5 s as "10 min 00 s", within a 10-minute budget it missed.
+    assert doc_figures._min_s(600.5) == "10 min 01 s"  # pylint: disable=protected-access
+    assert doc_figures._min_s(664.5) == "11 min 05 s"  # pylint: disable=protected-access
+    assert doc_figures._min_s(689.4) == "11 min 29 s"  # pylint: disable=protected-access
+    assert doc_figures._min_s(599.4) == "9 min 59 s"  # pylint: disable=protected-access
