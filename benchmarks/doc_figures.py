@@ -2242,10 +2242,12 @@ CLAIMS += [Claim(TT, "Issue 55's second session (2026-12-07), five clean-clone r
 
 # Its third session (2026-12-07, morning): after the video and dilated ResNet cuts, then after
 # the file-order fix, then the fix's test mended (the same tests three times, the last at a
-# docs-only commit), then the last code commit (a test refactored, its assertions unchanged).
+# docs-only commit), then the last code commit (a test refactored, its assertions unchanged),
+# then the rounding fix (a doc-figures test added).
 SUITE_55_THIRD = ("2026-12-07-754eb22-suite-time.json", "2026-12-07-7fd65e9-suite-time.json",
                   "2026-12-07-8c67d08-suite-time.json", "2026-12-07-8c67d08-suite-time-2.json",
-                  "2026-12-07-8eff048-suite-time.json", "2026-12-07-4f258ed-suite-time.json")
+                  "2026-12-07-8eff048-suite-time.json", "2026-12-07-4f258ed-suite-time.json",
+                  "2026-12-07-75b743c-suite-time.json")
 
-CLAIMS += [Claim(TT, "Issue 55's third session (2026-12-07, morning), six clean-clone runs in "
+CLAIMS += [Claim(TT, "Issue 55's third session (2026-12-07, morning), seven clean-clone runs in "
                      "order: {}", lambda: (suite_runs(SUITE_55_THIRD, with_setup_cpu=True),))]
