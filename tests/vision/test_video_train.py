@@ -70,7 +70,7 @@ def tiny_id(monkeypatch):
                         tuple(s[2] for s in TINY_SPECS))
 
 
-def _yaml(tmp_path, records, steps=40):
+def _yaml(tmp_path, records, steps):
     train, valid = records
     data = {"num_classes": NUM_CLASSES, "feature_shape": [FRAMES // 2, SIZE, SIZE, 3],
             "temporal_stride": 2, "min_image_size": SIZE + 2}
