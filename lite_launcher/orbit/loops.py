@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import weakref
 from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
@@ -91,6 +92,33 @@ def _type_spec(value):
         return None
 
 
+class IteratorRefs:
+    """Every reference a loop keeps to its iterator: the iterator it owns (`TrainLoop`), the
+    one its `DirectCall` last called, and that iterator's flat tensors. One object, so that
+    `release_iterators` can take them all at once."""
+
+    __slots__ = ("owned", "called", "flat")
+
+    def __init__(self):
+        self.owned = self.called = self.flat = None
+
+
+def release_iterators(refs: IteratorRefs) -> None:
+    """Empties `refs` and destroys what it held on the release thread (`release_in_background`).
+
+    A training iterator under MirroredStrategy (TensorFlow's MultiDeviceIterator) waits, when
+    destroyed, for its tf.data autotuning thread, which may be sleeping out a period that
+    grows as the iterator ages: seen 4.5-21 s for iterators of 6-20 s. A dropped Trainer, or a
+    replaced training dataset, need not wait for it.
+    """
+    held = (refs.owned, refs.called, refs.flat)
+    refs.owned = refs.called = refs.flat = None
+    if any(ref is not None for ref in held):
+        holder = [held]
+        del held
+        release_in_background(holder)
+
+
 class DirectCall:
     """Calls `fn(iterator, *tensors)`, skipping the `tf.function` dispatch once it has traced.
 
@@ -100,12 +128,14 @@ class DirectCall:
     kept `ConcreteFunction` with the same tensors, without re-binding the arguments; anything
     else goes through `fn` again. A plain Python `fn`, or non-tensor arguments, are always
     called as they are. `forget_iterator()` drops the reference to the last iterator (and
-    keeps the trace); `reset()` drops both.
+    keeps the trace); `reset()` drops both. The iterator and its tensors are kept in `refs`
+    (an `IteratorRefs`, given by the `TrainLoop` that owns the iterator, or one of its own).
     """
 
-    def __init__(self, fn):
+    def __init__(self, fn, refs: Optional["IteratorRefs"] = None):
         self.fn = fn
         self._direct = is_tf_function(fn)
+        self._refs = refs if refs is not None else IteratorRefs()
         self.reset()
 
     def reset(self) -> None:
@@ -115,21 +145,22 @@ class DirectCall:
         self.forget_iterator()
 
     def forget_iterator(self) -> None:
-        self._iterator = None
-        self._flat_iterator = None
+        self._refs.called = None
+        self._refs.flat = None
         self._flat_caller = None
 
     @property
     def flat(self) -> bool:
         """Whether the kept graph is called with flat tensors (the fastest path)."""
-        return self._flat_iterator is not None
+        return self._refs.flat is not None
 
     def __call__(self, iterator, *args):
         concrete = self._concrete
-        if (concrete is not None and iterator is self._iterator and _all_tensors(args)
+        refs = self._refs
+        if (concrete is not None and iterator is refs.called and _all_tensors(args)
                 and _signature(args) == self._signature):
-            if self._flat_iterator is not None:
-                return self._flat_caller(self._flat_iterator + list(args))
+            if refs.flat is not None:
+                return self._flat_caller(refs.flat + list(args))
             return concrete(iterator, *args)
         if not self._direct or not _all_tensors(args):
             return self.fn(iterator, *args)
@@ -138,16 +169,16 @@ class DirectCall:
                 and self._spec is not None and _type_spec(iterator) == self._spec):
             flat = _flat_iterator_inputs(concrete, iterator, args)
             if flat is not None:
-                self._iterator, self._flat_iterator = iterator, flat
+                refs.called, refs.flat = iterator, flat
                 self._flat_caller = tf_adapter.flat_call(concrete)
                 return self._flat_caller(flat + list(args))
         outputs = self.fn(iterator, *args)
         # Looked up after the call, so it is the trace that call made or used.
         concrete = self.fn.get_concrete_function(iterator, *args)
-        self._concrete, self._iterator, self._signature = concrete, iterator, signature
+        self._concrete, refs.called, self._signature = concrete, iterator, signature
         self._spec = _type_spec(iterator)
-        self._flat_iterator = _flat_iterator_inputs(concrete, iterator, args)
-        self._flat_caller = tf_adapter.flat_call(concrete) if self._flat_iterator else None
+        refs.flat = _flat_iterator_inputs(concrete, iterator, args)
+        self._flat_caller = tf_adapter.flat_call(concrete) if refs.flat else None
         return outputs
 
 
@@ -402,7 +433,11 @@ class TrainLoop:
         self._tensor_num_steps = tensor_num_steps
         self._call: Optional[DirectCall] = None
         self._dataset = dataset
-        self._iterator = None
+        self._refs = IteratorRefs()
+        # When the loop is garbage (its Trainer dropped), its iterator goes to the release
+        # thread instead of being destroyed wherever the loop was collected. Not at exit: the
+        # process is ending anyway.
+        weakref.finalize(self, release_iterators, self._refs).atexit = False
 
     @property
     def loop_fn(self):
@@ -411,18 +446,20 @@ class TrainLoop:
 
     def set_loop_fn(self, loop_fn: Callable) -> None:
         """Sets the loop function every later `run` calls."""
-        self._call = DirectCall(loop_fn)
+        if self._call is not None:
+            self._call.forget_iterator()
+        self._call = DirectCall(loop_fn, self._refs)
 
     @property
     def iterator(self):
         """The iterator the next run continues (None until made)."""
-        return self._iterator
+        return self._refs.owned
 
     def make_iterator(self):
         """Makes the iterator now (so that a checkpoint can track it) and returns it."""
-        if self._iterator is None:
-            self._iterator = make_iterator(self._dataset)
-        return self._iterator
+        if self._refs.owned is None:
+            self._refs.owned = make_iterator(self._dataset)
+        return self._refs.owned
 
     def make_saveable_iterator(self, strategy_name: str):
         """`make_iterator()`, refused with a one-line ConfigError when it cannot be saved."""
@@ -441,9 +478,10 @@ class TrainLoop:
         return self._dataset
 
     def set_dataset(self, dataset) -> None:
-        """Replaces the dataset; the old iterator (and its position) is dropped."""
+        """Replaces the dataset; the old iterator (and its position) is dropped, on the release
+        thread."""
         self._dataset = dataset
-        self._iterator = None
+        release_iterators(self._refs)
         if self._call is not None:
             self._call.reset()
 
@@ -451,11 +489,10 @@ class TrainLoop:
         """Runs `num_steps` steps (an int or a scalar int32 tensor); returns `loop_fn`'s output."""
         if self._call is None:
             raise RuntimeError("TrainLoop.run needs a loop function: call set_loop_fn first.")
-        if self._iterator is None:
-            self._iterator = make_iterator(self._dataset)
+        iterator = self.make_iterator()
         if self._tensor_num_steps and not isinstance(num_steps, tf.Tensor):
             num_steps = tf.constant(num_steps, dtype=tf.int32)
-        return self._call(self._iterator, num_steps)
+        return self._call(iterator, num_steps)
 
 
 class EvalLoop:
