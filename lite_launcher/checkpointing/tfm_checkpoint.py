@@ -170,15 +170,17 @@ def _top(graph) -> Dict[str, int]:
     return {child.local_name: child.node_id for child in graph.nodes[0].children}
 
 
-def tfm_layers(graph, root: str) -> List[TfmLayer]:
+def tfm_layers(graph, root: str, skip: Sequence[str] = ()) -> List[TfmLayer]:
     """The layers holding variables under the top-level object `root`, depth first, each
-    node's children in the order TFM's code assigned them."""
+    node's children in the order TFM's code assigned them; `skip`: children of `root` whose
+    layers are left out."""
     top = _top(graph)
     if root not in top:
         raise ConfigError(f"the TFM checkpoint has no {root!r} object (it holds "
                           f"{', '.join(sorted(top))}).")
     layers: List[TfmLayer] = []
-    seen = set()
+    seen = {child.node_id for child in graph.nodes[top[root]].children
+            if child.local_name in skip}
 
     def visit(node_id: int, path: str):
         if node_id in seen:
@@ -398,10 +400,49 @@ def in_creation_order(tfm: List[TfmLayer], lite: List[LiteLayer]) -> List[TfmLay
     return result
 
 
-def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None):
-    """[(variable, value, TFM node id)] for every variable of `module`, checked."""
+def _holds_variables(graph, node_id: int) -> bool:
+    """Whether the object `node_id` or any object under it is a variable."""
+    stack, seen = [node_id], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if _is_variable(graph.nodes[node]):
+            return True
+        stack.extend(child.node_id for child in graph.nodes[node].children)
+    return False
+
+
+def parts_the_module_lacks(graph, root: str, module) -> List[str]:
+    """The parts of the checkpoint's `root` object that `module` names but does not have (its
+    attribute of that name is None): a box-only Mask R-CNN's `mask_head`, read from a Mask
+    R-CNN checkpoint. TFM's tasks read an init checkpoint with `expect_partial()`, which
+    leaves such parts unread."""
+    top = _top(graph)
+    if root not in top:
+        return []
+    return [child.local_name for child in graph.nodes[top[root]].children
+            if not child.local_name.startswith("_")
+            and getattr(module, child.local_name, False) is None]
+
+
+def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None,
+                partial: bool = False):
+    """[(variable, value, TFM node id)] for every variable of `module`, checked. `partial`:
+    the checkpoint's parts that the module lacks are left unread (`parts_the_module_lacks`),
+    as TFM's `expect_partial()` reads."""
     lite = lite_layers(module)
-    pairs = pair_variables(in_creation_order(tfm_layers(graph, root), lite), lite)
+    skip = parts_the_module_lacks(graph, root, module) if partial else []
+    unread = []
+    if skip:  # (then the checkpoint has `root`)
+        children = {c.local_name: c.node_id for c in graph.nodes[_top(graph)[root]].children}
+        unread = [name for name in skip if _holds_variables(graph, children[name])]
+    if unread:
+        logging.info("The TFM checkpoint's %s weights are not read: the model has no such "
+                     "part (TFM's expect_partial() leaves them too).",
+                     ", ".join(f"{root}/{name}" for name in unread))
+    pairs = pair_variables(in_creation_order(tfm_layers(graph, root, skip), lite), lite)
     return [(variable, port_weight(variable, reader.get_tensor(key), key, hook), node)
             for key, node, variable in pairs]
 
@@ -416,7 +457,9 @@ def load_weights(module, prefix: str, root: str, hook: Optional[Hook] = None,
 def load_items(items: Dict[str, object], prefix: str, hook: Optional[Hook] = None,
                averages: bool = False) -> int:
     """Assigns each top-level object of the TFM checkpoint (`model`, or a model's
-    checkpoint items: `backbone`, `decoder`, `head`) to the module `items` gives it.
+    checkpoint items: `backbone`, `decoder`, `head`) to the module `items` gives it. Parts of
+    an object that its module lacks are not read, as TFM's tasks read with `expect_partial()`
+    (a Faster R-CNN from a Mask R-CNN checkpoint: its `mask_head`).
 
     `averages`: where the checkpoint was saved under TFM's ExponentialMovingAverage, the
     trainable variables get its moving averages (what TFM evaluates and exports), the others
@@ -427,7 +470,7 @@ def load_items(items: Dict[str, object], prefix: str, hook: Optional[Hook] = Non
     if graph is None:
         raise ConfigError(f"{prefix!r} holds no object graph (not a TF2 checkpoint).")
     values = [value for root, module in items.items()
-              for value in _read_model(reader, graph, module, root, hook)]
+              for value in _read_model(reader, graph, module, root, hook, partial=True)]
     slots = _tfm_slots(graph, reader) if averages else {}
     trainable = {id(v) for module in items.values() for v in module.trainable_variables}
     averaged = 0

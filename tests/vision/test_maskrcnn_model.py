@@ -20,7 +20,7 @@ import tensorflow as tf
 
 import lite_launcher as ll
 from lite_launcher.common import builtin_experiments
-from lite_launcher.checkpointing import tfm_checkpoint
+from lite_launcher.checkpointing import checkpoints, tfm_checkpoint
 from lite_launcher.core.base_config import ConfigError
 from lite_launcher.vision.configs import maskrcnn as maskrcnn_configs
 from lite_launcher.vision.modeling import maskrcnn_model
@@ -354,6 +354,14 @@ def test_tfm_checkpoint_gives_tfms_detections_and_masks(name):
                                        "model") == len(model.weights)
     tfm = np.load(os.path.join(directory, "reference.npz"))
     outputs = model(tfm["images"], image_shape=tfm["image_shape"], training=False)
+    count = _assert_boxes_are_tfms(outputs, tfm)
+    np.testing.assert_allclose(outputs["detection_masks"][0, :count],
+                               tfm["detection_masks"][0, :count], atol=PROBABILITY_TOLERANCE)
+
+
+def _assert_boxes_are_tfms(outputs, tfm) -> int:
+    """The RPN, class and box outputs and the detections of `outputs` equal TFM's reference
+    (`tfm`); returns the number of detections."""
     for level in outputs["rpn_scores"]:
         _close(outputs["rpn_scores"][level], tfm[f"rpn_scores_{level}"], f"rpn_scores {level}")
         _close(outputs["rpn_boxes"][level], tfm[f"rpn_boxes_{level}"], f"rpn_boxes {level}")
@@ -368,5 +376,27 @@ def test_tfm_checkpoint_gives_tfms_detections_and_masks(name):
                                tfm["detection_scores"][0, :count], atol=PROBABILITY_TOLERANCE)
     np.testing.assert_allclose(outputs["detection_boxes"][0, :count],
                                tfm["detection_boxes"][0, :count], atol=BOX_PIXEL_TOLERANCE)
-    np.testing.assert_allclose(outputs["detection_masks"][0, :count],
-                               tfm["detection_masks"][0, :count], atol=PROBABILITY_TOLERANCE)
+    return count
+
+
+def test_a_box_only_model_initialises_from_a_tfm_mask_rcnn_checkpoint(caplog):
+    """Fine-tuning a Faster R-CNN from a COCO Mask R-CNN checkpoint, as TFM's task allows
+    (`init_checkpoint_modules: all` reads with `expect_partial()`): every variable of the
+    box-only model is read, the checkpoint's `mask_head` is left unread (logged), and the
+    RPN, class and box outputs and the detections equal TFM's Mask R-CNN's on the same
+    image (the mask branch does not feed them)."""
+    entry = CHECKPOINT_INDEX["models"]["maskrcnn_resnet50_fpn"]
+    config = ll.get_exp_config(entry["experiment"])
+    config.task.model.override(entry["model"])
+    config.task.model.override({"include_mask": False})
+    keras.backend.clear_session()
+    model = maskrcnn_model.build_maskrcnn(config.task.model)
+    assert model.mask_head is None
+    directory = os.path.join(CHECKPOINTS, "maskrcnn_resnet50_fpn")
+    with caplog.at_level("INFO"):
+        checkpoints.read_weights(model.init_checkpoint_items(["all"]), directory)
+    assert "TFM checkpoint's model/mask_head weights are not read" in caplog.text
+    tfm = np.load(os.path.join(directory, "reference.npz"))
+    outputs = model(tfm["images"], image_shape=tfm["image_shape"], training=False)
+    _assert_boxes_are_tfms(outputs, tfm)
+    assert "detection_masks" not in outputs
