@@ -2251,3 +2251,13 @@ SUITE_55_THIRD = ("2026-12-07-754eb22-suite-time.json", "2026-12-07-7fd65e9-suit
 
 CLAIMS += [Claim(TT, "Issue 55's third session (2026-12-07, morning), seven clean-clone runs in "
                      "order: {}", lambda: (suite_runs(SUITE_55_THIRD, with_setup_cpu=True),))]
+
+# Its fourth session (2026-12-07, late morning): the run at the commit the third stopped at,
+# then after the Trainer's background release of training iterators, then after the TFM
+# checkpoint reader's partial read (one more test).
+SUITE_55_FOURTH = ("2026-12-07-9d69e3d-suite-time.json", "2026-12-07-ac02b3e-suite-time.json",
+                   "2026-12-07-3c6b089-suite-time.json")
+
+CLAIMS += [Claim(TT, "Issue 55's fourth session (2026-12-07, late morning), three clean-clone "
+                     "runs in order: {}",
+                 lambda: (suite_runs(SUITE_55_FOURTH, with_setup_cpu=True),))]
