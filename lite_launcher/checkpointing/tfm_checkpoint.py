@@ -414,17 +414,17 @@ def _holds_variables(graph, node_id: int) -> bool:
     return False
 
 
-def parts_the_module_lacks(graph, root: str, module) -> List[str]:
-    """The parts of the checkpoint's `root` object that `module` names but does not have (its
-    attribute of that name is None): a box-only Mask R-CNN's `mask_head`, read from a Mask
-    R-CNN checkpoint. TFM's tasks read an init checkpoint with `expect_partial()`, which
-    leaves such parts unread."""
+def parts_the_module_lacks(graph, root: str, module) -> Dict[str, int]:
+    """{name: node id} of the parts of the checkpoint's `root` object that `module` names but
+    does not have (its attribute of that name is None): a box-only Mask R-CNN's `mask_head`,
+    read from a Mask R-CNN checkpoint. TFM's tasks read an init checkpoint with
+    `expect_partial()`, which leaves such parts unread."""
     top = _top(graph)
     if root not in top:
-        return []
-    return [child.local_name for child in graph.nodes[top[root]].children
+        return {}
+    return {child.local_name: child.node_id for child in graph.nodes[top[root]].children
             if not child.local_name.startswith("_")
-            and getattr(module, child.local_name, False) is None]
+            and getattr(module, child.local_name, False) is None}
 
 
 def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None,
@@ -433,11 +433,8 @@ def _read_model(reader, graph, module, root: str, hook: Optional[Hook] = None,
     the checkpoint's parts that the module lacks are left unread (`parts_the_module_lacks`),
     as TFM's `expect_partial()` reads."""
     lite = lite_layers(module)
-    skip = parts_the_module_lacks(graph, root, module) if partial else []
-    unread = []
-    if skip:  # (then the checkpoint has `root`)
-        children = {c.local_name: c.node_id for c in graph.nodes[_top(graph)[root]].children}
-        unread = [name for name in skip if _holds_variables(graph, children[name])]
+    skip = parts_the_module_lacks(graph, root, module) if partial else {}
+    unread = [name for name, node in skip.items() if _holds_variables(graph, node)]
     if unread:
         logging.info("The TFM checkpoint's %s weights are not read: the model has no such "
                      "part (TFM's expect_partial() leaves them too).",

@@ -446,9 +446,7 @@ class TrainLoop:
 
     def set_loop_fn(self, loop_fn: Callable) -> None:
         """Sets the loop function every later `run` calls."""
-        if self._call is not None:
-            self._call.forget_iterator()
-        self._call = DirectCall(loop_fn, self._refs)
+        self._call = DirectCall(loop_fn, self._refs)  # (which forgets the last call's refs)
 
     @property
     def iterator(self):
