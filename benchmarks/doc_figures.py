@@ -2254,10 +2254,12 @@ CLAIMS += [Claim(TT, "Issue 55's third session (2026-12-07, morning), seven clea
 
 # Its fourth session (2026-12-07, late morning): the run at the commit the third stopped at,
 # then after the Trainer's background release of training iterators, then after the TFM
-# checkpoint reader's partial read (one more test), then at the docs commit after it.
+# checkpoint reader's partial read (one more test), then at the docs commit after it, then
+# after a refactor of the two (their tests unchanged).
 SUITE_55_FOURTH = ("2026-12-07-9d69e3d-suite-time.json", "2026-12-07-ac02b3e-suite-time.json",
-                   "2026-12-07-3c6b089-suite-time.json", "2026-12-07-87c2b2d-suite-time.json")
+                   "2026-12-07-3c6b089-suite-time.json", "2026-12-07-87c2b2d-suite-time.json",
+                   "2026-12-07-e6dcf3b-suite-time.json")
 
-CLAIMS += [Claim(TT, "Issue 55's fourth session (2026-12-07, late morning), four clean-clone "
+CLAIMS += [Claim(TT, "Issue 55's fourth session (2026-12-07, late morning), five clean-clone "
                      "runs in order: {}",
                  lambda: (suite_runs(SUITE_55_FOURTH, with_setup_cpu=True),))]
